@@ -1,0 +1,52 @@
+# The whole gate is `make check`; `make test` and `make demo` set themselves up on a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION ?= 20
+
+.PHONY: install test test-unit test-integration test-infra test-e2e lint typecheck check demo synth bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/pytest
+
+test-unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+test-integration: $(STAMP)
+	$(BIN)/pytest tests/integration
+
+test-infra: $(STAMP)
+	$(BIN)/pytest tests/infra
+
+test-e2e: $(STAMP)
+	$(BIN)/pytest tests/e2e
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+demo: $(STAMP)
+	$(BIN)/tidings demo
+
+synth: $(STAMP)
+	$(BIN)/cdk synth 2>/dev/null || npx --yes aws-cdk@2 synth
+
+bench: $(STAMP)
+	$(BIN)/python bench/claim.py
+
+clean:
+	rm -rf $(VENV) cdk.out build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,148 @@
+"""Configuration, read once from the environment.
+
+Every number in the delivery semantics is a setting here, with the defaults of DESIGN.md.
+Environment variables are named ``TIDINGS_<FIELD>`` in upper case (``TIDINGS_BACKOFF_BASE_S``),
+except the connection settings that tools already know by their usual names
+(``DATABASE_URL``, ``AWS_ENDPOINT_URL``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+ENV_PREFIX = "TIDINGS_"
+
+
+class ConfigError(ValueError):
+    """A setting in the environment cannot be used; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # Connections
+    database_url: str = ""
+    database_secret_arn: str = ""
+    delivery_queue_url: str = ""
+    alerts_topic_arn: str = ""
+    aws_endpoint_url: str = ""
+
+    # Claiming
+    claim_batch_size: int = 100
+    lease_s: float = 120.0
+    claim_idle_poll_s: float = 1.0
+    claim_stop_before_timeout_s: float = 10.0
+
+    # Attempts
+    http_timeout_s: float = 15.0
+    max_attempts: int = 5
+    backoff_base_s: float = 30.0
+    backoff_max_s: float = 3600.0
+    sqs_max_delay_s: int = 900
+    response_excerpt_bytes: int = 1024
+    sender_concurrency: int = 10
+
+    # Circuit breaker
+    circuit_failure_threshold: int = 10
+    circuit_slow_failure_threshold: int = 5
+    circuit_slow_p95_ms: int = 5000
+    circuit_cooldown_s: float = 300.0
+    circuit_max_cooldown_s: float = 3600.0
+
+    # Signing
+    secret_rotation_overlap_s: float = 86400.0
+
+    # SSRF guard: comma-separated networks that are allowed although private (e.g. "127.0.0.0/8")
+    allowed_networks: tuple[str, ...] = field(default_factory=tuple)
+
+    # Ingest
+    max_payload_bytes: int = 262144
+    ingest_max_retries: int = 5
+
+    # Measuring, alerting, pruning
+    latency_window_s: float = 86400.0
+    slow_endpoint_p95_ms: int = 2000
+    slow_endpoint_min_samples: int = 20
+    oldest_undelivered_alert_s: float = 1800.0
+    disable_after_failing_s: float = 5 * 86400.0
+    attempts_retention_s: float = 86400.0
+    delivered_retention_s: float = 7 * 86400.0
+    dead_letter_retention_s: float = 30 * 86400.0
+    prune_batch_size: int = 5000
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from ``environ`` (default: ``os.environ``), then apply ``overrides``."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = _lookup(env, f.name)
+            if raw is None:
+                continue
+            values[f.name] = _parse(f.name, f.type, raw)
+        values.update(overrides)
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def replace(self, **changes: Any) -> Settings:
+        updated = dataclasses.replace(self, **changes)
+        updated.validate()
+        return updated
+
+    def validate(self) -> None:
+        positive = (
+            "claim_batch_size", "lease_s", "http_timeout_s", "max_attempts", "backoff_base_s",
+            "backoff_max_s", "circuit_failure_threshold", "circuit_cooldown_s",
+            "max_payload_bytes", "prune_batch_size", "sender_concurrency",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{_env_name(name)} must be positive, got {getattr(self, name)}")
+        if self.backoff_max_s < self.backoff_base_s:
+            raise ConfigError(
+                f"{_env_name('backoff_max_s')} ({self.backoff_max_s}) is below "
+                f"{_env_name('backoff_base_s')} ({self.backoff_base_s})"
+            )
+        if not 0 <= self.sqs_max_delay_s <= 900:
+            raise ConfigError(f"{_env_name('sqs_max_delay_s')} must be within 0..900 (SQS limit)")
+        if self.circuit_max_cooldown_s < self.circuit_cooldown_s:
+            raise ConfigError(f"{_env_name('circuit_max_cooldown_s')} is below the cooldown")
+
+
+_PLAIN_NAMES = {
+    "database_url": "DATABASE_URL",
+    "aws_endpoint_url": "AWS_ENDPOINT_URL",
+}
+
+
+def _env_name(field_name: str) -> str:
+    return _PLAIN_NAMES.get(field_name, ENV_PREFIX + field_name.upper())
+
+
+def _lookup(env: Mapping[str, str], field_name: str) -> str | None:
+    return env.get(_env_name(field_name))
+
+
+def _parse(name: str, type_name: Any, raw: str) -> Any:
+    kind = str(type_name)
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind.startswith("tuple"):
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+    except ValueError as exc:
+        raise ConfigError(f"{_env_name(name)}={raw!r} is not a valid {kind}") from exc
+    return raw
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The process-wide settings, read from the environment on first use."""
+    return Settings.from_env()
