@@ -26,7 +26,11 @@ class ConfigError(ValueError):
 class Settings:
     # Connections
     database_url: str = ""
+    # On AWS: credentials from this Secrets Manager secret, connecting to database_host
+    # (the RDS Proxy endpoint) instead of the host named in the secret.
     database_secret_arn: str = ""
+    database_host: str = ""
+    database_name: str = "tidings"
     delivery_queue_url: str = ""
     alerts_topic_arn: str = ""
     aws_endpoint_url: str = ""
