@@ -97,18 +97,23 @@ def validate_url(url: str) -> TargetUrl:
         raise InvalidTargetUrl("the URL port is not a number within 1..65535") from None
     if explicit_port == 0:
         raise InvalidTargetUrl("the URL port is not a number within 1..65535")
-    host = _normalize_host(parts.hostname)
+    host = _normalize_host(parts.hostname, bracketed=parts.netloc.startswith("["))
     path = parts.path or "/"
     path_and_query = f"{path}?{parts.query}" if parts.query else path
     port = _DEFAULT_PORTS[scheme] if explicit_port is None else explicit_port
     return TargetUrl(scheme=scheme, host=host, port=port, path_and_query=path_and_query)
 
 
-def _normalize_host(hostname: str) -> str:
+def _normalize_host(hostname: str, *, bracketed: bool) -> str:
     try:
-        return str(ipaddress.ip_address(hostname))
+        literal = ipaddress.ip_address(hostname)
     except ValueError:
-        pass
+        if bracketed:
+            raise InvalidTargetUrl(f"the URL host [{hostname}] is not an IPv6 address") from None
+    else:
+        if isinstance(literal, ipaddress.IPv6Address) and literal.scope_id is not None:
+            raise InvalidTargetUrl("the URL host must not carry an IPv6 zone (%...)")
+        return str(literal)
     try:
         ascii_host = hostname.encode("idna").decode("ascii").lower()
     except UnicodeError:
@@ -201,16 +206,16 @@ def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
 
 
 def resolve_target(
-    url: str, allowed: Sequence[IPNetwork], resolver: Resolver = socket.getaddrinfo
+    url: str, allowed: Sequence[IPNetwork], resolver: Resolver | None = None
 ) -> ResolvedTarget:
     """Validate ``url``, resolve its host and pick the address to connect to.
 
     Refused if any resolved address is blocked: a name that points partly inside the network is
     not a target, whichever address a connection would happen to use. DNS failures propagate as
-    ``socket.gaierror``.
+    ``socket.gaierror``. ``resolver`` defaults to ``socket.getaddrinfo``, looked up at call time.
     """
     target = validate_url(url)
-    addresses = _resolve(target, resolver)
+    addresses = _resolve(target, resolver or socket.getaddrinfo)
     for ip in addresses:
         reason = is_blocked(ip, allowed)
         if reason is not None:
