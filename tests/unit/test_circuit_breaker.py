@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tidings.circuit_breaker import (
     BatchSummary,
@@ -154,6 +154,31 @@ def test_empty_batch_changes_nothing() -> None:
     assert apply_summary(b, summarize([]), NOW, CFG) == b
 
 
+@pytest.mark.parametrize(
+    ("before", "summary", "after"),
+    [
+        (CLOSED, BatchSummary(False, 9), Breaker(CircuitState.CLOSED, 9, 300, None)),
+        (CLOSED, BatchSummary(False, 10), Breaker(CircuitState.OPEN, 10, 300, NOW)),
+        (
+            Breaker(CircuitState.CLOSED, 6, 300, None),
+            BatchSummary(False, 4),
+            Breaker(CircuitState.OPEN, 10, 300, NOW),
+        ),
+        (_open(failures=12), BatchSummary(True, 9), Breaker(CircuitState.CLOSED, 9, 300, None)),
+        (_open(failures=12), BatchSummary(True, 10), Breaker(CircuitState.OPEN, 10, 300, NOW)),
+        (_open(failures=12, cooldown_s=600), BatchSummary(False, 3), _open(15, 600)),
+        (
+            _half_open(cooldown_s=600),
+            BatchSummary(False, 2),
+            Breaker(CircuitState.OPEN, 12, 1200, NOW),
+        ),
+        (_half_open(cooldown_s=600), BatchSummary(True, 0), CLOSED),
+    ],
+)
+def test_apply_summary_cases(before: Breaker, summary: BatchSummary, after: Breaker) -> None:
+    assert apply_summary(before, summary, NOW, CFG) == after
+
+
 def test_negative_trailing_failures_are_refused() -> None:
     with pytest.raises(ValueError, match="trailing_failures"):
         apply_summary(CLOSED, BatchSummary(False, -1), NOW, CFG)
@@ -179,13 +204,18 @@ def breakers(draw: st.DrawFn) -> Breaker:
     state = draw(st.sampled_from(CircuitState))
     return Breaker(
         state=state,
-        consecutive_failures=draw(st.integers(min_value=0, max_value=40)),
+        consecutive_failures=draw(st.integers(min_value=0, max_value=20)),
         cooldown_s=draw(st.floats(min_value=1, max_value=10_000)),
         opened_at=None if state is CircuitState.CLOSED else draw(timestamps),
     )
 
 
-@given(b=breakers(), outcomes=st.lists(st.booleans(), max_size=40), now=timestamps, cfg=configs())
+@settings(max_examples=1000)
+@given(b=breakers(), outcomes=st.lists(st.booleans(), max_size=25), now=timestamps, cfg=configs())
+@example(b=CLOSED, outcomes=[False] * 10, now=NOW, cfg=CFG)
+@example(b=Breaker(CircuitState.CLOSED, 4, 300, None), outcomes=[False] * 6, now=NOW, cfg=CFG)
+@example(b=_open(), outcomes=[True] + [False] * 10, now=NOW, cfg=CFG)
+@example(b=_half_open(cooldown_s=2400), outcomes=[False, False], now=NOW, cfg=CFG)
 def test_apply_summary_equals_apply_batch(
     b: Breaker, outcomes: list[bool], now: datetime, cfg: BreakerConfig
 ) -> None:
