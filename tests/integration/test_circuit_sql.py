@@ -21,8 +21,13 @@ def health(db: Database, endpoint_id: int) -> dict:
             (endpoint_id,),
         )
         state, failures, cooldown, opened, probe = cur.fetchone()
-    return {"state": state, "failures": failures, "cooldown": cooldown, "opened": opened,
-            "probe": probe}
+    return {
+        "state": state,
+        "failures": failures,
+        "cooldown": cooldown,
+        "opened": opened,
+        "probe": probe,
+    }
 
 
 def report(db: Database, endpoint_id: int, *, success: bool, failures: int = 1):
@@ -31,8 +36,15 @@ def report(db: Database, endpoint_id: int, *, success: bool, failures: int = 1):
         return delivery.record_outcomes(
             cur,
             [],
-            [HealthSummary(endpoint_id, success, 0 if success else failures,
-                           now if success else None, None if success else now)],
+            [
+                HealthSummary(
+                    endpoint_id,
+                    success,
+                    0 if success else failures,
+                    now if success else None,
+                    None if success else now,
+                )
+            ],
             **COOLDOWNS,
         )
 
@@ -64,7 +76,12 @@ def test_success_resets_the_failure_count(db: Database) -> None:
     report(db, endpoint_id, success=True)
     report(db, endpoint_id, success=False, failures=9)
     assert health(db, endpoint_id) | {"probe": None} == {
-        "state": "closed", "failures": 9, "cooldown": 300.0, "opened": False, "probe": None}
+        "state": "closed",
+        "failures": 9,
+        "cooldown": 300.0,
+        "opened": False,
+        "probe": None,
+    }
 
 
 def test_ten_concurrent_senders_on_a_half_open_endpoint_get_exactly_one_probe(
@@ -127,11 +144,26 @@ def _record(db: Database, row: delivery.ClaimedMessage, *, success: bool):
     with db.cursor() as cur:
         return delivery.record_outcomes(
             cur,
-            [AttemptOutcome(row.lease, row.endpoint_id,
-                            OutcomeKind.DELIVERED if success else OutcomeKind.RETRY, 1, now,
-                            200 if success else 503, retry_at=None if success else now)],
-            [HealthSummary(row.endpoint_id, success, 0 if success else 1,
-                           now if success else None, None if success else now)],
+            [
+                AttemptOutcome(
+                    row.lease,
+                    row.endpoint_id,
+                    OutcomeKind.DELIVERED if success else OutcomeKind.RETRY,
+                    1,
+                    now,
+                    200 if success else 503,
+                    retry_at=None if success else now,
+                )
+            ],
+            [
+                HealthSummary(
+                    row.endpoint_id,
+                    success,
+                    0 if success else 1,
+                    now if success else None,
+                    None if success else now,
+                )
+            ],
             **COOLDOWNS,
         )
 
@@ -143,7 +175,8 @@ def test_failed_probe_reopens_with_doubled_cooldown_capped(db: Database) -> None
     row = _probe(db, endpoint_id)
     result = _record(db, row, success=False)
     assert [(t.from_state, t.to_state, t.cooldown_s) for t in result.transitions] == [
-        ("half_open", "open", 600.0)]
+        ("half_open", "open", 600.0)
+    ]
     with db.cursor() as cur:
         cur.execute(
             "UPDATE tidings.endpoint_health SET cooldown_s = 3000, state = 'half_open',"
@@ -162,7 +195,12 @@ def test_successful_probe_closes_and_resets_cooldown(db: Database) -> None:
     result = _record(db, row, success=True)
     assert [(t.from_state, t.to_state) for t in result.transitions] == [("half_open", "closed")]
     assert health(db, endpoint_id) == {
-        "state": "closed", "failures": 0, "cooldown": 300.0, "opened": False, "probe": None}
+        "state": "closed",
+        "failures": 0,
+        "cooldown": 300.0,
+        "opened": False,
+        "probe": None,
+    }
     with db.cursor() as cur:
         assert len(delivery.claim_due(cur, batch_size=10, lease_s=60)) == 4
 
@@ -181,8 +219,8 @@ def test_concurrent_batches_on_shared_endpoints_never_deadlock(database_url: str
             for _ in range(40):
                 with db.cursor() as cur:
                     delivery.record_outcomes(
-                        cur, [],
-                        [HealthSummary(e, False, 1, None, now) for e in order], **COOLDOWNS)
+                        cur, [], [HealthSummary(e, False, 1, None, now) for e in order], **COOLDOWNS
+                    )
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -197,7 +235,65 @@ def test_concurrent_batches_on_shared_endpoints_never_deadlock(database_url: str
     assert errors == []
     check = Database(database_url)
     with check.cursor() as cur:
-        cur.execute("SELECT min(consecutive_failures), max(consecutive_failures)"
-                    " FROM tidings.endpoint_health")
+        cur.execute(
+            "SELECT min(consecutive_failures), max(consecutive_failures)"
+            " FROM tidings.endpoint_health"
+        )
         assert cur.fetchone() == (120, 120)  # 3 senders x 40 batches, none lost
     check.close()
+
+
+# The SQL must apply exactly the rules of the pure model in tidings.circuit_breaker.
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tidings import circuit_breaker as cb  # noqa: E402
+
+_batches = st.lists(st.lists(st.booleans(), min_size=1, max_size=12), min_size=1, max_size=8)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    start=st.sampled_from(["closed", "open", "half_open"]),
+    batches=_batches,
+    threshold=st.integers(min_value=1, max_value=6),
+)
+def test_sql_transitions_match_the_pure_model(db: Database, start, batches, threshold) -> None:
+    cfg = cb.BreakerConfig(failure_threshold=threshold, base_cooldown_s=300, max_cooldown_s=3600)
+    now = datetime.now(UTC)
+    model = cb.Breaker(cb.CircuitState(start), 0, 300.0, None if start == "closed" else now)
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur)
+        cur.execute(
+            "UPDATE tidings.endpoint_health SET state = %s, failure_threshold = %s,"
+            " opened_at = CASE WHEN %s = 'closed' THEN NULL ELSE now() END"
+            " WHERE endpoint_id = %s",
+            (start, threshold, start, endpoint_id),
+        )
+    for outcomes in batches:
+        model = cb.apply_summary(model, cb.summarize(outcomes), now, cfg)
+        summary = cb.summarize(outcomes)
+        with db.cursor() as cur:
+            delivery.record_outcomes(
+                cur,
+                [],
+                [
+                    HealthSummary(
+                        endpoint_id,
+                        summary.has_success,
+                        summary.trailing_failures,
+                        now if any(outcomes) else None,
+                        now if not all(outcomes) else None,
+                    )
+                ],
+                **COOLDOWNS,
+            )
+        seen = health(db, endpoint_id)
+        assert (seen["state"], seen["failures"], seen["cooldown"], seen["opened"]) == (
+            model.state.value,
+            model.consecutive_failures,
+            model.cooldown_s,
+            model.opened_at is not None,
+        )

@@ -25,7 +25,8 @@ def backdate(db: Database, sql_where: str, seconds: float) -> None:
     """Move rows' times into the past instead of sleeping."""
     with db.cursor() as cur:
         cur.execute(
-            "UPDATE tidings.messages SET next_attempt_at = next_attempt_at - %s * interval '1 second'"
+            "UPDATE tidings.messages"
+            " SET next_attempt_at = next_attempt_at - %s * interval '1 second'"
             f" WHERE {sql_where}",
             (seconds,),
         )
@@ -37,7 +38,9 @@ def deliver(db: Database, claimed: list[delivery.ClaimedMessage]) -> delivery.Re
         return delivery.record_outcomes(
             cur,
             [
-                AttemptOutcome(c.lease, c.endpoint_id, OutcomeKind.DELIVERED, c.attempts + 1, now, 200, 5)
+                AttemptOutcome(
+                    c.lease, c.endpoint_id, OutcomeKind.DELIVERED, c.attempts + 1, now, 200, 5
+                )
                 for c in claimed
             ],
             **COOLDOWNS,
@@ -116,8 +119,17 @@ def test_a_stale_lease_cannot_overwrite_a_newer_outcome(db: Database) -> None:
     with db.cursor() as cur:
         newer = delivery.record_outcomes(
             cur,
-            [AttemptOutcome(fresh.lease, fresh.endpoint_id, OutcomeKind.RETRY, 1, now, 503,
-                            retry_at=now + timedelta(seconds=90))],
+            [
+                AttemptOutcome(
+                    fresh.lease,
+                    fresh.endpoint_id,
+                    OutcomeKind.RETRY,
+                    1,
+                    now,
+                    503,
+                    retry_at=now + timedelta(seconds=90),
+                )
+            ],
             **COOLDOWNS,
         )
         older = delivery.record_outcomes(
@@ -181,7 +193,8 @@ def test_rate_limited_endpoint_gets_no_more_than_its_tokens(db: Database) -> Non
         assert delivery.claim_due(cur, batch_size=100, lease_s=60) == []
         # Two seconds later the bucket holds at most one second's worth again (burst = rate).
         cur.execute(
-            "UPDATE tidings.endpoint_health SET rate_refilled_at = rate_refilled_at - interval '2 s'"
+            "UPDATE tidings.endpoint_health"
+            " SET rate_refilled_at = rate_refilled_at - interval '2 s'"
         )
         assert len(delivery.claim_due(cur, batch_size=100, lease_s=60)) == 5
 
@@ -204,8 +217,18 @@ def test_retry_through_the_queue_keeps_the_lease_until_the_retry_arrives(db: Dat
         now = datetime.now(UTC)
         delivery.record_outcomes(
             cur,
-            [AttemptOutcome(row.lease, row.endpoint_id, OutcomeKind.RETRY, 1, now, 500,
-                            retry_at=now + timedelta(seconds=120), keep_lease=True)],
+            [
+                AttemptOutcome(
+                    row.lease,
+                    row.endpoint_id,
+                    OutcomeKind.RETRY,
+                    1,
+                    now,
+                    500,
+                    retry_at=now + timedelta(seconds=120),
+                    keep_lease=True,
+                )
+            ],
             **COOLDOWNS,
         )
         # Not claimable meanwhile: the delayed queue message is on its way.

@@ -34,7 +34,9 @@ def test_fans_out_to_every_subscribed_enabled_endpoint(db: Database) -> None:
 
         ids = enqueue(cur, "order.paid", '{"order": 7}', "evt-1")
 
-        cur.execute("SELECT endpoint_id FROM tidings.messages WHERE id = ANY(%s) ORDER BY 1", (ids,))
+        cur.execute(
+            "SELECT endpoint_id FROM tidings.messages WHERE id = ANY(%s) ORDER BY 1", (ids,)
+        )
         assert [r[0] for r in cur.fetchall()] == [orders, everything]
         cur.execute("SELECT DISTINCT status::text FROM tidings.messages")
         assert cur.fetchall() == [("pending",)]

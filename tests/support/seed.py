@@ -34,14 +34,20 @@ def make_endpoint(
 
 
 def seed_messages(
-    cur: Cursor, endpoint_id: int, count: int, *, event_type: str = "test.event", status: str = "pending"
+    cur: Cursor,
+    endpoint_id: int,
+    count: int,
+    *,
+    event_type: str = "test.event",
+    status: str = "pending",
 ) -> None:
     """``count`` messages for one endpoint, due now, each with its own small event."""
     cur.execute(
         """
         WITH ev AS (
             INSERT INTO tidings.events (event_type, event_id, payload)
-            SELECT %(event_type)s, 'seed-' || %(endpoint_id)s || '-' || g || '-' || gen_random_uuid(),
+            SELECT %(event_type)s,
+                   'seed-' || %(endpoint_id)s || '-' || g || '-' || gen_random_uuid(),
                    jsonb_build_object('n', g)
             FROM generate_series(1, %(count)s) g
             RETURNING id

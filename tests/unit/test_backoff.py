@@ -6,6 +6,7 @@ import random
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidings.backoff import cap_s, retry_delay_s
 
 finite_non_negative = st.floats(min_value=0, max_value=1e12, allow_nan=False)

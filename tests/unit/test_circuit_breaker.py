@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+
 from tidings.circuit_breaker import (
     BatchSummary,
     Breaker,

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidings.backoff import cap_s
 from tidings.retry_policy import (
     AttemptError,

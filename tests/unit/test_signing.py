@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from standardwebhooks import Webhook, WebhookVerificationError
+
 from tidings.signing import (
     generate_secret,
     secret_bytes,

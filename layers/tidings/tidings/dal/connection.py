@@ -145,7 +145,9 @@ class Database:
                 if not (retryable_code or lost) or attempt >= self.max_retries:
                     raise
                 if lost:
-                    logger.warning("database connection lost; reconnecting", extra={"error": str(exc)})
+                    logger.warning(
+                        "database connection lost; reconnecting", extra={"error": str(exc)}
+                    )
                     self.close()
             except psycopg2.Error as exc:
                 if exc.pgcode not in RETRYABLE_SQLSTATES or attempt >= self.max_retries:

@@ -206,7 +206,9 @@ def record_outcomes(
     """Write a batch's outcomes, attempts, circuit updates and disabled endpoints atomically."""
     for outcome in outcomes:
         if outcome.kind is OutcomeKind.RETRY and outcome.retry_at is None:
-            raise ValueError(f"retry outcome for message {outcome.lease.message_id} has no retry_at")
+            raise ValueError(
+                f"retry outcome for message {outcome.lease.message_id} has no retry_at"
+            )
     params: dict[str, Any] = {
         "ids": [o.lease.message_id for o in outcomes],
         "tokens": [o.lease.token for o in outcomes],
