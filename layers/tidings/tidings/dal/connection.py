@@ -55,7 +55,7 @@ def connect(settings: Settings) -> psycopg2.extensions.connection:
     """A new autocommit connection to the configured database."""
     conn = psycopg2.connect(dsn_from_settings(settings))
     conn.autocommit = True
-    psycopg2.extras.register_uuid(conn_or_curs=conn)
+    psycopg2.extras.register_uuid(conn_or_curs=conn)  # type: ignore[no-untyped-call]
     return conn
 
 
@@ -86,7 +86,7 @@ class Database:
             dsn = self._dsn() if callable(self._dsn) else self._dsn
             self._conn = psycopg2.connect(dsn)
             self._conn.autocommit = True
-            psycopg2.extras.register_uuid(conn_or_curs=self._conn)
+            psycopg2.extras.register_uuid(conn_or_curs=self._conn)  # type: ignore[no-untyped-call]
         return self._conn
 
     def close(self) -> None:
