@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import SqsModel
 from moto import mock_aws
+from moto.server import ThreadedMotoServer
 from tidings.queue import (
     ConsumeResult,
     DeliveryQueue,
@@ -120,14 +121,14 @@ def _drain(queue: DeliveryQueue) -> list[ReceivedMessage]:
     return received
 
 
-def _powertools_handler(poison: set[str]) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+def _powertools_handler(poison: set[str]) -> Callable[[dict[str, Any], Any], Mapping[str, Any]]:
     processor = BatchProcessor(event_type=EventType.SQS)
 
     def record_handler(record: SQSRecord) -> None:
         if record.body in poison:
             raise RuntimeError(f"cannot process {record.body}")
 
-    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    def handler(event: dict[str, Any], context: Any) -> Mapping[str, Any]:
         return process_partial_response(
             event=event, record_handler=record_handler, processor=processor, context=context
         )
@@ -383,3 +384,24 @@ def test_sqs_client_follows_aws_endpoint_url(monkeypatch: pytest.MonkeyPatch) ->
     queue = SqsQueue("http://localhost:4566/000000000000/tidings-delivery")
 
     assert queue._client.meta.endpoint_url == "http://localhost:4566"
+
+
+def test_sqs_queue_reaches_a_moto_server_through_aws_endpoint_url(
+    aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+        queue_url = boto3.client("sqs").create_queue(QueueName="over-http")["QueueUrl"]
+        queue = SqsQueue(queue_url)
+
+        assert queue.send_batch(_messages(12)) == []
+        received = _drain(queue)
+        queue.delete([m.receipt_handle for m in received])
+
+        assert len(received) == 12
+        assert queue.approximate_depth() == 0
+    finally:
+        server.stop()
