@@ -161,3 +161,21 @@ def test_a_none_response_means_every_record_succeeded() -> None:
     assert context == "ctx"
     assert len(result.deleted) == 2
     assert queue.approximate_depth() == 1
+
+
+def test_a_raising_handler_is_logged_with_the_batch_and_re_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    queue = _queue_with(2)
+
+    def broken(event: dict[str, Any], context: Any) -> None:
+        raise TimeoutError("endpoint pool exhausted")
+
+    with pytest.raises(TimeoutError):
+        consume_once(queue, broken, queue_arn=ARN, context=None)
+
+    [record] = [r for r in caplog.records if "whole batch will be redelivered" in r.getMessage()]
+    assert record.exc_info is not None
+    assert "endpoint pool exhausted" in str(record.exc_info[1])
+    assert len(getattr(record, "message_ids", ())) == 2
+    assert queue.approximate_depth() == 2

@@ -32,8 +32,8 @@ class PublishedAlert:
     message_id: str
     subject: str
     message: str
+    published_at: datetime
     attributes: Mapping[str, str] = field(default_factory=dict)
-    published_at: datetime | None = None
 
 
 def clean_subject(subject: str) -> str:

@@ -38,7 +38,6 @@ class LocalNotifier:
         self, subject: str, message: str, attributes: Mapping[str, str] | None = None
     ) -> str:
         alert = _build(subject, message, attributes)
-        assert alert.published_at is not None
         record = {
             "message_id": alert.message_id,
             "published_at": alert.published_at.isoformat(),
@@ -72,7 +71,6 @@ class MemoryNotifier:
 
 
 def _readable(alert: PublishedAlert) -> str:
-    assert alert.published_at is not None
     lines = [f"[ALERT {alert.published_at:%Y-%m-%d %H:%M:%S}Z] {alert.subject}"]
     lines += [f"  {name}: {value}" for name, value in sorted(alert.attributes.items())]
     lines += ["  " + line for line in alert.message.splitlines()]

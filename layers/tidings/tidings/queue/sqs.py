@@ -77,6 +77,7 @@ class SqsQueue:
         return failed
 
     def receive(self, max_messages: int = 10, wait_s: float = 0) -> list[ReceivedMessage]:
+        """Long polling on SQS is in whole seconds, so ``wait_s`` is rounded up."""
         validate_receive(max_messages, wait_s)
         reply = self._call(
             "ReceiveMessage",
