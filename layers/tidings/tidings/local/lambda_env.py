@@ -1,0 +1,199 @@
+"""What AWS hands a handler: the context object and the events of each trigger.
+
+Handlers are loaded from ``functions/<name>/app.py`` the way Lambda loads them: by file, with the
+``tidings`` package importable beside them (on Lambda through the layer, here because it is
+installed). The folder is found next to the package's source tree (``layers/tidings`` in the
+repository), or given explicitly with ``--functions-dir`` / ``TIDINGS_FUNCTIONS_DIR``.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+import tidings
+
+REGION = "us-east-1"
+ACCOUNT = "000000000000"
+STAGE = "local"
+FUNCTIONS_DIR_ENV = "TIDINGS_FUNCTIONS_DIR"
+
+Handler = Callable[[dict[str, Any], Any], Any]
+
+
+class HandlerNotFound(LookupError):
+    """A function's ``app.py`` or its ``handler`` is missing; the message names the path."""
+
+
+class LambdaContext:
+    """The context object of one invocation, with a deadline that can be brought forward.
+
+    ``expire`` ends the invocation early (shutdown): a handler that loops while
+    ``get_remaining_time_in_millis`` is high stops at its next check.
+    """
+
+    def __init__(self, function_name: str, timeout_s: float, memory_limit_in_mb: int = 512):
+        self.function_name = function_name
+        self.function_version = "$LATEST"
+        self.memory_limit_in_mb = memory_limit_in_mb
+        self.invoked_function_arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function_name}"
+        self.aws_request_id = str(uuid.uuid4())
+        self.log_group_name = f"/aws/lambda/{function_name}"
+        self.log_stream_name = f"local/{threading.current_thread().name}"
+        self._deadline = time.monotonic() + timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+    def expire(self) -> None:
+        self._deadline = time.monotonic()
+
+
+def scheduled_event(rule_name: str, now: datetime | None = None) -> dict[str, Any]:
+    """The event EventBridge sends a function on a schedule."""
+    moment = now or datetime.now(UTC)
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": ACCOUNT,
+        "time": moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": REGION,
+        "resources": [f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{rule_name}"],
+        "detail": {},
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    method: str
+    target: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    source_ip: str = "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes = field(repr=False)
+
+
+def api_gateway_event(request: HttpRequest, stage: str = STAGE) -> dict[str, Any]:
+    """The REST API (v1) proxy event API Gateway builds for ``request`` on ``/{proxy+}``."""
+    path, _, query = request.target.partition("?")
+    path = path or "/"
+    pairs = parse_qsl(query, keep_blank_values=True)
+    multi_query: dict[str, list[str]] = {}
+    for name, value in pairs:
+        multi_query.setdefault(name, []).append(value)
+    multi_headers: dict[str, list[str]] = {}
+    for name, value in request.headers:
+        multi_headers.setdefault(name, []).append(value)
+    body, is_base64 = _event_body(request.body)
+    now_ms = int(time.time() * 1000)
+    request_id = str(uuid.uuid4())
+    user_agent = next((v for n, v in request.headers if n.lower() == "user-agent"), None)
+    return {
+        "resource": "/{proxy+}",
+        "path": path,
+        "httpMethod": request.method,
+        "headers": {name: values[-1] for name, values in multi_headers.items()} or None,
+        "multiValueHeaders": multi_headers or None,
+        "queryStringParameters": {name: values[-1] for name, values in multi_query.items()} or None,
+        "multiValueQueryStringParameters": multi_query or None,
+        "pathParameters": {"proxy": path.lstrip("/")} if path != "/" else None,
+        "stageVariables": None,
+        "requestContext": {
+            "accountId": ACCOUNT,
+            "apiId": "local",
+            "resourceId": "proxy",
+            "resourcePath": "/{proxy+}",
+            "httpMethod": request.method,
+            "path": f"/{stage}{path}",
+            "stage": stage,
+            "protocol": "HTTP/1.1",
+            "requestId": request_id,
+            "extendedRequestId": request_id,
+            "requestTime": datetime.fromtimestamp(now_ms / 1000, UTC).strftime(
+                "%d/%b/%Y:%H:%M:%S +0000"
+            ),
+            "requestTimeEpoch": now_ms,
+            "domainName": "127.0.0.1",
+            "identity": {"sourceIp": request.source_ip, "userAgent": user_agent},
+        },
+        "body": body,
+        "isBase64Encoded": is_base64,
+    }
+
+
+def _event_body(raw: bytes) -> tuple[str | None, bool]:
+    if not raw:
+        return None, False
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return base64.b64encode(raw).decode("ascii"), True
+
+
+def http_response(result: Mapping[str, Any]) -> HttpResponse:
+    """The HTTP answer API Gateway makes of a proxy integration's result."""
+    if not isinstance(result, Mapping) or "statusCode" not in result:
+        raise ValueError("a proxy integration must return a mapping with statusCode")
+    status = int(result["statusCode"])
+    headers: list[tuple[str, str]] = []
+    for name, value in (result.get("headers") or {}).items():
+        headers.append((str(name), str(value)))
+    single = {name.lower() for name, _ in headers}
+    for name, values in (result.get("multiValueHeaders") or {}).items():
+        if name.lower() in single:
+            continue
+        headers.extend((str(name), str(value)) for value in values)
+    raw_body = result.get("body") or ""
+    if result.get("isBase64Encoded"):
+        body = base64.b64decode(raw_body)
+    else:
+        body = str(raw_body).encode("utf-8")
+    return HttpResponse(status=status, headers=tuple(headers), body=body)
+
+
+def default_functions_dir() -> Path:
+    """``functions/`` of the source tree the ``tidings`` package was installed from."""
+    configured = os.environ.get(FUNCTIONS_DIR_ENV)
+    if configured:
+        return Path(configured)
+    package_dir = Path(tidings.__file__).resolve().parent
+    # layers/tidings/tidings/__init__.py -> the repository root is three levels up.
+    return package_dir.parents[2] / "functions"
+
+
+def load_handler(name: str, functions_dir: Path | None = None) -> Handler:
+    """``handler`` of ``functions/<name>/app.py``, loaded from its file as Lambda loads it."""
+    folder = functions_dir or default_functions_dir()
+    path = folder / name / "app.py"
+    if not path.is_file():
+        raise HandlerNotFound(
+            f"no Lambda entry point at {path}; pass --functions-dir or set {FUNCTIONS_DIR_ENV}"
+        )
+    spec = importlib.util.spec_from_file_location(f"tidings_function_{name}", path)
+    if spec is None or spec.loader is None:
+        raise HandlerNotFound(f"cannot load {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    handler = getattr(module, "handler", None)
+    if not callable(handler):
+        raise HandlerNotFound(f"{path} defines no callable 'handler'")
+    found: Handler = handler
+    return found

@@ -1,0 +1,183 @@
+"""Live delivery progress: per-endpoint figures from the database, drawn as a table.
+
+Drawing is plain text: on a terminal the block is redrawn in place with ANSI cursor movement;
+elsewhere (CI logs, pipes) a full block is printed every few seconds instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TextIO
+
+from tidings.dal.connection import Cursor, fetch_dicts
+from tidings.dal.queries import sql
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointProgress:
+    endpoint_id: int
+    url: str
+    description: str
+    enabled: bool
+    circuit: str
+    total: int
+    pending: int
+    in_flight: int
+    retrying: int
+    delivered: int
+    dead_letter: int
+    attempts: int
+    p95_ms: float | None
+
+    @property
+    def settled(self) -> int:
+        """Messages that reached an end state."""
+        return self.delivered + self.dead_letter
+
+
+def endpoint_progress(cur: Cursor, since: datetime) -> list[EndpointProgress]:
+    """Every endpoint's figures; latency from attempts made since ``since``."""
+    cur.execute(sql("endpoint_progress"), {"since": since})
+    return [
+        EndpointProgress(
+            endpoint_id=row["id"],
+            url=row["url"],
+            description=row["description"],
+            enabled=row["enabled"],
+            circuit=row["circuit"],
+            total=row["total"],
+            pending=row["pending"],
+            in_flight=row["in_flight"],
+            retrying=row["retrying"],
+            delivered=row["delivered"],
+            dead_letter=row["dead_letter"],
+            attempts=row["attempts"],
+            p95_ms=None if row["p95_ms"] is None else float(row["p95_ms"]),
+        )
+        for row in fetch_dicts(cur)
+    ]
+
+
+def unsettled_messages(cur: Cursor) -> int:
+    """Messages still to be delivered or dead-lettered (endpoints that are disabled excepted)."""
+    cur.execute(sql("unsettled_messages"))
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+def progress_bar(done: int, total: int, width: int = 30) -> str:
+    """``[#########.........]  48%  1,234/2,560``"""
+    if width < 1:
+        raise ValueError(f"width must be positive, got {width}")
+    share = 1.0 if total <= 0 else min(1.0, max(0.0, done / total))
+    filled = round(share * width)
+    return f"[{'#' * filled}{'.' * (width - filled)}] {share:4.0%}  {done:,}/{total:,}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain text table: text columns left-aligned, numbers right-aligned."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [
+        max([len(header), *(len(row[index]) for row in cells)])
+        for index, header in enumerate(headers)
+    ]
+    numeric = [
+        bool(rows) and all(isinstance(row[i], int | float) or row[i] is None for row in rows)
+        for i in range(len(headers))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            value.rjust(width) if is_number else value.ljust(width)
+            for value, width, is_number in zip(values, widths, numeric, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * width for width in widths)
+    return "\n".join([line(list(headers)), rule, *(line(row) for row in cells)])
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+ENDPOINT_HEADERS = (
+    "endpoint",
+    "delivered",
+    "retrying",
+    "pending",
+    "in flight",
+    "dead",
+    "circuit",
+    "p95 ms",
+)
+
+
+def endpoint_rows(
+    endpoints: Sequence[EndpointProgress], names: dict[int, str] | None = None
+) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for e in endpoints:
+        name = (names or {}).get(e.endpoint_id) or e.description or e.url
+        circuit = e.circuit if e.enabled else "disabled"
+        rows.append(
+            [
+                name,
+                e.delivered,
+                e.retrying,
+                e.pending,
+                e.in_flight,
+                e.dead_letter,
+                circuit,
+                e.p95_ms,
+            ]
+        )
+    return rows
+
+
+def render(
+    endpoints: Sequence[EndpointProgress],
+    expected_total: int,
+    elapsed_s: float,
+    names: dict[int, str] | None = None,
+) -> str:
+    """The progress block: a bar over all messages, then the per-endpoint table."""
+    settled = sum(e.settled for e in endpoints)
+    total = max(expected_total, sum(e.total for e in endpoints))
+    header = f"{progress_bar(settled, total)}  {elapsed_s:5.0f}s"
+    return header + "\n" + table(ENDPOINT_HEADERS, endpoint_rows(endpoints, names))
+
+
+class LiveDisplay:
+    """Redraws a block in place on a terminal; on anything else prints it every ``every_s``."""
+
+    def __init__(self, stream: TextIO, *, every_s: float = 5.0, tty: bool | None = None) -> None:
+        self.stream = stream
+        self.tty = stream.isatty() if tty is None else tty
+        self.every_s = every_s
+        self._lines = 0
+        self._printed_at: float | None = None
+
+    def show(self, block: str, *, final: bool = False) -> None:
+        if self.tty:
+            # Up to the first line of the previous block, clear to the end, draw the new one.
+            prefix = f"\x1b[{self._lines}F\x1b[J" if self._lines else ""
+            self.stream.write(prefix + block + "\n")
+            self._lines = block.count("\n") + 1
+        else:
+            now = time.monotonic()
+            if final or self._printed_at is None or now - self._printed_at >= self.every_s:
+                self.stream.write(block + "\n\n")
+                self._printed_at = now
+        self.stream.flush()

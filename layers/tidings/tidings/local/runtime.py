@@ -1,0 +1,350 @@
+"""``tidings dev``: the whole system on one machine, with the very handlers that run on Lambda.
+
+One process plays every part AWS plays: EventBridge (the claimer, invoked again and again with a
+short deadline, and the scheduled handlers on their intervals), the SQS event source mapping
+(sender "execution environments" as threads, each with its own database connection, consuming the
+queue in batches), API Gateway (HTTP requests turned into proxy events) and SNS (alerts printed and
+appended to a file). Collaborators reach the handlers only through ``tidings.wiring``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from tidings import migrations, wiring
+from tidings.config import Settings
+from tidings.dal.connection import Database, connect
+from tidings.local.api_server import ApiServer
+from tidings.local.lambda_env import Handler, LambdaContext, load_handler, scheduled_event
+from tidings.local.scheduler import DEFAULT_INTERVALS_S, Job, Scheduler
+from tidings.notify import LocalNotifier, Notifier, SnsNotifier
+from tidings.observability import logger
+from tidings.queue import DeliveryQueue, LocalQueue, SqsQueue, consume_once
+
+# Local delivery targets: loopback and nothing else.
+LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
+# Without TIDINGS_LEASE_S the dev runtime leases for 30 s, so that the work a crashed runtime held
+# comes back within about a minute.
+DEV_LEASE_S = 30.0
+LOCAL_QUEUE_ARN = "arn:aws:sqs:local:000000000000:tidings-delivery"
+QUEUE_NAME = "tidings-delivery"
+TOPIC_NAME = "tidings-alerts"
+# The queue's maxReceiveCount before a message moves to the dead-letter queue.
+MAX_RECEIVE_COUNT = 5
+# What the deployed sender may run for, and the claimer's invocation.
+SENDER_TIMEOUT_S = 60.0
+_IDLE_WAIT_S = 0.05
+_FAILURE_WAIT_S = 1.0
+
+
+def dev_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Settings from the environment, with loopback (only) allowed as a delivery target."""
+    env = os.environ if environ is None else environ
+    defaults: dict[str, Any] = {}
+    if "TIDINGS_LEASE_S" not in env:
+        defaults["lease_s"] = DEV_LEASE_S
+    settings = Settings.from_env(env, **defaults)
+    return settings.replace(allowed_networks=LOOPBACK_NETWORKS, **overrides)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """How to run; the delivery semantics themselves come from ``Settings``."""
+
+    data_dir: Path = Path(".tidings")
+    host: str = "127.0.0.1"
+    port: int = 8080
+    serve_api: bool = True
+    sender_environments: int = 4
+    # How long each claimer invocation runs before the next one starts (its "remaining time"
+    # beyond the claimer's own stop margin).
+    claimer_slice_s: float = 10.0
+    intervals_s: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_INTERVALS_S))
+    alerts_stream: TextIO | None = sys.stdout
+    functions_dir: Path | None = None
+    # On shutdown, senders keep consuming what is already visible in the queue for this long.
+    drain_timeout_s: float = 20.0
+    # An embedded server is stopped with the runtime unless kept running for the next start.
+    keep_embedded_server: bool = False
+
+    def __post_init__(self) -> None:
+        if self.sender_environments < 1:
+            raise ValueError(
+                f"sender_environments must be at least 1, got {self.sender_environments}"
+            )
+        if self.claimer_slice_s <= 0:
+            raise ValueError(f"claimer_slice_s must be positive, got {self.claimer_slice_s}")
+        unknown = set(self.intervals_s) - set(DEFAULT_INTERVALS_S)
+        if unknown:
+            raise ValueError(f"no scheduled function named {sorted(unknown)}")
+
+    @property
+    def alerts_path(self) -> Path:
+        return self.data_dir / "alerts.jsonl"
+
+
+class EmbeddedPostgres:
+    """A pgserver instance whose data lives in ``data_dir``; started on construction."""
+
+    def __init__(self, data_dir: Path, *, delete_on_stop: bool = False) -> None:
+        import pgserver
+
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._server = pgserver.get_server(  # type: ignore[attr-defined]
+            data_dir.resolve(), cleanup_mode="delete" if delete_on_stop else "stop"
+        )
+        self.dsn: str = self._server.get_uri()
+
+    def stop(self) -> None:
+        self._server.cleanup()
+
+
+def prepare_database(settings: Settings) -> list[str]:
+    """Apply pending migrations; the names of those applied now."""
+    conn = connect(settings)
+    try:
+        return migrations.migrate(conn)
+    finally:
+        conn.close()
+
+
+def aws_collaborators(settings: Settings) -> tuple[SqsQueue, str, SnsNotifier]:
+    """SQS queue (created when no URL is configured), its ARN, and the SNS alerts topic."""
+    import boto3
+
+    sqs = boto3.client("sqs", endpoint_url=settings.aws_endpoint_url)
+    queue_url = settings.delivery_queue_url
+    if not queue_url:
+        dead_letter_url = sqs.create_queue(QueueName=f"{QUEUE_NAME}-dlq")["QueueUrl"]
+        dead_letter_arn = sqs.get_queue_attributes(
+            QueueUrl=dead_letter_url, AttributeNames=["QueueArn"]
+        )["Attributes"]["QueueArn"]
+        queue_url = sqs.create_queue(
+            QueueName=QUEUE_NAME,
+            Attributes={
+                "VisibilityTimeout": str(int(_visibility_timeout_s(settings))),
+                "RedrivePolicy": (
+                    f'{{"deadLetterTargetArn":"{dead_letter_arn}",'
+                    f'"maxReceiveCount":"{MAX_RECEIVE_COUNT}"}}'
+                ),
+            },
+        )["QueueUrl"]
+    queue = SqsQueue(queue_url, client=sqs)
+    topic_arn = settings.alerts_topic_arn
+    sns = boto3.client("sns", endpoint_url=settings.aws_endpoint_url)
+    if not topic_arn:
+        topic_arn = sns.create_topic(Name=TOPIC_NAME)["TopicArn"]
+    return queue, queue.queue_arn(), SnsNotifier(topic_arn, client=sns)
+
+
+def _visibility_timeout_s(settings: Settings) -> float:
+    # Longer than a sender can take over one batch (its records are sent concurrently).
+    return max(30.0, settings.http_timeout_s * 2 + 5)
+
+
+class DevRuntime:
+    """Starts, runs and stops the local system; see the module docstring."""
+
+    def __init__(self, settings: Settings, config: RuntimeConfig | None = None) -> None:
+        self.config = config or RuntimeConfig()
+        self._base_settings = settings
+        self.settings = settings
+        self.embedded: EmbeddedPostgres | None = None
+        self.queue: DeliveryQueue | None = None
+        self.dead_letter_queue: LocalQueue | None = None
+        self.queue_arn = LOCAL_QUEUE_ARN
+        self.notifier: Notifier | None = None
+        self.api: ApiServer | None = None
+        self.scheduler: Scheduler | None = None
+        self._stopping = threading.Event()
+        self._draining = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._claimer_context: LambdaContext | None = None
+        self._counter_lock = threading.Lock()
+        self.sender_invocations = 0
+        self.sender_failures = 0
+        self.claimer_invocations = 0
+        self.claimer_failures = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        config = self.config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        settings = self._base_settings
+        if not settings.database_url and not settings.database_secret_arn:
+            self.embedded = EmbeddedPostgres(config.data_dir / "pgdata")
+            settings = settings.replace(database_url=self.embedded.dsn)
+        applied = prepare_database(settings)
+        if applied:
+            logger.info("migrations applied", extra={"migrations": applied})
+        self.settings = settings
+        handlers = {
+            name: load_handler(name, config.functions_dir)
+            for name in ("claimer", "sender", *config.intervals_s)
+        }
+        if config.serve_api:
+            handlers["ingest"] = load_handler("ingest", config.functions_dir)
+        self._wire(settings)
+        self.scheduler = Scheduler(
+            [
+                Job(name, float(interval), handlers[name])
+                for name, interval in config.intervals_s.items()
+            ]
+        )
+        for index in range(config.sender_environments):
+            self._spawn(f"sender-{index + 1}", self._sender_loop, handlers["sender"])
+        self._spawn("claimer", self._claimer_loop, handlers["claimer"])
+        self.scheduler.start()
+        if config.serve_api:
+            self.api = ApiServer(handlers["ingest"], config.host, config.port)
+            self.api.start()
+
+    def _wire(self, settings: Settings) -> None:
+        dsn = settings.database_url
+        if settings.aws_endpoint_url:
+            queue, self.queue_arn, notifier = aws_collaborators(settings)
+            self.queue, self.notifier = queue, notifier
+        else:
+            self.dead_letter_queue = LocalQueue(visibility_timeout_s=30)
+            self.queue = LocalQueue(
+                visibility_timeout_s=_visibility_timeout_s(settings),
+                max_receive_count=MAX_RECEIVE_COUNT,
+                dead_letter=self.dead_letter_queue,
+            )
+            stream = self.config.alerts_stream
+            self.notifier = LocalNotifier(
+                self.config.alerts_path, stream if stream is not None else _discard()
+            )
+        wiring.override(
+            settings=settings,
+            queue=self.queue,
+            notifier=self.notifier,
+            database_factory=(lambda: Database(dsn))
+            if dsn
+            else (lambda: Database.from_settings(settings)),
+        )
+
+    def stop(self) -> None:
+        """Finish in-flight work and stop; what cannot finish in time is left to lease expiry.
+
+        Intake stops first (API, claimer, schedules); then senders deliver what is already
+        visible in the queue for up to ``drain_timeout_s``. Messages still delayed in a local
+        queue are dropped with it: their rows stay leased and the claimer takes them back once
+        the lease expires, on the next start.
+        """
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        if self.api is not None:
+            self.api.stop()
+        context = self._claimer_context
+        if context is not None:
+            context.expire()
+        if self.scheduler is not None:
+            self.scheduler.stop()
+        self._draining.set()
+        for thread in self._threads:
+            thread.join(self.config.drain_timeout_s + SENDER_TIMEOUT_S)
+        wiring.reset()
+        if self.embedded is not None and not self.config.keep_embedded_server:
+            self.embedded.stop()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def _spawn(self, name: str, target: Any, handler: Handler) -> None:
+        thread = threading.Thread(target=target, args=(handler,), name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    # -- the simulated AWS services ----------------------------------------------------------
+
+    def _claimer_loop(self, handler: Handler) -> None:
+        """EventBridge invoking the claimer again as soon as an invocation ends."""
+        stop_margin = self.settings.claim_stop_before_timeout_s
+        try:
+            while not self._stopping.is_set():
+                context = LambdaContext(
+                    "tidings-claimer", self.config.claimer_slice_s + stop_margin
+                )
+                self._claimer_context = context
+                if self._stopping.is_set():
+                    break
+                try:
+                    handler(scheduled_event("tidings-claimer"), context)
+                    self._count("claimer_invocations")
+                except Exception:
+                    self._count("claimer_failures")
+                    logger.exception("claimer invocation failed")
+                    wiring.reset_database()
+                    self._stopping.wait(_FAILURE_WAIT_S)
+        finally:
+            wiring.reset_database()
+
+    def _sender_loop(self, handler: Handler) -> None:
+        """One sender execution environment fed by the event source mapping."""
+        queue = self.queue
+        assert queue is not None
+        drain_deadline: float | None = None
+        try:
+            while True:
+                if self._draining.is_set():
+                    now = time.monotonic()
+                    drain_deadline = drain_deadline or now + self.config.drain_timeout_s
+                    if now >= drain_deadline:
+                        break
+                context = LambdaContext("tidings-sender", SENDER_TIMEOUT_S)
+                try:
+                    result = consume_once(queue, handler, queue_arn=self.queue_arn, context=context)
+                except Exception as exc:
+                    self._count("sender_failures")
+                    logger.warning(
+                        "sender invocation failed; the batch returns to the queue",
+                        extra={"error": f"{type(exc).__name__}: {exc}"},
+                    )
+                    wiring.reset_database()
+                    if self._draining.is_set():
+                        break
+                    self._stopping.wait(_FAILURE_WAIT_S)
+                    continue
+                if result.received:
+                    self._count("sender_invocations")
+                    continue
+                if self._draining.is_set():
+                    break
+                self._stopping.wait(_IDLE_WAIT_S)
+        finally:
+            wiring.reset_database()
+
+    def _count(self, name: str) -> None:
+        with self._counter_lock:
+            setattr(self, name, getattr(self, name) + 1)
+
+    def queue_depth(self) -> int:
+        return self.queue.approximate_depth() if self.queue is not None else 0
+
+
+def _discard() -> TextIO:
+    """A stream that drops what is written (alerts then go to the file only)."""
+    return open(os.devnull, "w", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def running(settings: Settings, config: RuntimeConfig | None = None) -> Any:
+    """A started runtime for the duration of a block, stopped afterwards."""
+    runtime = DevRuntime(settings, config)
+    runtime.start()
+    try:
+        yield runtime
+    finally:
+        runtime.stop()

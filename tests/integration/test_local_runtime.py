@@ -1,0 +1,145 @@
+"""The local runtime's plumbing with stand-in handlers: invocations, queue, API, schedules."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from tests.support.fake_functions import write_fake_functions
+from tidings import wiring
+from tidings.config import Settings
+from tidings.local.runtime import LOOPBACK_NETWORKS, DevRuntime, RuntimeConfig, dev_settings
+from tidings.queue import OutgoingMessage
+
+
+def _calls(folder: Path) -> list[dict[str, Any]]:
+    log = folder / "calls.jsonl"
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line]
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+def _runtime(tmp_path: Path, database_url: str, **config: Any) -> DevRuntime:
+    functions = write_fake_functions(tmp_path / "functions")
+    settings = Settings(database_url=database_url, claim_stop_before_timeout_s=0.1)
+    options = {
+        "data_dir": tmp_path / "data",
+        "port": 0,
+        "sender_environments": 2,
+        "claimer_slice_s": 0.3,
+        "intervals_s": {"percentiles": 0.2, "health_monitor": 0.2},
+        "alerts_stream": None,
+        "functions_dir": functions,
+        "drain_timeout_s": 2.0,
+    }
+    options.update(config)
+    return DevRuntime(settings, RuntimeConfig(**options))
+
+
+def test_claimer_invocations_feed_senders_through_the_queue(
+    tmp_path: Path, database_url: str
+) -> None:
+    runtime = _runtime(tmp_path, database_url)
+    runtime.start()
+    try:
+        folder = tmp_path / "functions"
+        _wait_for(lambda: sum(c["function"] == "sender" for c in _calls(folder)) >= 3)
+        calls = _calls(folder)
+        claimed = [c for c in calls if c["function"] == "claimer"]
+        sent = [c for c in calls if c["function"] == "sender"]
+        # Each claimer invocation starts with its slice plus the claimer's stop margin.
+        assert all(0 < c["remaining"] <= 400 for c in claimed)
+        assert {c["body"] for c in sent} <= {c["body"] for c in claimed}
+        assert {c["source"] for c in sent} == {runtime.queue_arn}
+        assert {c["function_name"] for c in sent} == {"tidings-sender"}
+    finally:
+        runtime.stop()
+    assert runtime.claimer_invocations >= 2
+    assert runtime.claimer_failures == 0
+
+
+def test_failed_records_return_to_the_queue(tmp_path: Path, database_url: str) -> None:
+    runtime = _runtime(tmp_path, database_url, claimer_slice_s=30.0)
+    runtime.start()
+    try:
+        assert runtime.queue is not None
+        runtime.queue.send_batch([OutgoingMessage(id="f", body="fail-once")])
+        # The local queue's visibility timeout is long; bring the message back at once.
+        folder = tmp_path / "functions"
+        _wait_for(lambda: any(c["body"] == "fail-once" for c in _calls(folder) if "body" in c))
+        assert runtime.queue.approximate_depth() >= 1
+    finally:
+        runtime.stop()
+
+
+def test_api_requests_reach_the_ingest_handler_as_proxy_events(
+    tmp_path: Path, database_url: str
+) -> None:
+    runtime = _runtime(tmp_path, database_url)
+    runtime.start()
+    try:
+        assert runtime.api is not None
+        reply = requests.post(
+            runtime.api.url + "/events?dry=1", json={"type": "a"}, timeout=10
+        )
+        assert reply.status_code == 201
+        assert reply.headers["X-Echo"] == "1"
+        assert reply.json() == {
+            "method": "POST",
+            "path": "/events",
+            "query": {"dry": "1"},
+            "body": '{"type": "a"}',
+            "stage": "local",
+        }
+        failing = requests.get(runtime.api.url + "/boom", timeout=10)
+        assert failing.status_code == 502
+        assert failing.json() == {"message": "Internal server error"}
+    finally:
+        runtime.stop()
+
+
+def test_scheduled_handlers_fire_on_their_intervals(tmp_path: Path, database_url: str) -> None:
+    runtime = _runtime(tmp_path, database_url)
+    runtime.start()
+    try:
+        folder = tmp_path / "functions"
+        _wait_for(
+            lambda: sum(c["function"] == "tidings-health-monitor" for c in _calls(folder)) >= 3
+        )
+    finally:
+        runtime.stop()
+    names = {c["function"] for c in _calls(tmp_path / "functions")}
+    assert {"tidings-percentiles", "tidings-health-monitor"} <= names
+    # Not scheduled faster, so not due within the test.
+    assert "tidings-pruner" not in names
+
+
+def test_stop_returns_promptly_and_unwires(tmp_path: Path, database_url: str) -> None:
+    runtime = _runtime(tmp_path, database_url, claimer_slice_s=60.0)
+    runtime.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    runtime.stop()
+    # The claimer's long invocation is cut short rather than waited out.
+    assert time.monotonic() - started < 10
+    assert wiring.settings() is not runtime.settings
+
+
+def test_dev_settings_allow_loopback_only() -> None:
+    settings = dev_settings({"TIDINGS_ALLOWED_NETWORKS": "10.0.0.0/8"})
+    assert settings.allowed_networks == LOOPBACK_NETWORKS
+    assert settings.lease_s == 30.0
+    assert dev_settings({"TIDINGS_LEASE_S": "90"}).lease_s == 90.0
