@@ -92,9 +92,7 @@ def test_api_requests_reach_the_ingest_handler_as_proxy_events(
     runtime.start()
     try:
         assert runtime.api is not None
-        reply = requests.post(
-            runtime.api.url + "/events?dry=1", json={"type": "a"}, timeout=10
-        )
+        reply = requests.post(runtime.api.url + "/events?dry=1", json={"type": "a"}, timeout=10)
         assert reply.status_code == 201
         assert reply.headers["X-Echo"] == "1"
         assert reply.json() == {

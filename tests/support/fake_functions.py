@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_RECORD = '''
+_RECORD = """
 import json, pathlib, threading
 _LOG = pathlib.Path(__file__).resolve().parent.parent / "calls.jsonl"
 _LOCK = threading.Lock()
@@ -18,11 +18,11 @@ _LOCK = threading.Lock()
 def record(**fields):
     with _LOCK, _LOG.open("a") as log:
         log.write(json.dumps(fields) + "\\n")
-'''
+"""
 
 _CLAIMER = (
     _RECORD
-    + '''
+    + """
 import itertools, time
 from tidings import wiring
 from tidings.queue import OutgoingMessage
@@ -37,12 +37,12 @@ def handler(event, context):
     margin_ms = wiring.settings().claim_stop_before_timeout_s * 1000
     while context.get_remaining_time_in_millis() > margin_ms:
         time.sleep(0.01)
-'''
+"""
 )
 
 _SENDER = (
     _RECORD
-    + '''
+    + """
 def handler(event, context):
     failures = []
     for r in event["Records"]:
@@ -51,12 +51,12 @@ def handler(event, context):
         if r["body"].startswith("fail"):
             failures.append({"itemIdentifier": r["messageId"]})
     return {"batchItemFailures": failures}
-'''
+"""
 )
 
 _INGEST = (
     _RECORD
-    + '''
+    + """
 import json
 
 def handler(event, context):
@@ -67,15 +67,15 @@ def handler(event, context):
             "body": json.dumps({"method": event["httpMethod"], "path": event["path"],
                                 "query": event["queryStringParameters"], "body": event["body"],
                                 "stage": event["requestContext"]["stage"]})}
-'''
+"""
 )
 
 _SCHEDULED = (
     _RECORD
-    + '''
+    + """
 def handler(event, context):
     record(function=context.function_name, source=event["source"])
-'''
+"""
 )
 
 
