@@ -14,7 +14,17 @@ from collections.abc import Sequence
 
 from tidings import __version__
 
-COMMAND_MODULES = ("tidings.cli.migrate",)
+COMMAND_MODULES = (
+    "tidings.cli.migrate",
+    "tidings.cli.dev",
+    "tidings.cli.demo",
+    "tidings.cli.status",
+    "tidings.cli.endpoints",
+    "tidings.cli.send",
+    "tidings.cli.messages",
+    "tidings.cli.dead_letters",
+    "tidings.cli.replay",
+)
 
 
 class CommandError(Exception):

@@ -179,15 +179,20 @@ def default_functions_dir() -> Path:
     return package_dir.parents[2] / "functions"
 
 
-def load_handler(name: str, functions_dir: Path | None = None) -> Handler:
-    """``handler`` of ``functions/<name>/app.py``, loaded from its file as Lambda loads it."""
+def load_handler(name: str, functions_dir: Path | None = None, *, environment: int = 0) -> Handler:
+    """``handler`` of ``functions/<name>/app.py``, loaded from its file as Lambda loads it.
+
+    Each ``environment`` number gets a module of its own, as each Lambda execution environment
+    imports the entry point once: module-level state (a batch processor, say) is never shared
+    between simulated environments running on different threads.
+    """
     folder = functions_dir or default_functions_dir()
     path = folder / name / "app.py"
     if not path.is_file():
         raise HandlerNotFound(
             f"no Lambda entry point at {path}; pass --functions-dir or set {FUNCTIONS_DIR_ENV}"
         )
-    spec = importlib.util.spec_from_file_location(f"tidings_function_{name}", path)
+    spec = importlib.util.spec_from_file_location(f"tidings_function_{name}_{environment}", path)
     if spec is None or spec.loader is None:
         raise HandlerNotFound(f"cannot load {path} as a Python module")
     module = importlib.util.module_from_spec(spec)

@@ -31,9 +31,9 @@ from tidings.queue import DeliveryQueue, LocalQueue, SqsQueue, consume_once
 
 # Local delivery targets: loopback and nothing else.
 LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
-# Without TIDINGS_LEASE_S the dev runtime leases for 30 s, so that the work a crashed runtime held
+# Without TIDINGS_LEASE_S the dev runtime leases for 60 s, so that the work a crashed runtime held
 # comes back within about a minute.
-DEV_LEASE_S = 30.0
+DEV_LEASE_S = 60.0
 LOCAL_QUEUE_ARN = "arn:aws:sqs:local:000000000000:tidings-delivery"
 QUEUE_NAME = "tidings-delivery"
 TOPIC_NAME = "tidings-alerts"
@@ -186,10 +186,15 @@ class DevRuntime:
         applied = prepare_database(settings)
         if applied:
             logger.info("migrations applied", extra={"migrations": applied})
+        # Every simulated environment here shares the process's pool of sending threads, so the
+        # pool gets each environment's share, as each Lambda environment has a pool of its own.
+        settings = settings.replace(
+            sender_concurrency=settings.sender_concurrency * config.sender_environments
+        )
         self.settings = settings
         handlers = {
             name: load_handler(name, config.functions_dir)
-            for name in ("claimer", "sender", *config.intervals_s)
+            for name in ("claimer", *config.intervals_s)
         }
         if config.serve_api:
             handlers["ingest"] = load_handler("ingest", config.functions_dir)
@@ -201,7 +206,8 @@ class DevRuntime:
             ]
         )
         for index in range(config.sender_environments):
-            self._spawn(f"sender-{index + 1}", self._sender_loop, handlers["sender"])
+            sender = load_handler("sender", config.functions_dir, environment=index)
+            self._spawn(f"sender-{index + 1}", self._sender_loop, sender)
         self._spawn("claimer", self._claimer_loop, handlers["claimer"])
         self.scheduler.start()
         if config.serve_api:

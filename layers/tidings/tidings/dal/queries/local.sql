@@ -49,3 +49,14 @@ SELECT count(*) FILTER (WHERE m.status <> 'in_flight' AND e.enabled AND e.delete
 FROM tidings.messages m
 JOIN tidings.endpoints e ON e.id = m.endpoint_id
 WHERE m.status IN ('pending', 'failed', 'in_flight');
+
+-- name: dead_letter_ids
+-- The ids of the dead letters matching every given filter (a NULL filter matches all), in id
+-- order: what a replay will requeue, listed up front so that a long replay can show progress.
+SELECT m.id
+FROM tidings.messages m
+WHERE m.status = 'dead_letter'
+  AND (%(endpoint_id)s::bigint IS NULL OR m.endpoint_id = %(endpoint_id)s::bigint)
+  AND (%(since)s::timestamptz IS NULL OR m.dead_lettered_at >= %(since)s::timestamptz)
+  AND (%(ids)s::bigint[] IS NULL OR m.id = ANY (%(ids)s::bigint[]))
+ORDER BY m.id;

@@ -1,0 +1,74 @@
+"""``tidings demo``: the whole system at work on this machine, in about two minutes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from tidings.cli import CommandError
+from tidings.cli.dev import positive_float, positive_int
+from tidings.config import ConfigError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the dev runtime against demo receivers and show delivery live",
+        description=(
+            "Start the dev runtime (its own temporary embedded PostgreSQL) with receivers on "
+            "loopback that are healthy, slow, flaky, rate limited, gone and dead; send events; "
+            "show progress per endpoint; print the dead-letter report. Delays are shortened by "
+            "settings (tidings.local.demo.DEMO_SETTINGS), which the environment can override."
+        ),
+    )
+    parser.add_argument("--events", type=positive_int, default=3000, help="events to send (3000)")
+    parser.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=170.0,
+        metavar="SECONDS",
+        help="give up waiting for every message to settle after this long (170)",
+    )
+    parser.add_argument(
+        "--senders", type=positive_int, default=8, help="sender execution environments (8)"
+    )
+    parser.add_argument("--seed", type=int, default=None, help="make the run repeatable")
+    parser.add_argument("--functions-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tidings.cli.dead_letters import report_text
+    from tidings.local.demo import DemoOptions, run_demo
+
+    options = DemoOptions(
+        events=args.events,
+        timeout_s=args.timeout,
+        sender_environments=args.senders,
+        seed=args.seed,
+    )
+    try:
+        outcome = run_demo(options, sys.stdout, report_text, functions_dir=args.functions_dir)
+    except (ConfigError, ValueError) as exc:
+        raise CommandError(str(exc)) from exc
+    delivered = sum(e.delivered for e in outcome.endpoints)
+    dead = sum(e.dead_letter for e in outcome.endpoints)
+    print("\nDead-letter report\n------------------")
+    print(outcome.report)
+    if outcome.alerts:
+        print(f"\nAlerts published ({len(outcome.alerts)}):")
+        for subject in outcome.alerts:
+            print(f"  - {subject}")
+    print(
+        f"\ndemo {'finished' if outcome.settled else 'stopped'} after {outcome.elapsed_s:.0f}s: "
+        f"{delivered:,} delivered, {dead:,} dead letters"
+    )
+    if not outcome.settled:
+        print(
+            f"tidings demo: messages were still in progress after {args.timeout:.0f}s",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -1,0 +1,233 @@
+"""``tidings demo``: the dev runtime delivering to receivers that behave well and badly.
+
+Receivers on loopback (healthy, slow, flaky, rate limited, gone, dead) each get an endpoint; a
+few thousand events are recorded through ``tidings.enqueue``; the table shows each endpoint's
+progress until every message is delivered or dead-lettered; then the dead-letter report.
+
+The demo is quick because its settings are short (``DEMO_SETTINGS``: backoff, cooldowns, lease),
+not because any code path differs: any of them can be overridden from the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+from tidings.config import Settings
+from tidings.dal.connection import Database
+from tidings.local.data import DemoEvent, enqueue_events
+from tidings.local.progress import (
+    EndpointProgress,
+    LiveDisplay,
+    endpoint_progress,
+    render,
+    unsettled_messages,
+)
+from tidings.local.receivers import Kind, Receivers
+from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
+from tidings.observability import logger
+
+# Short delays so that retries, circuit cooldowns and dead letters happen within two minutes.
+DEMO_SETTINGS: Mapping[str, str] = {
+    "TIDINGS_BACKOFF_BASE_S": "0.5",
+    "TIDINGS_BACKOFF_MAX_S": "4",
+    "TIDINGS_MAX_ATTEMPTS": "4",
+    "TIDINGS_CIRCUIT_COOLDOWN_S": "1",
+    "TIDINGS_CIRCUIT_MAX_COOLDOWN_S": "2",
+    "TIDINGS_CLAIM_IDLE_POLL_S": "0.2",
+    "TIDINGS_HTTP_TIMEOUT_S": "8",
+    "TIDINGS_LEASE_S": "30",
+}
+# Share of the events for each receiver kind; gone and dead get a fixed handful (see below).
+DEMO_MIX: Mapping[Kind, float] = {
+    Kind.HEALTHY: 0.55,
+    Kind.FLAKY: 0.2,
+    Kind.RATE_LIMITED: 0.15,
+    Kind.SLOW: 0.1,
+}
+# A dead endpoint's messages can only fail through one circuit probe at a time, so it gets few.
+DEMO_FIXED: Mapping[Kind, int] = {Kind.GONE: 10, Kind.DEAD: 8}
+# Per-endpoint settings of the demo endpoints: the rate-limited receiver allows 20/s.
+RATE_LIMITED_ENDPOINT_PER_S = 25.0
+DEAD_ENDPOINT_MAX_ATTEMPTS = 3
+DEMO_INTERVALS_S = {
+    "percentiles": 5.0,
+    "health_monitor": 5.0,
+    "dead_letter_report": 60.0,
+    "pruner": 60.0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    events: int = 3000
+    timeout_s: float = 170.0
+    sender_environments: int = 8
+    seed: int | None = None
+    refresh_s: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOutcome:
+    settled: bool
+    elapsed_s: float
+    endpoints: list[EndpointProgress]
+    names: dict[int, str]
+    alerts: list[str]
+    report: str
+
+
+def demo_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """The demo profile under the environment's own settings; never an outside database."""
+    env = dict(os.environ if environ is None else environ)
+    env.pop("DATABASE_URL", None)
+    env.pop("TIDINGS_DATABASE_SECRET_ARN", None)
+    return dev_settings({**DEMO_SETTINGS, **env})
+
+
+def event_plan(total: int, rng: random.Random) -> list[DemoEvent]:
+    """``total`` events, shuffled, for the receiver kinds in the demo's proportions."""
+    if total < sum(DEMO_FIXED.values()) + len(DEMO_MIX):
+        raise ValueError(
+            f"the demo needs at least {sum(DEMO_FIXED.values()) + len(DEMO_MIX)} events"
+        )
+    counts = dict(DEMO_FIXED)
+    rest = total - sum(DEMO_FIXED.values())
+    kinds = list(DEMO_MIX)
+    for kind in kinds[1:]:
+        counts[kind] = int(rest * DEMO_MIX[kind])
+    counts[kinds[0]] = rest - sum(counts[k] for k in kinds[1:])
+    plan = [
+        DemoEvent(
+            event_type=f"demo.{kind.value}",
+            event_id=str(uuid.UUID(int=rng.getrandbits(128))),
+            payload={"kind": kind.value, "n": n, "note": "a demo event"},
+        )
+        for kind, count in counts.items()
+        for n in range(count)
+    ]
+    rng.shuffle(plan)
+    return plan
+
+
+def run_demo(
+    options: DemoOptions,
+    out: TextIO,
+    report: Callable[[Database], str],
+    functions_dir: Path | None = None,
+) -> DemoOutcome:
+    """Run the demo, drawing progress on ``out``; ``report`` renders the dead-letter report
+    from the demo's database before it goes away. Returns how it ended."""
+    from tidings.logic.endpoints import create_endpoint
+
+    rng = random.Random(options.seed)  # noqa: S311 - demo data, not security
+    workdir = Path(tempfile.mkdtemp(prefix="tidings-demo-"))
+    log_stream = (workdir / "runtime.log").open("a", encoding="utf-8")
+    quiet_handlers(log_stream)
+    receivers = Receivers(seed=options.seed).start()
+    runtime = DevRuntime(
+        demo_settings(),
+        RuntimeConfig(
+            data_dir=workdir,
+            port=0,
+            sender_environments=options.sender_environments,
+            intervals_s=DEMO_INTERVALS_S,
+            alerts_stream=None,
+            functions_dir=functions_dir,
+            drain_timeout_s=5.0,
+        ),
+    )
+    try:
+        out.write(f"starting: embedded PostgreSQL, local queue, receivers, handlers ({workdir})\n")
+        out.flush()
+        runtime.start()
+        db = runtime_database(runtime)
+        names: dict[int, str] = {}
+        kinds_in_order = [
+            Kind.HEALTHY,
+            Kind.SLOW,
+            Kind.FLAKY,
+            Kind.RATE_LIMITED,
+            Kind.GONE,
+            Kind.DEAD,
+        ]
+        for kind in kinds_in_order:
+            created = create_endpoint(
+                db,
+                url=receivers.url(kind),
+                description=f"demo {kind.value} receiver",
+                event_types=[f"demo.{kind.value}"],
+                rate_limit_per_s=RATE_LIMITED_ENDPOINT_PER_S if kind is Kind.RATE_LIMITED else None,
+                max_attempts=DEAD_ENDPOINT_MAX_ATTEMPTS if kind is Kind.DEAD else None,
+                settings=runtime.settings,
+            )
+            receivers.register_secret(kind, created.secret)
+            names[created.id] = kind.value
+        plan = event_plan(options.events, rng)
+        started = time.monotonic()
+        for begin in range(0, len(plan), 200):
+            send_batch(db, plan[begin : begin + 200])
+        api = runtime.api.url if runtime.api is not None else "-"
+        out.write(f"sent {len(plan):,} events to {len(names)} endpoints; API at {api}\n\n")
+        display = LiveDisplay(out)
+        since = datetime.now(UTC)
+        settled = False
+        endpoints: list[EndpointProgress] = []
+        while True:
+            elapsed = time.monotonic() - started
+            endpoints = db.run(lambda cur: endpoint_progress(cur, since))
+            remaining = db.run(unsettled_messages)
+            settled = remaining == 0
+            if settled or elapsed > options.timeout_s:
+                display.show(render(endpoints, len(plan), elapsed, names), final=True)
+                break
+            display.show(render(endpoints, len(plan), elapsed, names))
+            time.sleep(options.refresh_s)
+        elapsed = time.monotonic() - started
+        report_text = report(db)
+        db.close()
+    finally:
+        runtime.stop()
+        receivers.stop()
+        log_stream.close()
+    alerts = read_alerts(runtime.config.alerts_path)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return DemoOutcome(settled, elapsed, endpoints, names, alerts, report_text)
+
+
+def send_batch(db: Database, events: list[DemoEvent]) -> int:
+    return db.run(lambda cur: enqueue_events(cur, events), transaction=True)
+
+
+def runtime_database(runtime: DevRuntime) -> Database:
+    return Database(runtime.settings.database_url)
+
+
+def quiet_handlers(stream: TextIO) -> None:
+    """Send the handlers' structured logs to ``stream`` and keep EMF metrics off the screen."""
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    handler = logger.registered_handler
+    if isinstance(handler, logging.StreamHandler):
+        handler.setStream(stream)
+
+
+def read_alerts(path: Path) -> list[str]:
+    import json
+
+    if not path.exists():
+        return []
+    return [
+        json.loads(line)["subject"]
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line
+    ]

@@ -1,0 +1,153 @@
+"""What the operator commands share: which database, use-case errors, JSON output, times."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, is_dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from enum import Enum
+from pathlib import Path
+from typing import Any, TextIO
+from uuid import UUID
+
+import psycopg2
+from pydantic import BaseModel
+
+from tidings.cli import CommandError
+from tidings.config import ConfigError, Settings
+from tidings.dal.connection import Database
+
+DEV_DATA_DIR = Path(".tidings")
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class OperatorError(CommandError):
+    """The command cannot go on; the message says why (the CLI exits with code 2)."""
+
+
+@dataclass
+class Target:
+    """The database a command works on, and the settings that go with it."""
+
+    db: Database
+    settings: Settings
+    # "DATABASE_URL" or "the dev runtime in <dir>"
+    description: str
+    _embedded: Any = None
+
+    def close(self) -> None:
+        self.db.close()
+
+
+@contextmanager
+def target(data_dir: Path = DEV_DATA_DIR) -> Iterator[Target]:
+    """``DATABASE_URL`` when set, else the embedded database of ``tidings dev`` in ``data_dir``.
+
+    Against the dev runtime the dev settings apply (loopback targets allowed), as they do there.
+    """
+    from tidings.local.runtime import EmbeddedPostgres, dev_settings
+
+    try:
+        if _configured_database():
+            settings = Settings.from_env()
+            found = Target(Database.from_settings(settings), settings, "DATABASE_URL")
+        else:
+            pgdata = data_dir / "pgdata"
+            if not (pgdata / "PG_VERSION").exists():
+                raise OperatorError(
+                    f"DATABASE_URL is not set and there is no dev runtime database in {data_dir}/ "
+                    "(start one with `tidings dev`)"
+                )
+            server = EmbeddedPostgres(pgdata)
+            settings = dev_settings(database_url=server.dsn)
+            found = Target(
+                Database(server.dsn), settings, f"the dev runtime in {data_dir}/", server
+            )
+    except ConfigError as exc:
+        raise OperatorError(str(exc)) from exc
+    try:
+        yield found
+    except psycopg2.OperationalError as exc:
+        raise OperatorError(
+            f"cannot reach the database ({found.description}): {exc}".strip()
+        ) from exc
+    finally:
+        found.close()
+
+
+def _configured_database() -> bool:
+    import os
+
+    return bool(os.environ.get("DATABASE_URL") or os.environ.get("TIDINGS_DATABASE_SECRET_ARN"))
+
+
+@contextmanager
+def use_case_errors() -> Iterator[None]:
+    """A use case's refusal (bad input, unknown id) becomes the command's error."""
+    from tidings.logic.errors import UseCaseError
+
+    try:
+        yield
+    except UseCaseError as exc:
+        where = f" ({exc.field})" if exc.field else ""
+        raise OperatorError(f"{exc.message}{where}") from exc
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON-ready data: models, dataclasses, times, decimals and ids included."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if is_dataclass(value) and not isinstance(value, type):
+        value = asdict(value)
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [plain(v) for v in value]
+    for kind, convert in _CONVERSIONS:
+        if isinstance(value, kind):
+            return convert(value)
+    return value
+
+
+_CONVERSIONS: tuple[tuple[type, Any], ...] = (
+    (datetime, lambda v: v.isoformat()),
+    (date, lambda v: v.isoformat()),
+    (timedelta, lambda v: v.total_seconds()),
+    (Decimal, float),
+    (UUID, str),
+    (Enum, lambda v: v.value),
+)
+
+
+def print_json(value: Any, stream: TextIO | None = None) -> None:
+    out = stream or sys.stdout
+    out.write(json.dumps(plain(value), indent=2, ensure_ascii=False) + "\n")
+
+
+def parse_time(text: str, now: datetime | None = None) -> datetime:
+    """An ISO 8601 time (UTC when it names no zone) or an age such as ``90s``, ``15m``,
+    ``2h``, ``7d`` (that long before now)."""
+    moment = now or datetime.now(UTC)
+    match = _RELATIVE.match(text.strip())
+    if match:
+        return moment - timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is neither an ISO 8601 time nor an age like 15m, 2h or 7d"
+        ) from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def when(value: datetime | None) -> str:
+    """A time for people: UTC, to the second."""
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
