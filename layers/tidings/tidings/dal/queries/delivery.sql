@@ -266,6 +266,9 @@ health AS (
         state = n.new_state,
         cooldown_s = CASE
             WHEN n.has_success THEN %(base_cooldown_s)s
+            -- A circuit that opens from closed waits the configured cooldown, whatever the
+            -- health row was created with.
+            WHEN n.state = 'closed' AND n.new_state = 'open' THEN %(base_cooldown_s)s
             WHEN n.state = 'half_open' AND n.trailing_failures > 0
                 THEN least(n.cooldown_s * 2, %(max_cooldown_s)s)
             ELSE n.cooldown_s END,
