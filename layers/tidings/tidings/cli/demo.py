@@ -10,6 +10,7 @@ from typing import Any
 from tidings.cli import CommandError
 from tidings.cli.dev import positive_float, positive_int
 from tidings.config import ConfigError
+from tidings.local.lambda_env import HandlerNotFound
 
 
 def register(subparsers: Any) -> None:
@@ -23,7 +24,7 @@ def register(subparsers: Any) -> None:
             "settings (tidings.local.demo.DEMO_SETTINGS), which the environment can override."
         ),
     )
-    parser.add_argument("--events", type=positive_int, default=3000, help="events to send (3000)")
+    parser.add_argument("--events", type=positive_int, default=4000, help="events to send (4000)")
     parser.add_argument(
         "--timeout",
         type=positive_float,
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         outcome = run_demo(options, sys.stdout, report_text, functions_dir=args.functions_dir)
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError, HandlerNotFound) as exc:
         raise CommandError(str(exc)) from exc
     delivered = sum(e.delivered for e in outcome.endpoints)
     dead = sum(e.dead_letter for e in outcome.endpoints)

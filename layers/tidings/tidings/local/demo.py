@@ -58,7 +58,7 @@ DEMO_MIX: Mapping[Kind, float] = {
 # A dead endpoint's messages can only fail through one circuit probe at a time, so it gets few.
 DEMO_FIXED: Mapping[Kind, int] = {Kind.GONE: 10, Kind.DEAD: 8}
 # Per-endpoint settings of the demo endpoints: the rate-limited receiver allows 20/s.
-RATE_LIMITED_ENDPOINT_PER_S = 25.0
+RATE_LIMITED_ENDPOINT_PER_S = 22.0
 DEAD_ENDPOINT_MAX_ATTEMPTS = 3
 DEMO_INTERVALS_S = {
     "percentiles": 5.0,
@@ -70,7 +70,7 @@ DEMO_INTERVALS_S = {
 
 @dataclass(frozen=True, slots=True)
 class DemoOptions:
-    events: int = 3000
+    events: int = 4000
     timeout_s: float = 170.0
     sender_environments: int = 8
     seed: int | None = None

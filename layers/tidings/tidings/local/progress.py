@@ -34,8 +34,9 @@ class EndpointProgress:
 
     @property
     def settled(self) -> int:
-        """Messages that reached an end state."""
-        return self.delivered + self.dead_letter
+        """Messages that reached an end state, or wait for a disabled endpoint to return."""
+        held = 0 if self.enabled else self.pending + self.retrying
+        return self.delivered + self.dead_letter + held
 
 
 def endpoint_progress(cur: Cursor, since: datetime) -> list[EndpointProgress]:
