@@ -9,13 +9,29 @@ from typing import Any
 from tidings.dal.connection import Database, fetch_dicts
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout_s``."""
+def wait_until(
+    condition: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    state: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` (and ``state()``) on timeout."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+            found = f"\n{state()}" if state is not None else ""
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}{found}")
         time.sleep(0.5)
+
+
+def progress_table(db: Database) -> str:
+    """Every endpoint's figures, to show where a run stood."""
+    from datetime import UTC, datetime, timedelta
+
+    from tidings.local.progress import ENDPOINT_HEADERS, endpoint_progress, endpoint_rows, table
+
+    since = datetime.now(UTC) - timedelta(hours=1)
+    return table(ENDPOINT_HEADERS, endpoint_rows(db.run(lambda cur: endpoint_progress(cur, since))))
 
 
 def message_states(db: Database) -> list[dict[str, Any]]:

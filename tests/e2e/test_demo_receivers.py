@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import message_states, wait_until
+from tests.e2e.conftest import message_states, progress_table, wait_until
 from tests.support.webhooks import standard_verifier
 from tidings.dal.connection import Database
 from tidings.local.data import DemoEvent, enqueue_events
@@ -25,13 +25,15 @@ from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
 
 EVENTS = 2000
 MIX = {
-    Kind.HEALTHY: 900,
+    Kind.HEALTHY: 942,
     Kind.SLOW: 200,
     Kind.FLAKY: 400,
     Kind.RATE_LIMITED: 400,
     Kind.GONE: 50,
-    Kind.DEAD: 50,
+    # Once its circuit opens, a dead endpoint fails one probe at a time: few messages, few tries.
+    Kind.DEAD: 8,
 }
+DEAD_MAX_ATTEMPTS = 3
 MAX_ATTEMPTS = 4
 
 
@@ -78,6 +80,7 @@ def test_every_message_ends_as_its_receiver_dictates(
             url=receivers.url(kind),
             event_types=[f"e2e.{kind.value}"],
             rate_limit_per_s=22.0 if kind is Kind.RATE_LIMITED else None,
+            max_attempts=DEAD_MAX_ATTEMPTS if kind is Kind.DEAD else None,
             settings=settings,
         )
         receivers.register_secret(kind, created.secret)
@@ -95,7 +98,12 @@ def test_every_message_ends_as_its_receiver_dictates(
         for start in range(0, len(events), 200):
             batch = events[start : start + 200]
             db.run(lambda cur, batch=batch: enqueue_events(cur, batch), transaction=True)
-        wait_until(lambda: db.run(unsettled_messages) == 0, 200, "every message to settle")
+        wait_until(
+            lambda: db.run(unsettled_messages) == 0,
+            200,
+            "every message to settle",
+            lambda: progress_table(db),
+        )
     finally:
         runtime.stop()
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from tests.e2e.conftest import count_where, message_states, wait_until
+from tests.e2e.conftest import count_where, message_states, progress_table, wait_until
 from tests.support.webhooks import standard_verifier
 from tidings import migrations
 from tidings.config import Settings
@@ -188,6 +188,7 @@ def test_no_message_is_lost_when_the_runtime_and_database_fail(
             lambda: count_where(db, "m.status NOT IN ('delivered', 'dead_letter')") == 0,
             180,
             "every message to be delivered or dead-lettered",
+            lambda: progress_table(db),
         )
         assert runtime.alive(), runtime.log()
         assert runtime.stop() == 0, runtime.log()
