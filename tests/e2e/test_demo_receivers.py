@@ -39,7 +39,7 @@ MAX_ATTEMPTS = 4
 
 @pytest.fixture
 def receivers() -> Iterator[Receivers]:
-    found = Receivers(verifier=standard_verifier, seed=11).start()
+    found = Receivers(tuple(MIX), verifier=standard_verifier, seed=11).start()
     yield found
     found.stop()
 
