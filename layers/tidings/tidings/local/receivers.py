@@ -29,8 +29,10 @@ SLOW_MAX_S = 8.0
 FLAKY_FAILURE_RATE = 0.3
 RATE_LIMIT_PER_S = 20.0
 RETRY_AFTER_S = 1
-# A chaos receiver fails this share of requests, split between 5xx, hanging and resets.
-CHAOS_FAILURE_RATE = 0.3
+# A chaos receiver fails 30 % of requests: 5xx answers, resets, and hangs past any timeout.
+CHAOS_5XX_RATE = 0.2
+CHAOS_RESET_RATE = 0.07
+CHAOS_HANG_RATE = 0.03
 CHAOS_HANG_S = 30.0
 # Webhook timestamps older or newer than this are refused, as Standard Webhooks advises.
 TIMESTAMP_TOLERANCE_S = 300
@@ -138,13 +140,12 @@ class Behaviour:
 
 
 def _chaos_reply(roll: float, failure: int) -> Reply:
-    share = CHAOS_FAILURE_RATE / 3
-    if roll < share:
+    if roll < CHAOS_5XX_RATE:
         return Reply(status=failure)
-    if roll < 2 * share:
-        return Reply(hang=True, delay_s=CHAOS_HANG_S)
-    if roll < 3 * share:
+    if roll < CHAOS_5XX_RATE + CHAOS_RESET_RATE:
         return Reply(reset=True)
+    if roll < CHAOS_5XX_RATE + CHAOS_RESET_RATE + CHAOS_HANG_RATE:
+        return Reply(hang=True, delay_s=CHAOS_HANG_S)
     return Reply()
 
 
@@ -261,10 +262,14 @@ def _handler_class(receivers: Receivers) -> type[BaseHTTPRequestHandler]:
             reply = receivers._handle(kind, body, headers)
             if reply.delay_s:
                 receivers._closing.wait(reply.delay_s)
-            if reply.reset or reply.hang:
-                self._reset()
-                return
-            self._answer(reply.status, reply.headers)
+            try:
+                if reply.reset or reply.hang:
+                    self._reset()
+                else:
+                    self._answer(reply.status, reply.headers)
+            except (BrokenPipeError, ConnectionResetError):
+                # The sender gave up waiting (its timeout), as real senders do.
+                self.close_connection = True
 
         def _answer(self, status: int, headers: tuple[tuple[str, str], ...]) -> None:
             payload = b'{"ok":true}' if 200 <= status < 300 else b'{"error":"refused"}'
