@@ -33,6 +33,7 @@ from tests.support.receivers import Receiver, running_receiver
 from tests.support.seed import make_endpoint, seed_messages
 from tidings import wiring
 from tidings.dal.connection import Database
+from tidings.observability import metrics
 from tidings.queue import ConsumeResult, OutgoingMessage, SqsQueue, consume_once
 from tidings.sending import webhook_id
 
@@ -85,6 +86,8 @@ def receiver() -> Iterator[Receiver]:
 def wired(database_url: str, aws: Aws) -> Iterator[Aws]:
     # The claimer stops 10 s before its budget ends; a 10.5 s budget claims for half a second.
     settings = pipeline_settings(claim_stop_before_timeout_s=10.0, claim_idle_poll_s=0.1)
+    # Metrics added outside a handler (other tests' direct calls) would be flushed with ours.
+    metrics.clear_metrics()
     with wiring.overridden(
         settings=settings, queue=aws.queue, database_factory=lambda: Database(database_url)
     ):
