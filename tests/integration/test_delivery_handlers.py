@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,3 +228,32 @@ def test_a_sender_killed_between_delivery_and_recording_redelivers_after_the_lea
     first, second = receiver.requests
     assert first.headers["webhook-id"] == second.headers["webhook-id"] == webhook_id(message_id)
     assert first.body == second.body
+
+
+def test_the_sender_handler_returns_the_whole_batch_when_the_database_is_unreachable(
+    aws: Aws, receiver: Receiver
+) -> None:
+    def unreachable() -> Database:
+        database = Database("postgresql://postgres@127.0.0.1:1/none?connect_timeout=1")
+        database.max_retries = 1
+        return database
+
+    aws.queue.send_batch(
+        [
+            OutgoingMessage(
+                id=f"m{n}",
+                body=json.dumps({"message_id": n, "lease_token": str(uuid.uuid4()), "attempt": 1}),
+            )
+            for n in (1, 2, 3)
+        ]
+    )
+    with wiring.overridden(
+        settings=pipeline_settings(), queue=aws.queue, database_factory=unreachable
+    ):
+        result = consume_once(
+            aws.queue, sender_app.handler, queue_arn=aws.queue_arn, context=LambdaContext()
+        )
+
+    assert len(result.received) == 3
+    assert set(result.failed) == set(result.received)
+    assert receiver.requests == []

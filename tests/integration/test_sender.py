@@ -450,3 +450,17 @@ def _end_cooldown(db: Database, endpoint_id: int) -> None:
             "UPDATE tidings.messages SET next_attempt_at = now() - interval '1 second'"
             " WHERE status IN ('pending', 'failed') AND lease_token IS NULL"
         )
+
+
+def test_cookies_set_by_one_receiver_are_never_sent_back(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    with db.cursor() as cur:
+        seed_messages(cur, make_endpoint(cur, receiver.url("cookie")), 1)
+    pipeline.claim_and_deliver()
+    with db.cursor() as cur:
+        seed_messages(cur, make_endpoint(cur, receiver.url("ok")), 1)
+    pipeline.claim_and_deliver()
+
+    assert len(receiver.requests) == 2
+    assert all("cookie" not in request.headers for request in receiver.requests)

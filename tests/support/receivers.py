@@ -8,7 +8,8 @@ Paths (all answer POST):
 - ``/hang``: never answers (until the receiver stops);
 - ``/reset``: reads the request, then resets the connection (TCP RST);
 - ``/big/<bytes>``: 200 with a body of that many bytes;
-- ``/hold``: answers 200 only once ``release()`` is called (or the receiver stops).
+- ``/hold``: answers 200 only once ``release()`` is called (or the receiver stops);
+- ``/cookie``: 200 with a ``Set-Cookie`` header.
 Every request is recorded with its headers and body; accepted connections are counted.
 """
 
@@ -86,6 +87,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         elif kind == "big":
             self._answer(200, b"x" * int(args[0]))
+        elif kind == "cookie":
+            self._answer(200, b"have one", {"Set-Cookie": "session=abc; Path=/"})
         elif kind == "hold":
             receiver.released.wait(60)
             self._answer(200, b"held")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import http.client
+import http.cookiejar
 import ipaddress
 import socket
 import time
@@ -105,6 +106,8 @@ class HttpTransport:
         self.session = requests.Session()
         # Proxies from the environment would connect somewhere other than the checked address.
         self.session.trust_env = False
+        # Cookies are keyed on the connected address, which endpoints may share: keep none.
+        self.session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
         adapter = PinnedAddressAdapter(
             pool_connections=max(pool_size, 16), pool_maxsize=pool_size, max_retries=0
         )
