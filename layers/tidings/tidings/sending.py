@@ -79,6 +79,11 @@ class _Decision:
     outcome: delivery.AttemptOutcome
 
 
+# The database could not be reached or gave up on the statement (timeout, failover): worth
+# trying the batch again later. Any other database error is a defect and propagates.
+_UNAVAILABLE = (psycopg2.OperationalError, psycopg2.InterfaceError)
+
+
 class RecordFailed(Exception):
     """Marks an SQS record that must be received again."""
 
@@ -114,7 +119,7 @@ class Sender:
             started = self.db.run(
                 lambda cur: delivery.begin_attempts(cur, requests, lease_s=self.settings.lease_s)
             )
-        except psycopg2.Error:
+        except _UNAVAILABLE:
             logger.exception(
                 "database unavailable before sending; the batch returns to the queue",
                 extra={"message_ids": sorted(env.message_id for env in envelopes.values())},
@@ -128,7 +133,7 @@ class Sender:
         decisions = [self._decide(attempt) for attempt in attempts]
         try:
             recorded = self._record(decisions)
-        except psycopg2.Error:
+        except _UNAVAILABLE:
             logger.exception(
                 "database unavailable after sending; the attempted records return to the queue",
                 extra={"message_ids": sorted(job.row.message_id for job in jobs)},
@@ -269,7 +274,14 @@ class Sender:
 
     def _release(self, decision: _Decision) -> None:
         lease, delay_s = decision.outcome.lease, decision.step.delay_s
-        self.db.run(lambda cur: delivery.release_leases(cur, [lease], delay_s=delay_s))
+        try:
+            self.db.run(lambda cur: delivery.release_leases(cur, [lease], delay_s=delay_s))
+        except _UNAVAILABLE:
+            # Its outcome is written; the claimer takes the row back when the lease runs out.
+            logger.exception(
+                "could not release the lease of an unsent retry",
+                extra={"message_id": lease.message_id},
+            )
 
 
 def webhook_id(message_id: int) -> str:
