@@ -143,6 +143,26 @@ def test_a_long_retry_after_waits_in_the_database_without_a_lease(
     assert seconds_until(row) == pytest.approx(2000, abs=2)
 
 
+def test_a_retry_waiting_in_the_database_is_claimed_again_when_due(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    endpoint_id = one_message_to(db, receiver.url("retry-after/503/1800"))
+    pipeline.claim_and_deliver()
+    assert pipeline.claimer.claim_once().claimed == 0, "not due for another half hour"
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoints SET url = %s WHERE id = %s", (receiver.url("ok"), endpoint_id)
+        )
+        cur.execute("UPDATE tidings.messages SET next_attempt_at = now() - interval '1 second'")
+
+    report = pipeline.claim_and_deliver()
+
+    assert report.delivered == 1
+    assert envelopes(pipeline.queue.sent)[-1].attempt == 2
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["attempts"]) == ("delivered", 2)
+
+
 def test_retry_after_is_bounded_by_the_maximum_delay(
     db: Database, pipeline: Pipeline, receiver: Receiver
 ) -> None:
