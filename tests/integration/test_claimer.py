@@ -208,3 +208,24 @@ def test_an_expired_lease_is_claimed_again_with_a_new_token(db: Database) -> Non
     first, second = envelopes(pipeline.queue.sent)
     assert first.message_id == second.message_id
     assert first.lease_token != second.lease_token
+
+
+def test_a_payload_with_characters_sqs_refuses_is_still_queued_intact(db: Database) -> None:
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur)
+        cur.execute(
+            "WITH ev AS (INSERT INTO tidings.events (event_type, event_id, payload)"
+            " VALUES ('odd', 'odd-1', jsonb_build_object('s', chr(65534))) RETURNING id)"
+            " INSERT INTO tidings.messages (event_ref, endpoint_id, event_type)"
+            " SELECT id, %s, 'odd' FROM ev",
+            (endpoint_id,),
+        )
+        cur.execute("SELECT payload::text FROM tidings.events")
+        stored = cur.fetchone()[0]  # type: ignore[index]
+    queue = RecordingQueue()
+
+    result = Claimer(db, queue, pipeline_settings()).claim_once()
+
+    assert (result.claimed, result.sent) == (1, 1)
+    assert "\ufffe" in stored
+    assert envelopes(queue.sent)[0].payload == stored

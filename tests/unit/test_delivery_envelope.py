@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings.claiming import INLINE_PAYLOAD_BYTES, DeliveryEnvelope, MalformedEnvelope
-from tidings.queue import MAX_BODY_BYTES
+from tidings.queue import MAX_BODY_BYTES, OutgoingMessage
+from tidings.queue.base import validate_outgoing
 
 TOKEN = uuid.UUID("6f1c1f9e-7d39-4a55-9d67-3c8c2f1c0b11")
 
@@ -54,3 +55,10 @@ def test_a_payload_that_does_not_fit_is_left_for_the_database() -> None:
 def test_a_malformed_body_is_refused_with_the_reason(body: str, problem: str) -> None:
     with pytest.raises(MalformedEnvelope, match=problem):
         DeliveryEnvelope.from_body(body)
+
+
+def test_characters_sqs_refuses_travel_escaped() -> None:
+    envelope = DeliveryEnvelope(1, TOKEN, 1, '{"s": "\ufffe\U0001f600 caf\u00e9"}')
+    body = envelope.to_body()
+    validate_outgoing([OutgoingMessage(id="1", body=body)])
+    assert DeliveryEnvelope.from_body(body) == envelope

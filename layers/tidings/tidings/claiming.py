@@ -52,7 +52,9 @@ class DeliveryEnvelope:
             "attempt": self.attempt,
         }
         if self.payload is not None:
-            with_payload = json.dumps({**fields, "payload": self.payload}, ensure_ascii=False)
+            # ASCII escapes: a payload may hold characters SQS refuses in a body (U+FFFE), and
+            # one such row must not stop every batch it is claimed in.
+            with_payload = json.dumps({**fields, "payload": self.payload})
             if len(with_payload.encode("utf-8")) <= MAX_BODY_BYTES:
                 return with_payload
         return json.dumps(fields)
