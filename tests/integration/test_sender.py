@@ -229,6 +229,37 @@ def test_a_receiver_that_hangs_past_the_endpoint_timeout_is_a_retryable_timeout(
     assert seconds_until(row) == pytest.approx(expected_backoff(1) + LEASE_S, abs=2)
 
 
+def test_a_receiver_trickling_its_answer_is_cut_off_at_the_endpoint_timeout(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    endpoint_id = one_message_to(db, receiver.url("trickle"))
+    with db.cursor() as cur:
+        cur.execute("UPDATE tidings.endpoints SET timeout_ms = 500 WHERE id = %s", (endpoint_id,))
+    started = datetime.now(UTC)
+    pipeline.claim_and_deliver()
+
+    # Every read gets a byte within 100 ms; only the attempt's own deadline stops it.
+    assert datetime.now(UTC) - started < timedelta(seconds=2)
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["last_error"]) == ("failed", "timeout")
+
+
+def test_connections_outlive_an_attempt_that_timed_out(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    endpoint_id = one_message_to(db, receiver.url("hang"))
+    with db.cursor() as cur:
+        cur.execute("UPDATE tidings.endpoints SET timeout_ms = 200 WHERE id = %s", (endpoint_id,))
+    pipeline.claim_and_deliver()
+    with db.cursor() as cur:
+        seed_messages(cur, make_endpoint(cur, receiver.url("ok")), 20)
+    while pipeline.claimer.claim_once().claimed:
+        pass
+    delivered = sum(pipeline.deliver_queued().delivered for _ in range(3))
+
+    assert delivered == 20
+
+
 def test_a_reset_connection_is_a_retryable_network_error(
     db: Database, pipeline: Pipeline, receiver: Receiver
 ) -> None:

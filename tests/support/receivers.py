@@ -9,7 +9,9 @@ Paths (all answer POST):
 - ``/reset``: reads the request, then resets the connection (TCP RST);
 - ``/big/<bytes>``: 200 with a body of that many bytes;
 - ``/hold``: answers 200 only once ``release()`` is called (or the receiver stops);
-- ``/cookie``: 200 with a ``Set-Cookie`` header.
+- ``/cookie``: 200 with a ``Set-Cookie`` header;
+- ``/trickle``: a status line, then one header byte every 100 ms for five seconds, so that no
+  single read waits long enough to time out.
 Every request is recorded with its headers and body; accepted connections are counted.
 """
 
@@ -87,6 +89,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         elif kind == "big":
             self._answer(200, b"x" * int(args[0]))
+        elif kind == "trickle":
+            self._trickle(receiver)
         elif kind == "cookie":
             self._answer(200, b"have one", {"Set-Cookie": "session=abc; Path=/"})
         elif kind == "hold":
@@ -94,6 +98,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(200, b"held")
         else:
             self._answer(404, b"no such behaviour")
+
+    def _trickle(self, receiver: Receiver) -> None:
+        try:
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            for _ in range(50):
+                if receiver.stopping.wait(0.1):
+                    break
+                self.wfile.write(b"z")
+        except OSError:
+            pass
+        self.close_connection = True
 
     def _answer(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         try:

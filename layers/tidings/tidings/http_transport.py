@@ -8,17 +8,23 @@ answer that changes after the check (rebinding) cannot steer the connection else
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import heapq
 import http.client
 import http.cookiejar
 import ipaddress
+import itertools
 import socket
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import requests
+import urllib3.connection
+import urllib3.connectionpool
 import urllib3.exceptions
 from requests.adapters import HTTPAdapter
 
@@ -54,6 +60,119 @@ class HttpResult:
     detail: str | None = None
 
 
+class _Deadline:
+    """The end of one attempt. When it passes while the attempt still holds its connection,
+    the socket is shut down, so a receiver that trickles bytes cannot outlast the timeout
+    (socket timeouts only bound each read)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._connection: Any = None
+        self.expired = False
+
+    def attach(self, connection: Any) -> None:
+        with self._lock:
+            self._connection = connection
+            if self.expired:
+                _shut_down(connection)
+
+    def detach(self, connection: Any) -> None:
+        """The connection goes back to the pool: from now on it belongs to other attempts."""
+        with self._lock:
+            if self._connection is connection:
+                self._connection = None
+
+    def finish(self) -> None:
+        with self._lock:
+            self._connection = None
+
+    def expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            if self._connection is not None:
+                _shut_down(self._connection)
+
+
+def _shut_down(connection: Any) -> None:
+    sock = getattr(connection, "sock", None)
+    if sock is not None:
+        # Already closed by its owner: nothing left to stop.
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+class _Watchdog:
+    """One thread that expires deadlines when their time comes."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._heap: list[tuple[float, int, _Deadline]] = []
+        self._sequence = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, deadline: _Deadline, at: float) -> None:
+        with self._changed:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="tidings-attempt-deadlines", daemon=True
+                )
+                self._thread.start()
+            heapq.heappush(self._heap, (at, next(self._sequence), deadline))
+            self._changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._changed.wait(wait)
+                _, _, deadline = heapq.heappop(self._heap)
+            deadline.expire()
+
+
+_watchdog = _Watchdog()
+# The deadline of the attempt running on this thread, for the connection it uses.
+_current = threading.local()
+
+
+class _DeadlineAware:
+    """Connection mix-in: binds the connection to the deadline of the attempt using it."""
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        deadline: _Deadline | None = getattr(_current, "deadline", None)
+        if deadline is not None:
+            deadline.attach(self)
+        return super().request(*args, **kwargs)  # type: ignore[misc]
+
+
+class _HTTPConnection(_DeadlineAware, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_DeadlineAware, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _HTTPPool(urllib3.connectionpool.HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+    def _put_conn(self, conn: Any) -> None:
+        deadline: _Deadline | None = getattr(_current, "deadline", None)
+        if deadline is not None:
+            deadline.detach(conn)
+        super()._put_conn(conn)
+
+
+class _HTTPSPool(urllib3.connectionpool.HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+    def _put_conn(self, conn: Any) -> None:
+        deadline: _Deadline | None = getattr(_current, "deadline", None)
+        if deadline is not None:
+            deadline.detach(conn)
+        super()._put_conn(conn)
+
+
 class PinnedAddressAdapter(HTTPAdapter):
     """Connects to the address in the request URL and verifies TLS for the ``Host`` header's name.
 
@@ -75,6 +194,10 @@ class PinnedAddressAdapter(HTTPAdapter):
                 tls_kwargs["server_hostname"] = name
                 tls_kwargs["assert_hostname"] = name
         return host_params, tls_kwargs
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
 
 
 def host_name_of(host_header: str | bytes | None) -> str | None:
@@ -137,7 +260,10 @@ class HttpTransport:
             # Compressed answers could inflate past any read limit.
             "Accept-Encoding": "identity",
         }
+        deadline = _Deadline()
+        _current.deadline = deadline
         started = time.perf_counter()
+        _watchdog.arm(deadline, time.monotonic() + timeout_s)
         try:
             response = self.session.post(
                 pinned_url,
@@ -148,14 +274,22 @@ class HttpTransport:
                 # A redirect would lead to an address nobody checked.
                 allow_redirects=False,
             )
+            elapsed_ms = _ms_since(started)
+            if deadline.expired:
+                # Cut off mid-headers, http.client takes what arrived as a complete answer.
+                response.close()
+                return HttpResult(None, AttemptError.TIMEOUT, elapsed_ms, detail="deadline")
+            try:
+                excerpt = self._read_excerpt(response)
+            finally:
+                response.close()
         except requests.RequestException as exc:
             elapsed_ms = _ms_since(started)
-            return HttpResult(None, classify_exception(exc), elapsed_ms, detail=_describe(exc))
-        elapsed_ms = _ms_since(started)
-        try:
-            excerpt = self._read_excerpt(response)
+            kind = AttemptError.TIMEOUT if deadline.expired else classify_exception(exc)
+            return HttpResult(None, kind, elapsed_ms, detail=_describe(exc))
         finally:
-            response.close()
+            deadline.finish()
+            _current.deadline = None
         return HttpResult(
             status_code=response.status_code,
             error=None,
