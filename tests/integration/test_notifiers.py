@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+
 from tidings.notify import LocalNotifier, MemoryNotifier, Notifier, SnsNotifier
 
 

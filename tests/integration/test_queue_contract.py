@@ -20,6 +20,7 @@ from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import SqsModel
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
+
 from tidings.queue import (
     ConsumeResult,
     DeliveryQueue,

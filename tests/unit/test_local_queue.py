@@ -7,6 +7,7 @@ import time
 from collections import Counter
 
 import pytest
+
 from tidings.queue import LocalQueue, OutgoingMessage, QueueError
 
 

@@ -9,6 +9,7 @@ import pytest
 from aws_lambda_powertools.utilities.data_classes import SQSEvent
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidings.queue import (
     LocalQueue,
     OutgoingMessage,
