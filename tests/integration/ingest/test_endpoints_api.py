@@ -24,7 +24,7 @@ def test_create_returns_the_secret_once_and_never_again(api: Api, db: Database) 
     fetched = api.get(f"/v1/endpoints/{created['id']}")
     assert fetched.status == 200
     assert "whsec_" not in fetched.raw
-    assert "\"secret\"" not in fetched.raw
+    assert '"secret"' not in fetched.raw
     assert fetched.body == {k: v for k, v in created.items() if k != "secret"}
     listed = api.get("/v1/endpoints")
     assert listed.status == 200
@@ -170,9 +170,13 @@ def test_delete_is_soft_and_then_404(api: Api, db: Database) -> None:
             (created["id"],),
         )
         assert cur.fetchone() == (False, True)
-        cur.execute("SELECT count(*) FROM tidings.messages WHERE endpoint_id = %s", (created["id"],))
+        cur.execute(
+            "SELECT count(*) FROM tidings.messages WHERE endpoint_id = %s", (created["id"],)
+        )
         assert cur.fetchone() == (2,)
-    events = api.post("/v1/events", {"event_type": "t", "payload": {}, "endpoint_ids": [created["id"]]})
+    events = api.post(
+        "/v1/events", {"event_type": "t", "payload": {}, "endpoint_ids": [created["id"]]}
+    )
     assert (events.status, events.error["code"]) == (422, "unknown_endpoint")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from tidings.logic.endpoints import (
     CreatedEndpoint,
@@ -17,13 +17,24 @@ from tidings.logic.events import SendResult
 from tidings.logic.messages import Attempt, Message, MessageDetail, MessagePage, MessageStatus
 from tidings.logic.replay import ReplayResult
 
+
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise ValueError("the payload must not be null")
+    return value
+
+
 Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
 EventType = Annotated[str, Field(min_length=1, max_length=200)]
 EventId = Annotated[str, Field(min_length=1, max_length=200)]
 # Any JSON value except null: objects, arrays, strings, numbers, booleans.
 Payload = Annotated[
-    dict[str, Any] | list[Any] | str | int | float | bool,
-    Field(description="The event's JSON payload (not null), at most 256 KiB by default."),
+    Any,
+    AfterValidator(_not_null),
+    Field(
+        description="The event's JSON payload (not null), at most 256 KiB by default.",
+        json_schema_extra={"not": {"type": "null"}},
+    ),
 ]
 
 __all__ = [

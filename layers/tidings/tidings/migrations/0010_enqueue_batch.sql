@@ -66,7 +66,7 @@ BEGIN
     LIMIT 1;
     IF FOUND THEN
         v_where := CASE WHEN v_count = 1 THEN '' ELSE format('events[%s].', v_bad.pos) END;
-        RAISE EXCEPTION 'tidings.enqueue: %', format('%s%s', v_where, CASE v_bad.problem
+        RAISE EXCEPTION 'tidings.enqueue: %', format('%s%s', replace(v_where, '].', ']: '), CASE v_bad.problem
                 WHEN 'event_type' THEN 'event_type must be a non-empty string'
                 WHEN 'event_type_length' THEN 'event_type is longer than 200 characters'
                 WHEN 'payload' THEN 'payload must not be null'
@@ -97,7 +97,8 @@ BEGIN
     LIMIT 1;
     IF FOUND THEN
         v_where := CASE WHEN v_count = 1 THEN '' ELSE format('events[%s].', v_bad.pos) END;
-        RAISE EXCEPTION 'tidings.enqueue: %unknown endpoint ids: %', v_where, v_bad.unknown
+        RAISE EXCEPTION 'tidings.enqueue: %unknown endpoint ids: %',
+            replace(v_where, '].', ']: '), v_bad.unknown
             USING ERRCODE = '23503', DETAIL = v_where || 'endpoint_ids';
     END IF;
 
