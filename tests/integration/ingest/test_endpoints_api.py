@@ -1,4 +1,5 @@
-"""Endpoint routes: create (SSRF-checked, secret once), read, page, change, delete, rotate, health."""
+"""Endpoint routes: create (SSRF-checked, secret shown once), read, page, change, delete, rotate,
+health."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def test_host_names_are_resolved_and_judged_by_their_addresses(
         "public.example": "93.184.215.14",
     }
 
-    def resolver(host: str, port: int, family: int = 0, type: int = 0):  # noqa: A002
+    def resolver(host: str, port: int, family: int = 0, type: int = 0):
         if host not in answers:
             raise socket.gaierror(socket.EAI_NONAME, "unknown")
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answers[host], port))]
