@@ -1,0 +1,25 @@
+"""The Lambda entry point answers API Gateway events with the resolver's routes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from tests.integration.ingest.conftest import PUBLIC_URL, Api, api_event
+from functions.ingest.app import handler
+
+
+@dataclass
+class FakeContext:
+    function_name: str = "tidings-ingest"
+    memory_limit_in_mb: int = 256
+    invoked_function_arn: str = "arn:aws:lambda:eu-west-1:123456789012:function:tidings-ingest"
+    aws_request_id: str = "req-1"
+
+
+def test_handler_routes_through_powertools(api: Api) -> None:
+    response = handler(api_event("POST", "/v1/endpoints", {"url": PUBLIC_URL}), FakeContext())
+    assert response["statusCode"] == 201
+    assert json.loads(response["body"])["secret"].startswith("whsec_")
+    missing = handler(api_event("GET", "/v1/endpoints/77"), FakeContext())
+    assert missing["statusCode"] == 404
