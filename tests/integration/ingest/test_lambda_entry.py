@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from tests.integration.ingest.conftest import PUBLIC_URL, Api, api_event
 from functions.ingest.app import handler
+from tests.integration.ingest.conftest import PUBLIC_URL, Api, api_event
 
 
 @dataclass

@@ -41,6 +41,7 @@ Cursor = Annotated[str | None, Query(max_length=200, description="next_cursor of
 
 
 def _errors(*codes: int) -> dict[int, Any]:
+    """The documented error answers: ``codes`` plus those any route can give (400, 413, 422)."""
     reasons = {
         400: "The request body is not JSON or not UTF-8",
         404: "Not found",
@@ -50,7 +51,7 @@ def _errors(*codes: int) -> dict[int, Any]:
     }
     return {
         code: {"description": reasons[code], "content": {JSON: {"model": ErrorBody}}}
-        for code in codes
+        for code in sorted({400, 413, 422, *codes})
     }
 
 
@@ -68,7 +69,7 @@ def _json(status: int, body: Any) -> Response[Any]:
     responses={
         **_ok(202, SendResult, "Created: the new message ids"),
         **_ok(200, SendResult, "A repeated event_id: the original message ids, nothing created"),
-        **_errors(400, 413, 422),
+        **_errors(409),
     },
     tags=["events"],
 )
@@ -90,7 +91,7 @@ def send_event(event: Annotated[SendEvent, Body()]) -> Response[SendResult]:
     responses={
         **_ok(202, BatchResult, "At least one event was created"),
         **_ok(200, BatchResult, "Every event was a repeat: nothing created"),
-        **_errors(400, 413, 422),
+        **_errors(409),
     },
     tags=["events"],
 )
@@ -106,7 +107,7 @@ def send_events(batch: Annotated[EventBatch, Body()]) -> Response[BatchResult]:
 @router.get(
     "/v1/messages/<message_id>",
     summary="One message with its payload and attempt history",
-    responses={**_ok(200, MessageDetail, "The message"), **_errors(404, 422)},
+    responses={**_ok(200, MessageDetail, "The message"), **_errors(404)},
     tags=["messages"],
 )
 def get_message(message_id: MessageIdPath) -> MessageDetail:
@@ -116,7 +117,7 @@ def get_message(message_id: MessageIdPath) -> MessageDetail:
 @router.get(
     "/v1/messages",
     summary="Messages, newest first, filtered by status, endpoint and event type",
-    responses={**_ok(200, MessagePage, "A page of messages"), **_errors(422)},
+    responses={**_ok(200, MessagePage, "A page of messages"), **_errors()},
     tags=["messages"],
 )
 def list_messages(
@@ -139,7 +140,7 @@ def list_messages(
 @router.post(
     "/v1/endpoints",
     summary="Create an endpoint; its signing secret is in this answer only",
-    responses={**_ok(201, CreatedEndpoint, "Created"), **_errors(400, 422)},
+    responses={**_ok(201, CreatedEndpoint, "Created"), **_errors(409)},
     tags=["endpoints"],
 )
 def create_endpoint(body: Annotated[CreateEndpoint, Body()]) -> Response[CreatedEndpoint]:
@@ -159,7 +160,7 @@ def create_endpoint(body: Annotated[CreateEndpoint, Body()]) -> Response[Created
 @router.get(
     "/v1/endpoints",
     summary="Endpoints by ascending id",
-    responses={**_ok(200, EndpointPage, "A page of endpoints"), **_errors(422)},
+    responses={**_ok(200, EndpointPage, "A page of endpoints"), **_errors()},
     tags=["endpoints"],
 )
 def list_endpoints(cursor: Cursor = None, limit: Limit = 50) -> EndpointPage:
@@ -169,7 +170,7 @@ def list_endpoints(cursor: Cursor = None, limit: Limit = 50) -> EndpointPage:
 @router.get(
     "/v1/endpoints/<endpoint_id>",
     summary="One endpoint (never its secret)",
-    responses={**_ok(200, Endpoint, "The endpoint"), **_errors(404, 422)},
+    responses={**_ok(200, Endpoint, "The endpoint"), **_errors(404)},
     tags=["endpoints"],
 )
 def get_endpoint(endpoint_id: EndpointIdPath) -> Endpoint:
@@ -179,7 +180,7 @@ def get_endpoint(endpoint_id: EndpointIdPath) -> Endpoint:
 @router.patch(
     "/v1/endpoints/<endpoint_id>",
     summary="Change some fields of an endpoint",
-    responses={**_ok(200, Endpoint, "The changed endpoint"), **_errors(400, 404, 422)},
+    responses={**_ok(200, Endpoint, "The changed endpoint"), **_errors(404, 409)},
     tags=["endpoints"],
 )
 def update_endpoint(
@@ -196,7 +197,7 @@ def update_endpoint(
 @router.delete(
     "/v1/endpoints/<endpoint_id>",
     summary="Delete an endpoint (its messages and attempts are kept)",
-    responses={204: {"description": "Deleted"}, **_errors(404, 422)},
+    responses={204: {"description": "Deleted"}, **_errors(404)},
     tags=["endpoints"],
 )
 def delete_endpoint(endpoint_id: EndpointIdPath) -> Response[None]:
@@ -207,7 +208,7 @@ def delete_endpoint(endpoint_id: EndpointIdPath) -> Response[None]:
 @router.post(
     "/v1/endpoints/<endpoint_id>/rotate-secret",
     summary="A new signing secret; the old one keeps signing for the overlap (24 h)",
-    responses={**_ok(200, RotatedSecret, "The new secret, shown once"), **_errors(404, 422)},
+    responses={**_ok(200, RotatedSecret, "The new secret, shown once"), **_errors(404)},
     tags=["endpoints"],
 )
 def rotate_secret(endpoint_id: EndpointIdPath) -> RotatedSecret:
@@ -217,7 +218,7 @@ def rotate_secret(endpoint_id: EndpointIdPath) -> RotatedSecret:
 @router.get(
     "/v1/endpoints/<endpoint_id>/health",
     summary="Circuit state, consecutive failures, latency percentiles and message counts",
-    responses={**_ok(200, EndpointHealth, "The endpoint's health"), **_errors(404, 422)},
+    responses={**_ok(200, EndpointHealth, "The endpoint's health"), **_errors(404)},
     tags=["endpoints"],
 )
 def endpoint_health(endpoint_id: EndpointIdPath) -> EndpointHealth:
@@ -227,7 +228,7 @@ def endpoint_health(endpoint_id: EndpointIdPath) -> EndpointHealth:
 @router.post(
     "/v1/dead-letters/replay",
     summary="Requeue dead letters by message ids, endpoint or time range, keeping their history",
-    responses={**_ok(200, ReplayResult, "How many were requeued"), **_errors(400, 422)},
+    responses={**_ok(200, ReplayResult, "How many were requeued"), **_errors()},
     tags=["dead letters"],
 )
 def replay_dead_letters(body: Annotated[ReplayRequest, Body()]) -> ReplayResult:
