@@ -45,11 +45,13 @@ def database() -> Database:
 
 
 def delivery_queue() -> DeliveryQueue:
-    return _get("queue", _default_queue)
+    queue: DeliveryQueue = _get("queue", _default_queue)
+    return queue
 
 
 def notifier() -> Notifier:
-    return _get("notifier", _default_notifier)
+    found: Notifier = _get("notifier", _default_notifier)
+    return found
 
 
 def _get(name: str, build: Any) -> Any:
