@@ -116,36 +116,51 @@ BEGIN
         ON CONFLICT ON CONSTRAINT events_idempotency_key DO NOTHING
         RETURNING ev.id, ev.event_type, ev.event_id
     ),
-    fanned AS (
-        INSERT INTO tidings.messages (event_ref, endpoint_id, event_type)
-        SELECT i.id, e.id, i.event_type
+    -- Each new event's targets: the named endpoints, or else the subscribers of its type (found
+    -- through the subscriptions index, so the cost follows the subscribers, not all endpoints).
+    targets AS (
+        SELECT i.id AS event_ref, i.event_type, t.endpoint_id
         FROM inserted i
         JOIN firsts f ON f.event_type = i.event_type AND f.event_id = i.event_id
-        JOIN tidings.endpoints e
-          ON e.enabled AND e.deleted_at IS NULL
-         AND CASE
-               WHEN jsonb_typeof(f.targets) = 'array'
-                   THEN f.targets @> to_jsonb(e.id)
-               ELSE EXISTS (
-                   SELECT 1 FROM tidings.subscriptions s
-                   WHERE s.endpoint_id = e.id AND s.event_type IN (i.event_type, '*'))
-             END
-        ORDER BY i.id, e.id
+        CROSS JOIN LATERAL (
+            SELECT s.endpoint_id
+            FROM tidings.subscriptions s
+            WHERE jsonb_typeof(f.targets) IS DISTINCT FROM 'array'
+              AND s.event_type IN (i.event_type, '*')
+            UNION
+            SELECT named.value::bigint
+            FROM jsonb_array_elements_text(
+                CASE WHEN jsonb_typeof(f.targets) = 'array' THEN f.targets ELSE '[]' END) AS named
+        ) t
+    ),
+    fanned AS (
+        INSERT INTO tidings.messages (event_ref, endpoint_id, event_type)
+        SELECT t.event_ref, e.id, t.event_type
+        FROM targets t
+        JOIN tidings.endpoints e ON e.id = t.endpoint_id
+        WHERE e.enabled AND e.deleted_at IS NULL
+        ORDER BY t.event_ref, e.id
         RETURNING 1
     )
     -- (fanned runs to completion although nothing reads it: PostgreSQL always does that.)
     SELECT array_agg(i.id) INTO v_created FROM inserted i;
 
+    -- Each key is looked up through the unique index (a correlated subquery is never turned
+    -- into a scan of the whole events table, whatever the planner's row estimates).
     RETURN QUERY
-        SELECT (u.ord - 1)::integer,
-               ev.id,
-               ev.id = ANY (coalesce(v_created, '{}'))
-                   AND u.ord = min(u.ord) OVER (PARTITION BY u.event_type, u.event_id),
+        SELECT (k.ord - 1)::integer,
+               k.ref,
+               k.ref = ANY (coalesce(v_created, '{}'))
+                   AND k.ord = min(k.ord) OVER (PARTITION BY k.ref),
                coalesce((SELECT array_agg(m.id ORDER BY m.id)
-                         FROM tidings.messages m WHERE m.event_ref = ev.id), '{}')
-        FROM unnest(v_types, v_ids) WITH ORDINALITY AS u (event_type, event_id, ord)
-        JOIN tidings.events ev ON ev.event_type = u.event_type AND ev.event_id = u.event_id
-        ORDER BY u.ord;
+                         FROM tidings.messages m WHERE m.event_ref = k.ref), '{}')
+        FROM (
+            SELECT u.ord,
+                   (SELECT ev.id FROM tidings.events ev
+                    WHERE ev.event_type = u.event_type AND ev.event_id = u.event_id) AS ref
+            FROM unnest(v_types, v_ids) WITH ORDINALITY AS u (event_type, event_id, ord)
+        ) k
+        ORDER BY k.ord;
 END $$;
 
 -- One event: the created flag tells a new event from a repeated key (the API answers 202 or 200).
