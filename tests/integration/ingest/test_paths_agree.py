@@ -48,7 +48,8 @@ def rows(db: Database) -> list[Any]:
         cur.execute(
             "SELECT ev.event_type, ev.payload, m.endpoint_id FROM tidings.events ev"
             " LEFT JOIN tidings.messages m ON m.event_ref = ev.id"
-            " WHERE ev.event_id IN ('a', 'b', 'c') ORDER BY 1, 2::text, 3"
+            " WHERE ev.event_id IN ('a', 'b', 'c')"
+            " ORDER BY ev.event_type, ev.payload::text, m.endpoint_id"
         )
         return cur.fetchall()
 
