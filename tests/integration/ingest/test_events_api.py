@@ -14,6 +14,7 @@ from tests.support.seed import make_endpoint
 from tidings import wiring
 from tidings.dal import ingest as dal_ingest
 from tidings.dal.connection import Database
+from tidings.logic import events
 
 
 def endpoints(db: Database, *event_type_sets: list[str]) -> list[int]:
@@ -333,3 +334,33 @@ def test_the_sql_error_text_never_leaks(api: Api, db: Database) -> None:
     assert reply.status == 422
     assert "CONTEXT" not in reply.raw and "PL/pgSQL" not in reply.raw
     assert json.loads(reply.raw)["error"]["message"] == "unknown endpoint ids: {9}"
+
+
+def test_overlapping_batches_in_any_order_never_deadlock(database_url: str, db: Database) -> None:
+    endpoints(db, ["*"], ["order.paid"])
+    keys = [events.EventSpec("order.paid", {"k": k}, f"key-{k}") for k in range(60)]
+    outcomes: dict[int, dict[str, tuple[int, ...]]] = {}
+    failures: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def send(worker: int) -> None:
+        mine = keys[worker * 5 :] + keys[: worker * 5]  # same keys, each worker its own order
+        worker_db = Database(database_url)
+        try:
+            start.wait()
+            results = events.send_events(worker_db, mine)
+            outcomes[worker] = {r.event_id: tuple(r.message_ids) for r in results}
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            worker_db.close()
+
+    threads = [threading.Thread(target=send, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert len({tuple(sorted(o.items())) for o in outcomes.values()}) == 1
+    assert count(db, "events") == 60
+    assert count(db, "messages") == 120

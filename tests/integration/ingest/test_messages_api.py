@@ -186,3 +186,16 @@ def test_bad_replay_requests(api: Api, body: dict, field: str | None) -> None:
     reply = api.post("/v1/dead-letters/replay", body)
     assert reply.status == 422, reply.raw
     assert reply.error.get("field") == field
+
+
+def test_replay_skips_deleted_endpoints(api: Api, db: Database) -> None:
+    with db.cursor() as cur:
+        endpoint = make_endpoint(cur)
+        seed_messages(cur, endpoint, 2)
+        cur.execute("SELECT array_agg(id) FROM tidings.messages")
+        row = cur.fetchone()
+    assert row is not None
+    dead_letter(db, row[0])
+    assert api.delete(f"/v1/endpoints/{endpoint}").status == 204
+    reply = api.post("/v1/dead-letters/replay", {"message_ids": row[0]})
+    assert reply.body == {"requeued": 0}
