@@ -153,7 +153,11 @@ def test_delete_is_soft_and_then_404(api: Api, db: Database) -> None:
     created = api.create_endpoint()
     path = f"/v1/endpoints/{created['id']}"
     with db.cursor() as cur:
-        seed_messages(cur, created["id"], 2)
+        seed_messages(cur, created["id"], 3)
+        cur.execute(
+            "UPDATE tidings.messages SET status = 'delivered', delivered_at = now()"
+            " WHERE id = (SELECT min(id) FROM tidings.messages)"
+        )
     assert api.delete(path).status == 204
     for reply in (
         api.get(path),
@@ -172,9 +176,15 @@ def test_delete_is_soft_and_then_404(api: Api, db: Database) -> None:
         )
         assert cur.fetchone() == (False, True)
         cur.execute(
-            "SELECT count(*) FROM tidings.messages WHERE endpoint_id = %s", (created["id"],)
+            "SELECT status::text, last_error FROM tidings.messages WHERE endpoint_id = %s"
+            " ORDER BY id",
+            (created["id"],),
         )
-        assert cur.fetchone() == (2,)
+        assert cur.fetchall() == [
+            ("delivered", None),
+            ("dead_letter", "endpoint deleted"),
+            ("dead_letter", "endpoint deleted"),
+        ]
     events = api.post(
         "/v1/events", {"event_type": "t", "payload": {}, "endpoint_ids": [created["id"]]}
     )

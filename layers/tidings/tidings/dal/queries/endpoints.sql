@@ -90,12 +90,24 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
 FROM changed c
 
 -- name: soft_delete_endpoint
--- Marks an endpoint deleted and disabled, keeping its row for the history of its messages.
-UPDATE tidings.endpoints
-SET deleted_at = now(), enabled = false, disabled_at = coalesce(disabled_at, now()),
-    disabled_reason = 'deleted', updated_at = now()
-WHERE id = %(endpoint_id)s AND deleted_at IS NULL
-RETURNING id
+-- Marks an endpoint deleted and disabled, keeping its row for the history of its messages. Its
+-- undelivered messages become dead letters ("endpoint deleted") in the same statement, so none
+-- waits forever for an endpoint that is gone; clearing the lease voids any attempt in flight.
+WITH deleted AS (
+    UPDATE tidings.endpoints
+    SET deleted_at = now(), enabled = false, disabled_at = coalesce(disabled_at, now()),
+        disabled_reason = 'deleted', updated_at = now()
+    WHERE id = %(endpoint_id)s AND deleted_at IS NULL
+    RETURNING id
+),
+abandoned AS (
+    UPDATE tidings.messages m
+    SET status = 'dead_letter', dead_lettered_at = now(), lease_token = NULL,
+        last_error = 'endpoint deleted'
+    FROM deleted d
+    WHERE m.endpoint_id = d.id AND m.status IN ('pending', 'failed', 'in_flight')
+)
+SELECT id FROM deleted
 
 -- name: rotate_endpoint_secret
 -- Installs a new signing secret; the current one becomes the previous secret, which keeps signing
