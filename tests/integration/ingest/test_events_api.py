@@ -364,3 +364,11 @@ def test_overlapping_batches_in_any_order_never_deadlock(database_url: str, db: 
     assert len({tuple(sorted(o.items())) for o in outcomes.values()}) == 1
     assert count(db, "events") == 60
     assert count(db, "messages") == 120
+
+
+def test_the_largest_ids_are_unknown_endpoints_not_errors(api: Api, db: Database) -> None:
+    reply = api.post(
+        "/v1/events", {"event_type": "t", "payload": {}, "endpoint_ids": [2**63 - 1, 10**18]}
+    )
+    assert (reply.status, reply.error["code"]) == (422, "unknown_endpoint")
+    assert count(db, "events") == 0

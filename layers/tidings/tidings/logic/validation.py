@@ -100,7 +100,9 @@ def decode_cursor(cursor: str) -> int:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
         prefix, _, number = raw.partition(":")
-        if prefix != "id" or not number.isdigit() or len(number) > 18:
+        if prefix != "id" or not number.isascii() or not number.isdigit() or len(number) > 19:
+            raise ValueError(raw)
+        if int(number) >= 2**63:
             raise ValueError(raw)
         return int(number)
     except (ValueError, binascii.Error, UnicodeDecodeError):

@@ -85,7 +85,9 @@ BEGIN
     FROM (
         SELECT u.ord,
                CASE WHEN jsonb_typeof(w.value) = 'number'
-                         AND w.value::text ~ '^[0-9]{1,18}$' THEN w.value::text::bigint END AS wanted
+                         AND w.value::text ~ '^[0-9]{1,19}$'
+                         AND w.value::text::numeric <= 9223372036854775807
+                    THEN w.value::text::bigint END AS wanted
         FROM unnest(v_targets) WITH ORDINALITY AS u (targets, ord)
         CROSS JOIN LATERAL jsonb_array_elements(
             CASE WHEN jsonb_typeof(u.targets) = 'array' THEN u.targets ELSE '[]' END) AS w
