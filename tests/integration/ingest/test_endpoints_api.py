@@ -33,6 +33,11 @@ def test_create_returns_the_secret_once_and_never_again(api: Api, db: Database) 
     assert [e["id"] for e in listed.body["items"]] == [created["id"]]
 
 
+def test_the_scheme_is_stored_in_lower_case(api: Api) -> None:
+    created = api.create_endpoint(url="HTTPS://93.184.215.14/Path?Q=1")
+    assert created["url"] == "https://93.184.215.14/Path?Q=1"
+
+
 def test_defaults_subscribe_to_everything(api: Api) -> None:
     created = api.create_endpoint()
     assert created["event_types"] == ["*"]

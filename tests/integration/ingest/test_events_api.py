@@ -281,9 +281,10 @@ def test_deadlocks_beyond_five_retries_surface(
 
     monkeypatch.setattr(dal_ingest, "enqueue_event", always_deadlocked)
     reply = api.post("/v1/events", {"event_type": "t", "payload": {}})
-    assert reply.status == 500
-    assert reply.error == {"code": "internal_error", "message": "internal error"}
+    assert (reply.status, reply.error["code"]) == (503, "busy")
+    assert "simulated" not in reply.raw
     assert len(calls) == 6  # the first try and five retries
+    assert count(db, "events") == 0
 
 
 def test_constraint_violations_are_reported_at_once(
@@ -321,6 +322,15 @@ def test_unexpected_errors_are_a_bare_500(api: Api, monkeypatch: pytest.MonkeyPa
     reply = api.post("/v1/events", {"event_type": "t", "payload": {}})
     assert reply.status == 500
     assert reply.body == {"error": {"code": "internal_error", "message": "internal error"}}
+
+
+def test_an_unreachable_database_is_503(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidings import wiring
+
+    wiring.override(database_factory=lambda: Database("postgresql://nobody@127.0.0.1:9/none"))
+    reply = api.post("/v1/events", {"event_type": "t", "payload": {}})
+    assert (reply.status, reply.error["code"]) == (503, "database_unavailable")
+    assert "127.0.0.1" not in reply.raw
 
 
 def test_unknown_routes_are_404(api: Api) -> None:

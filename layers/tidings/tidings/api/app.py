@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import psycopg2
+import psycopg2.extensions
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
@@ -91,6 +92,18 @@ def build_app() -> APIGatewayRestResolver:
     def bad_data(exc: psycopg2.DataError) -> Response[dict[str, Any]]:
         logger.info("database refused a value", extra={"sqlstate": exc.pgcode})
         return error_response(422, "invalid_value", "a value is malformed or out of range")
+
+    @app.exception_handler([psycopg2.OperationalError, psycopg2.InterfaceError])  # type: ignore[untyped-decorator]
+    def unavailable(exc: psycopg2.Error) -> Response[dict[str, Any]]:
+        # Deadlocks and serialization failures that outlived their retries, or no database:
+        # nothing was written, and the same request may be sent again.
+        logger.warning("database unavailable", extra={"sqlstate": exc.pgcode})
+        code = (
+            "busy"
+            if isinstance(exc, psycopg2.extensions.TransactionRollbackError)
+            else ("database_unavailable")
+        )
+        return error_response(503, code, "the database is busy or unreachable; retry later")
 
     @app.not_found
     def no_route(exc: NotFoundError) -> Response[dict[str, Any]]:

@@ -41,17 +41,18 @@ Cursor = Annotated[str | None, Query(max_length=200, description="next_cursor of
 
 
 def _errors(*codes: int) -> dict[int, Any]:
-    """The documented error answers: ``codes`` plus those any route can give (400, 413, 422)."""
+    """The documented error answers: ``codes`` plus those any route can give."""
     reasons = {
         400: "The request body is not JSON or not UTF-8",
         404: "Not found",
         409: "Conflicts with the stored state",
         413: "A payload or the request is too large",
         422: "A field is missing, of the wrong type or not acceptable",
+        503: "The database is busy or unreachable: nothing was written, send it again",
     }
     return {
         code: {"description": reasons[code], "content": {JSON: {"model": ErrorBody}}}
-        for code in sorted({400, 413, 422, *codes})
+        for code in sorted({400, 413, 422, 503, *codes})
     }
 
 

@@ -196,7 +196,7 @@ def check_target_url(url: str, settings: Settings, resolver: ssrf.Resolver | Non
     clean_text(url, "url", max_length=MAX_URL_LENGTH)
     allowed = ssrf.parse_allowed_networks(settings.allowed_networks)
     try:
-        ssrf.resolve_target(url, allowed, resolver)
+        target = ssrf.resolve_target(url, allowed, resolver)
     except ssrf.InvalidTargetUrl as exc:
         raise InvalidInput("invalid_url", str(exc), "url") from None
     except ssrf.BlockedTarget as exc:
@@ -205,7 +205,9 @@ def check_target_url(url: str, settings: Settings, resolver: ssrf.Resolver | Non
         raise InvalidInput(
             "unresolvable_host", "the URL's host does not resolve to an address", "url"
         ) from None
-    return url
+    # The scheme is stored in lower case (HTTPS://... is the same target).
+    scheme = target.url.scheme
+    return scheme + url[len(scheme) :]
 
 
 def _checked_fields(
