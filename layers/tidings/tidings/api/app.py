@@ -95,14 +95,11 @@ def build_app() -> APIGatewayRestResolver:
 
     @app.exception_handler([psycopg2.OperationalError, psycopg2.InterfaceError])  # type: ignore[untyped-decorator]
     def unavailable(exc: psycopg2.Error) -> Response[dict[str, Any]]:
-        # Deadlocks and serialization failures that outlived their retries, or no database:
-        # nothing was written, and the same request may be sent again.
+        # Deadlocks and serialization failures that outlived their retries, or no database. Not a
+        # bug: the client may send the request again (with its event_id, that is always safe).
         logger.warning("database unavailable", extra={"sqlstate": exc.pgcode})
-        code = (
-            "busy"
-            if isinstance(exc, psycopg2.extensions.TransactionRollbackError)
-            else ("database_unavailable")
-        )
+        busy = isinstance(exc, psycopg2.extensions.TransactionRollbackError)
+        code = "busy" if busy else "database_unavailable"
         return error_response(503, code, "the database is busy or unreachable; retry later")
 
     @app.not_found

@@ -48,7 +48,7 @@ def _errors(*codes: int) -> dict[int, Any]:
         409: "Conflicts with the stored state",
         413: "A payload or the request is too large",
         422: "A field is missing, of the wrong type or not acceptable",
-        503: "The database is busy or unreachable: nothing was written, send it again",
+        503: "The database is busy or unreachable: send it again (safe with an event_id)",
     }
     return {
         code: {"description": reasons[code], "content": {JSON: {"model": ErrorBody}}}
