@@ -1,0 +1,195 @@
+"""Data access of the scheduled upkeep: latency histograms, endpoint percentiles and failing
+streaks, attempt partitions, and pruning (see ``queries/maintenance.sql``).
+
+Each function is one statement. The percentiles functions are meant to run together in one
+transaction (``lock_percentiles_state`` first); the pruning functions each in their own, short one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from tidings.dal.connection import Cursor, fetch_dicts
+from tidings.dal.queries import sql
+
+
+@dataclass(frozen=True, slots=True)
+class PercentilesState:
+    """What the last percentiles run left behind; all None before the first run."""
+
+    rolled_to: datetime | None
+    window_from: datetime | None
+    window_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointPercentiles:
+    endpoint_id: int
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    sample_count: int
+    failure_threshold: int
+    previous_threshold: int
+
+
+@dataclass(frozen=True, slots=True)
+class DisabledEndpoint:
+    endpoint_id: int
+    url: str
+    failing_since: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedBatch:
+    messages: int
+    events: int
+
+
+def lock_percentiles_state(cur: Cursor) -> PercentilesState:
+    cur.execute(sql("lock_percentiles_state"))
+    row = cur.fetchone()
+    assert row is not None
+    rolled_to, window_from, window_s = row
+    return PercentilesState(rolled_to, window_from, window_s)
+
+
+def reset_latency_window(cur: Cursor, window_from: datetime) -> None:
+    cur.execute(sql("reset_latency_window"), {"window_from": window_from})
+
+
+def advance_latency_window(
+    cur: Cursor,
+    *,
+    now: datetime,
+    reroll_from: datetime,
+    old_window_from: datetime,
+    window_from: datetime,
+    growth: float,
+) -> None:
+    cur.execute(
+        sql("advance_latency_window"),
+        {
+            "now": now,
+            "reroll_from": reroll_from,
+            "old_window_from": old_window_from,
+            "window_from": window_from,
+            "growth": growth,
+        },
+    )
+
+
+def trim_latency_buckets(cur: Cursor, window_from: datetime) -> None:
+    cur.execute(sql("trim_latency_buckets"), {"window_from": window_from})
+
+
+def save_percentiles_state(
+    cur: Cursor, *, rolled_to: datetime, window_from: datetime, window_s: float
+) -> None:
+    cur.execute(
+        sql("save_percentiles_state"),
+        {"rolled_to": rolled_to, "window_from": window_from, "window_s": window_s},
+    )
+
+
+def update_endpoint_percentiles(
+    cur: Cursor,
+    *,
+    now: datetime,
+    growth: float,
+    slow_p95_ms: float,
+    slow_threshold: int,
+    normal_threshold: int,
+) -> list[EndpointPercentiles]:
+    """Write every endpoint's percentiles and failure threshold (health rows locked first)."""
+    cur.execute(sql("lock_endpoint_health"))
+    cur.execute(
+        sql("update_endpoint_percentiles"),
+        {
+            "now": now,
+            "growth": growth,
+            "slow_p95_ms": slow_p95_ms,
+            "slow_threshold": slow_threshold,
+            "normal_threshold": normal_threshold,
+        },
+    )
+    rows = sorted(fetch_dicts(cur), key=lambda row: int(row["endpoint_id"]))
+    return [
+        EndpointPercentiles(
+            endpoint_id=row["endpoint_id"],
+            p50_ms=row["p50_ms"],
+            p95_ms=row["p95_ms"],
+            p99_ms=row["p99_ms"],
+            sample_count=row["sample_count"],
+            failure_threshold=row["failure_threshold"],
+            previous_threshold=row["previous_threshold"],
+        )
+        for row in rows
+    ]
+
+
+def track_failing_streaks(cur: Cursor) -> int:
+    """Mark the start of new failing streaks and clear ended ones; returns the rows changed."""
+    cur.execute(sql("track_failing_streaks"))
+    return int(cur.rowcount)
+
+
+def disable_failing_endpoints(
+    cur: Cursor, *, now: datetime, failing_before: datetime, reason: str
+) -> list[DisabledEndpoint]:
+    cur.execute(
+        sql("disable_failing_endpoints"),
+        {"now": now, "failing_before": failing_before, "reason": reason},
+    )
+    return [
+        DisabledEndpoint(row["id"], row["url"], row["failing_since"])
+        for row in sorted(fetch_dicts(cur), key=lambda row: int(row["id"]))
+    ]
+
+
+def ensure_attempt_partitions(
+    cur: Cursor, *, from_day: date, days: int, lock_timeout_ms: int
+) -> int:
+    """Create the missing daily partitions of attempts; returns how many were created."""
+    cur.execute(
+        sql("ensure_attempt_partitions"),
+        {"from_day": from_day, "days": days, "lock_timeout_ms": lock_timeout_ms},
+    )
+    row = cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def drop_oldest_attempt_partition(
+    cur: Cursor, *, cutoff: datetime, lock_timeout_ms: int
+) -> str | None:
+    """Drop the oldest partition that ends at or before ``cutoff``; its name, or None."""
+    cur.execute(
+        sql("drop_oldest_attempt_partition"),
+        {"cutoff": cutoff, "lock_timeout_ms": lock_timeout_ms},
+    )
+    row = cur.fetchone()
+    assert row is not None
+    return None if row[0] is None else str(row[0])
+
+
+def prune_default_attempts(cur: Cursor, *, cutoff: datetime, batch_size: int) -> int:
+    cur.execute(sql("prune_default_attempts"), {"cutoff": cutoff, "batch_size": batch_size})
+    return int(cur.rowcount)
+
+
+def prune_delivered_messages(cur: Cursor, *, cutoff: datetime, batch_size: int) -> PrunedBatch:
+    cur.execute(sql("prune_delivered_messages"), {"cutoff": cutoff, "batch_size": batch_size})
+    return _pruned(cur)
+
+
+def prune_dead_letters(cur: Cursor, *, cutoff: datetime, batch_size: int) -> PrunedBatch:
+    cur.execute(sql("prune_dead_letters"), {"cutoff": cutoff, "batch_size": batch_size})
+    return _pruned(cur)
+
+
+def _pruned(cur: Cursor) -> PrunedBatch:
+    row = cur.fetchone()
+    assert row is not None
+    return PrunedBatch(messages=int(row[0]), events=int(row[1]))
