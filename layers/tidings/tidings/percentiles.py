@@ -28,6 +28,9 @@ from tidings.dal.maintenance import EndpointPercentiles, PercentilesState
 
 BUCKET_GROWTH = 1.02
 MAX_RELATIVE_ERROR = (BUCKET_GROWTH - 1) / (BUCKET_GROWTH + 1)
+# Buckets are also summed in groups of this many, so that finding a percentile reads the few
+# group sums of an endpoint and then one group's buckets, not every bucket.
+GROUP_SIZE = 8
 
 
 def bucket_of(latency_ms: int) -> int:
@@ -54,14 +57,13 @@ def floor_minute(moment: datetime) -> datetime:
 class RollupPlan:
     """What one percentiles run reads and where its window starts.
 
-    ``rebuild``: the window histogram is rebuilt from the attempts (first run, or the window's
-    length changed). ``reroll_from``: the attempts read start here. The window histogram moves
-    from ``old_window_from`` to ``window_from``.
+    ``rebuild``: the histograms are rebuilt from the attempts (first run, the window's length
+    changed, or time went backwards). ``reroll_from``: the attempts read start here.
+    ``window_from``: the window's new first minute.
     """
 
     rebuild: bool
     reroll_from: datetime
-    old_window_from: datetime
     window_from: datetime
 
 
@@ -79,12 +81,11 @@ def plan_rollup(
         or state.window_s != window_s
         or state.window_from > window_from
     ):
-        return RollupPlan(True, window_from, window_from, window_from)
+        return RollupPlan(True, window_from, window_from)
     reroll_from = floor_minute(min(state.rolled_to, now) - timedelta(seconds=margin_s))
     return RollupPlan(
         rebuild=False,
         reroll_from=max(reroll_from, window_from),
-        old_window_from=state.window_from,
         window_from=window_from,
     )
 
@@ -125,16 +126,20 @@ def refresh_percentiles(cur: Cursor, settings: Settings, now: datetime) -> Perce
         margin_s=settings.percentiles_rollup_margin_s,
     )
     if plan.rebuild:
-        maintenance.reset_latency_window(cur, plan.window_from)
-    maintenance.advance_latency_window(
-        cur,
-        now=now,
-        reroll_from=plan.reroll_from,
-        old_window_from=plan.old_window_from,
-        window_from=plan.window_from,
-        growth=BUCKET_GROWTH,
-    )
-    maintenance.trim_latency_buckets(cur, plan.window_from)
+        maintenance.allow_large_rollup(cur)
+        maintenance.reset_latency_window(cur)
+        maintenance.rebuild_latency_window(
+            cur, now=now, window_from=plan.window_from, growth=BUCKET_GROWTH, group_size=GROUP_SIZE
+        )
+    else:
+        maintenance.advance_latency_window(
+            cur,
+            now=now,
+            reroll_from=plan.reroll_from,
+            window_from=plan.window_from,
+            growth=BUCKET_GROWTH,
+            group_size=GROUP_SIZE,
+        )
     maintenance.save_percentiles_state(
         cur,
         rolled_to=now if plan.rebuild or state.rolled_to is None else max(now, state.rolled_to),
@@ -145,6 +150,7 @@ def refresh_percentiles(cur: Cursor, settings: Settings, now: datetime) -> Perce
         cur,
         now=now,
         growth=BUCKET_GROWTH,
+        group_size=GROUP_SIZE,
         slow_p95_ms=settings.circuit_slow_p95_ms,
         slow_threshold=settings.circuit_slow_failure_threshold,
         normal_threshold=settings.circuit_failure_threshold,

@@ -55,8 +55,25 @@ def lock_percentiles_state(cur: Cursor) -> PercentilesState:
     return PercentilesState(rolled_to, window_from, window_s)
 
 
-def reset_latency_window(cur: Cursor, window_from: datetime) -> None:
-    cur.execute(sql("reset_latency_window"), {"window_from": window_from})
+def reset_latency_window(cur: Cursor) -> None:
+    cur.execute(sql("reset_latency_window"))
+
+
+def rebuild_latency_window(
+    cur: Cursor, *, now: datetime, window_from: datetime, growth: float, group_size: int
+) -> None:
+    cur.execute(
+        sql("rebuild_latency_window"),
+        {
+            "now": now,
+            "reroll_from": window_from,
+            "growth": growth,
+            "group_size": group_size,
+        },
+    )
+    # The roll-ups that follow find their rows by minute; without fresh statistics the planner
+    # would take a day of rows for a few minutes and scan them all.
+    cur.execute(sql("analyze_latency_histograms"))
 
 
 def advance_latency_window(
@@ -64,24 +81,45 @@ def advance_latency_window(
     *,
     now: datetime,
     reroll_from: datetime,
-    old_window_from: datetime,
     window_from: datetime,
     growth: float,
-) -> None:
+    group_size: int,
+) -> int:
+    """Roll up and move the window (deleting the minutes that left it); returns how many window
+    rows it emptied (and deleted)."""
     cur.execute(
         sql("advance_latency_window"),
         {
             "now": now,
             "reroll_from": reroll_from,
-            "old_window_from": old_window_from,
             "window_from": window_from,
             "growth": growth,
+            "group_size": group_size,
         },
     )
+    emptied = cur.fetchall()
+    if emptied:
+        fine = [(endpoint_id, key) for level, endpoint_id, key in emptied if level == "fine"]
+        coarse = [(endpoint_id, key) for level, endpoint_id, key in emptied if level == "coarse"]
+        cur.execute(
+            sql("delete_emptied_latency_window"),
+            {
+                "endpoint_ids": [endpoint_id for endpoint_id, _ in fine],
+                "buckets": [bucket for _, bucket in fine],
+                "group_endpoint_ids": [endpoint_id for endpoint_id, _ in coarse],
+                "groups": [group for _, group in coarse],
+            },
+        )
+    return len(emptied)
 
 
-def trim_latency_buckets(cur: Cursor, window_from: datetime) -> None:
-    cur.execute(sql("trim_latency_buckets"), {"window_from": window_from})
+def allow_large_rollup(
+    cur: Cursor, *, work_mem: str = "128MB", statement_timeout_ms: int = 600_000
+) -> None:
+    cur.execute(
+        sql("allow_large_rollup"),
+        {"work_mem": work_mem, "statement_timeout_ms": str(statement_timeout_ms)},
+    )
 
 
 def save_percentiles_state(
@@ -98,6 +136,7 @@ def update_endpoint_percentiles(
     *,
     now: datetime,
     growth: float,
+    group_size: int,
     slow_p95_ms: float,
     slow_threshold: int,
     normal_threshold: int,
@@ -109,6 +148,7 @@ def update_endpoint_percentiles(
         {
             "now": now,
             "growth": growth,
+            "group_size": group_size,
             "slow_p95_ms": slow_p95_ms,
             "slow_threshold": slow_threshold,
             "normal_threshold": normal_threshold,

@@ -8,9 +8,13 @@ CREATE TABLE tidings.latency_buckets (
     minute       timestamptz NOT NULL,
     bucket       smallint NOT NULL,
     n            integer NOT NULL CHECK (n > 0),
-    PRIMARY KEY (endpoint_id, minute, bucket)
+    -- Minute first: every read and delete is a range of minutes.
+    PRIMARY KEY (minute, endpoint_id, bucket)
 );
-CREATE INDEX latency_buckets_by_minute ON tidings.latency_buckets (minute);
+
+-- The roll-up reads the attempts of the last minutes of all endpoints. Attempts arrive in time
+-- order, so a BRIN index finds them for almost nothing on the senders' insert path.
+CREATE INDEX attempts_by_time ON tidings.attempts USING brin (attempted_at);
 
 -- The sum of latency_buckets over the minutes of the rolling window, kept up to date
 -- incrementally (minutes entering are added, minutes leaving subtracted), so that computing
@@ -21,7 +25,18 @@ CREATE TABLE tidings.latency_window (
     bucket       smallint NOT NULL,
     n            integer NOT NULL,
     PRIMARY KEY (endpoint_id, bucket)
-);
+) WITH (fillfactor = 50);
+
+-- The window histogram summed over groups of consecutive buckets (group g holds buckets
+-- [g * size, (g + 1) * size) for the size tidings.percentiles names): the cumulative counts of a
+-- few groups find the group holding a percentile, and only that group's buckets are read.
+-- Both window tables leave room in their pages so that their counts change by HOT updates.
+CREATE TABLE tidings.latency_window_coarse (
+    endpoint_id  bigint NOT NULL,
+    grp          smallint NOT NULL,
+    n            integer NOT NULL,
+    PRIMARY KEY (endpoint_id, grp)
+) WITH (fillfactor = 50);
 
 -- What a scheduled job remembers between runs (watermarks, counts seen last time).
 CREATE TABLE tidings.job_state (

@@ -6,18 +6,19 @@ ON CONFLICT (job) DO UPDATE SET updated_at = s.updated_at
 RETURNING s.rolled_to, s.window_from, s.window_s;
 
 -- name: reset_latency_window
--- Forgets the window histogram and the minute histograms from window_from on, before they are
--- rebuilt from the attempts (first run, or the window's length changed).
+-- Forgets the window histograms and the minute histograms before they are rebuilt from the
+-- attempts (first run, or the window's length changed).
 WITH minutes AS (
-    DELETE FROM tidings.latency_buckets WHERE minute >= %(window_from)s
+    DELETE FROM tidings.latency_buckets
+),
+coarse AS (
+    DELETE FROM tidings.latency_window_coarse
 )
 DELETE FROM tidings.latency_window;
 
--- name: advance_latency_window
--- Rolls the attempts made in [reroll_from, now) up into per-minute log-scale histograms
--- (re-reading the minutes already rolled, since attempts may commit late, and storing counts
--- idempotently), then moves the window histogram forward: adds what changed in the minutes from
--- window_from on, and subtracts the minutes in [old_window_from, window_from) that left it.
+-- name: rebuild_latency_window
+-- Rolls every attempt made in [reroll_from, now) up into per-minute log-scale histograms and
+-- sums them into the window histograms (after reset_latency_window emptied them).
 WITH fresh AS (
     SELECT a.endpoint_id,
            date_trunc('minute', a.attempted_at) AS minute,
@@ -31,43 +32,109 @@ WITH fresh AS (
       AND a.response_ms IS NOT NULL
     GROUP BY 1, 2, 3
 ),
-previous AS (
-    SELECT b.endpoint_id, b.minute, b.bucket, b.n
-    FROM tidings.latency_buckets b
-    WHERE b.minute >= %(reroll_from)s
+stored AS (
+    INSERT INTO tidings.latency_buckets (minute, endpoint_id, bucket, n)
+    SELECT minute, endpoint_id, bucket, n FROM fresh
+),
+fine AS (
+    INSERT INTO tidings.latency_window (endpoint_id, bucket, n)
+    SELECT endpoint_id, bucket, sum(n) FROM fresh GROUP BY endpoint_id, bucket
+    RETURNING endpoint_id, bucket, n
+)
+INSERT INTO tidings.latency_window_coarse (endpoint_id, grp, n)
+SELECT endpoint_id, (bucket + %(group_size)s) / %(group_size)s - 1, sum(n)
+FROM fine
+GROUP BY 1, 2;
+
+-- name: advance_latency_window
+-- Rolls the attempts made in [reroll_from, now) up into per-minute log-scale histograms
+-- (re-reading the minutes already rolled, since attempts may commit late, and storing only the
+-- counts that changed, so re-reading never double counts), then moves the window histograms
+-- forward: adds what changed in the minutes from window_from on, and subtracts (and deletes) the
+-- minutes before window_from, which left the window. Returns the window rows it emptied.
+WITH fresh AS (
+    SELECT a.endpoint_id,
+           date_trunc('minute', a.attempted_at) AS minute,
+           CASE WHEN a.response_ms <= 0 THEN -1
+                ELSE floor(ln(a.response_ms::double precision) / ln(%(growth)s))
+           END::smallint AS bucket,
+           count(*)::integer AS n
+    FROM tidings.attempts a
+    WHERE a.attempted_at >= %(reroll_from)s
+      AND a.attempted_at < %(now)s
+      AND a.response_ms IS NOT NULL
+    GROUP BY 1, 2, 3
+),
+changed AS (
+    SELECT f.endpoint_id, f.minute, f.bucket, f.n, f.n - coalesce(p.n, 0) AS delta
+    FROM fresh f
+    LEFT JOIN tidings.latency_buckets p
+        ON p.minute = f.minute AND p.endpoint_id = f.endpoint_id AND p.bucket = f.bucket
+           AND p.minute >= %(reroll_from)s
+    WHERE f.n IS DISTINCT FROM p.n
 ),
 stored AS (
-    INSERT INTO tidings.latency_buckets AS b (endpoint_id, minute, bucket, n)
-    SELECT endpoint_id, minute, bucket, n FROM fresh
-    ON CONFLICT (endpoint_id, minute, bucket) DO UPDATE SET n = excluded.n
-    WHERE b.n <> excluded.n
+    INSERT INTO tidings.latency_buckets AS b (minute, endpoint_id, bucket, n)
+    SELECT minute, endpoint_id, bucket, n FROM changed
+    ON CONFLICT (minute, endpoint_id, bucket) DO UPDATE SET n = excluded.n
+),
+-- The table holds only the window's minutes, so what is older than its new start is what leaves.
+leaving AS (
+    DELETE FROM tidings.latency_buckets
+    WHERE minute < %(window_from)s
+    RETURNING endpoint_id, bucket, n
 ),
 change AS (
-    SELECT f.endpoint_id, f.bucket, f.n - coalesce(p.n, 0) AS n
-    FROM fresh f
-    LEFT JOIN previous p USING (endpoint_id, minute, bucket)
-    WHERE f.minute >= %(window_from)s
+    SELECT endpoint_id, bucket, delta AS n
+    FROM changed
+    WHERE minute >= %(window_from)s
     UNION ALL
-    SELECT b.endpoint_id, b.bucket, -b.n
-    FROM tidings.latency_buckets b
-    WHERE b.minute >= %(old_window_from)s AND b.minute < %(window_from)s
+    SELECT endpoint_id, bucket, -n FROM leaving
 ),
 net AS (
     SELECT endpoint_id, bucket, sum(n)::integer AS n
     FROM change
     GROUP BY endpoint_id, bucket
     HAVING sum(n) <> 0
+),
+moved AS (
+    INSERT INTO tidings.latency_window AS w (endpoint_id, bucket, n)
+    SELECT endpoint_id, bucket, n FROM net
+    ON CONFLICT (endpoint_id, bucket) DO UPDATE SET n = w.n + excluded.n
+    RETURNING w.endpoint_id, w.bucket, w.n
+),
+moved_coarse AS (
+    INSERT INTO tidings.latency_window_coarse AS c (endpoint_id, grp, n)
+    SELECT endpoint_id, (bucket + %(group_size)s) / %(group_size)s - 1, sum(n)
+    FROM net
+    GROUP BY 1, 2
+    ON CONFLICT (endpoint_id, grp) DO UPDATE SET n = c.n + excluded.n
+    RETURNING c.endpoint_id, c.grp, c.n
 )
-INSERT INTO tidings.latency_window AS w (endpoint_id, bucket, n)
-SELECT endpoint_id, bucket, n FROM net
-ON CONFLICT (endpoint_id, bucket) DO UPDATE SET n = w.n + excluded.n;
+SELECT 'fine' AS level, endpoint_id, bucket FROM moved WHERE n = 0
+UNION ALL
+SELECT 'coarse', endpoint_id, grp FROM moved_coarse WHERE n = 0;
 
--- name: trim_latency_buckets
--- Deletes the minute histograms that left the window and the window's emptied buckets.
-WITH emptied AS (
-    DELETE FROM tidings.latency_window WHERE n = 0
+-- name: delete_emptied_latency_window
+-- Deletes the window buckets and groups that the last advance emptied (parallel arrays).
+WITH fine AS (
+    DELETE FROM tidings.latency_window w
+    USING unnest(%(endpoint_ids)s::bigint[], %(buckets)s::smallint[]) AS e(endpoint_id, bucket)
+    WHERE w.endpoint_id = e.endpoint_id AND w.bucket = e.bucket AND w.n = 0
 )
-DELETE FROM tidings.latency_buckets WHERE minute < %(window_from)s;
+DELETE FROM tidings.latency_window_coarse c
+USING unnest(%(group_endpoint_ids)s::bigint[], %(groups)s::smallint[]) AS e(endpoint_id, grp)
+WHERE c.endpoint_id = e.endpoint_id AND c.grp = e.grp AND c.n = 0;
+
+-- name: analyze_latency_histograms
+-- Refreshes the planner's statistics of the histograms after a rebuild filled them.
+ANALYZE tidings.latency_buckets, tidings.latency_window, tidings.latency_window_coarse;
+
+-- name: allow_large_rollup
+-- Gives this transaction more memory for sorts and hashes and more time, for the roll-up of a
+-- whole window.
+SELECT set_config('work_mem', %(work_mem)s, true),
+       set_config('statement_timeout', %(statement_timeout_ms)s, true);
 
 -- name: save_percentiles_state
 -- Records how far the percentiles job rolled up and which window its histogram holds.
@@ -82,25 +149,54 @@ WHERE job = 'percentiles';
 SELECT endpoint_id FROM tidings.endpoint_health ORDER BY endpoint_id FOR UPDATE;
 
 -- name: update_endpoint_percentiles
--- Computes p50/p95/p99 and the sample count of every endpoint from the window histogram in one
--- pass (cumulative counts per endpoint; a percentile is the first bucket whose cumulative count
--- reaches q of the total, reported as the bucket's error-balancing midpoint) and writes them with
--- the failure threshold that follows from p95. Endpoints without samples get NULL percentiles and
--- the normal threshold. Returns each endpoint's figures and its previous threshold.
-WITH ranked AS (
-    SELECT endpoint_id, bucket,
-           sum(n) OVER (PARTITION BY endpoint_id ORDER BY bucket) AS cumulative,
+-- Computes p50/p95/p99 and the sample count of every endpoint from the window histograms and
+-- writes them with the failure threshold that follows from p95. A percentile is the first bucket
+-- whose cumulative count reaches q of the total: the group of buckets holding it is found from
+-- cumulative group counts, then the bucket by a short scan inside that group. It is reported as
+-- the bucket's error-balancing point. Endpoints without samples get NULL percentiles and the
+-- normal threshold. Returns each endpoint's figures and its previous threshold.
+WITH coarse AS (
+    SELECT endpoint_id, grp, n,
+           sum(n) OVER (PARTITION BY endpoint_id ORDER BY grp) AS cumulative,
            sum(n) OVER (PARTITION BY endpoint_id) AS total
-    FROM tidings.latency_window
+    FROM tidings.latency_window_coarse
     WHERE n > 0
+),
+-- Per endpoint and percentile: {group, count before the group} of the first group whose
+-- cumulative count reaches the rank (the smallest such array is the smallest group).
+target AS (
+    SELECT endpoint_id,
+           max(total) AS total,
+           min(ARRAY[grp, cumulative - n]) FILTER (WHERE cumulative * 100 >= total * 50) AS t50,
+           min(ARRAY[grp, cumulative - n]) FILTER (WHERE cumulative * 100 >= total * 95) AS t95,
+           min(ARRAY[grp, cumulative - n]) FILTER (WHERE cumulative * 100 >= total * 99) AS t99
+    FROM coarse
+    GROUP BY endpoint_id
+),
+located AS (
+    SELECT t.endpoint_id, q.pct, t.total, f.bucket
+    FROM target t
+    CROSS JOIN LATERAL (VALUES (50, t.t50), (95, t.t95), (99, t.t99)) AS q(pct, found)
+    CROSS JOIN LATERAL (
+        SELECT w.bucket
+        FROM (SELECT bucket, sum(n) OVER (ORDER BY bucket) AS running
+              FROM tidings.latency_window
+              WHERE endpoint_id = t.endpoint_id
+                AND bucket >= q.found[1] * %(group_size)s
+                AND bucket < (q.found[1] + 1) * %(group_size)s
+                AND n > 0) w
+        WHERE (q.found[2] + w.running) * 100 >= t.total * q.pct
+        ORDER BY w.bucket
+        LIMIT 1
+    ) f
 ),
 picked AS (
     SELECT endpoint_id,
            max(total)::integer AS samples,
-           min(bucket) FILTER (WHERE cumulative >= 0.50 * total) AS b50,
-           min(bucket) FILTER (WHERE cumulative >= 0.95 * total) AS b95,
-           min(bucket) FILTER (WHERE cumulative >= 0.99 * total) AS b99
-    FROM ranked
+           max(bucket) FILTER (WHERE pct = 50) AS b50,
+           max(bucket) FILTER (WHERE pct = 95) AS b95,
+           max(bucket) FILTER (WHERE pct = 99) AS b99
+    FROM located
     GROUP BY endpoint_id
 ),
 figures AS (
