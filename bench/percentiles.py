@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import psycopg2
@@ -49,7 +50,7 @@ def server_dsn() -> Iterator[str]:
     import pgserver
 
     folder = Path(tempfile.mkdtemp(prefix="tidings-bench-pg-"))
-    server = pgserver.get_server(folder, cleanup_mode="delete")
+    server = pgserver.get_server(folder, cleanup_mode="delete")  # type: ignore[attr-defined]
     try:
         yield server.get_uri()
     finally:
@@ -174,9 +175,8 @@ def main() -> None:
         for _ in range(args.runs):
             seed_attempts(db, per_schedule, now, now + SCHEDULE)
             now += SCHEDULE
-            moment = now
             started = time.perf_counter()
-            db.run(lambda cur: refresh_percentiles(cur, settings, moment), transaction=True)
+            db.run(partial(refresh_percentiles, settings=settings, now=now), transaction=True)
             timings.append(time.perf_counter() - started)
         refresh_s = statistics.median(timings)
 

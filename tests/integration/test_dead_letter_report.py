@@ -10,6 +10,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from moto import mock_aws
 
+from tests.integration.scheduled_support import (
+    LambdaContext,
+    SnsInbox,
+    aws_test_environment,
+    load_handler,
+    make_messages,
+)
+from tests.support.seed import make_endpoint
 from tidings import wiring
 from tidings.config import Settings
 from tidings.dal.connection import Database
@@ -21,14 +29,6 @@ from tidings.dead_letter_report import (
     publish_report,
 )
 from tidings.notify import SnsNotifier
-from tests.integration.scheduled_support import (
-    LambdaContext,
-    SnsInbox,
-    aws_test_environment,
-    load_handler,
-    make_messages,
-)
-from tests.support.seed import make_endpoint
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 HOUR = 3600.0
@@ -72,16 +72,31 @@ def test_each_pattern_is_recognised(db: Database) -> None:
         )
     # Outage: 8 dead letters within 7 minutes, all 503s and timeouts.
     base = NOW - timedelta(minutes=40)
-    dead_letters(db, outage, [base + timedelta(minutes=m) for m in range(6)], error="http_503", status=503)
-    dead_letters(db, outage, [base + timedelta(minutes=7)] * 2, error="timeout", status=None, attempts=4)
+    dead_letters(
+        db, outage, [base + timedelta(minutes=m) for m in range(6)], error="http_503", status=503
+    )
+    dead_letters(
+        db, outage, [base + timedelta(minutes=7)] * 2, error="timeout", status=None, attempts=4
+    )
     # Credentials: 3 of 4 refused with 401/403.
-    dead_letters(db, creds, [NOW - timedelta(minutes=50)] * 2, error="http_401", status=401, attempts=1)
+    dead_letters(
+        db, creds, [NOW - timedelta(minutes=50)] * 2, error="http_401", status=401, attempts=1
+    )
     dead_letters(db, creds, [NOW - timedelta(minutes=20)], error="http_403", status=403, attempts=1)
     dead_letters(db, creds, [NOW - timedelta(minutes=10)], error="http_500", status=500)
     # Rate limited: 429s.
-    dead_letters(db, limited, [NOW - timedelta(minutes=m) for m in (55, 30, 5)], error="http_429", status=429)
+    dead_letters(
+        db, limited, [NOW - timedelta(minutes=m) for m in (55, 30, 5)], error="http_429", status=429
+    )
     # Slow accumulation: 3 spread over the hour (too few for an outage anyway).
-    dead_letters(db, trickle, [NOW - timedelta(minutes=m) for m in (58, 31, 2)], error="http_400", status=400, attempts=1)
+    dead_letters(
+        db,
+        trickle,
+        [NOW - timedelta(minutes=m) for m in (58, 31, 2)],
+        error="http_400",
+        status=400,
+        attempts=1,
+    )
     # Outside the window: not reported.
     dead_letters(db, quiet, [NOW - timedelta(hours=2)], error="http_500", status=500)
     dead_letters(db, quiet, [NOW + timedelta(minutes=1)], error="http_500", status=500)
@@ -117,7 +132,9 @@ def test_rules_come_from_settings() -> None:
 def test_a_cluster_spread_wider_than_the_span_is_slow_accumulation(db: Database) -> None:
     with db.cursor() as cur:
         endpoint = make_endpoint(cur)
-    dead_letters(db, endpoint, [NOW - timedelta(minutes=10 * m) for m in range(6)], error="x", status=500)
+    dead_letters(
+        db, endpoint, [NOW - timedelta(minutes=10 * m) for m in range(6)], error="x", status=500
+    )
     with db.cursor() as cur:
         (entry,) = build_report(cur, HOUR, NOW).endpoints
         assert entry.pattern is Pattern.SLOW_ACCUMULATION
@@ -129,7 +146,9 @@ def test_a_cluster_spread_wider_than_the_span_is_slow_accumulation(db: Database)
 def test_published_report_is_readable_and_carries_json(db: Database, inbox: SnsInbox) -> None:
     with db.cursor() as cur:
         endpoint = make_endpoint(cur, "https://creds.example/hook")
-    dead_letters(db, endpoint, [NOW - timedelta(minutes=5)] * 2, error="http_401", status=401, attempts=1)
+    dead_letters(
+        db, endpoint, [NOW - timedelta(minutes=5)] * 2, error="http_401", status=401, attempts=1
+    )
     with db.cursor() as cur:
         report = build_report(cur, HOUR, NOW)
     assert publish_report(SnsNotifier(inbox.topic_arn), report) is not None
@@ -138,7 +157,10 @@ def test_published_report_is_readable_and_carries_json(db: Database, inbox: SnsI
     assert notification["Subject"] == "[Tidings] 2 dead letters on 1 endpoint in the last 1 h"
     text, marker, structured = notification["Message"].partition(f"\n\n{JSON_MARKER}\n")
     assert marker
-    assert f"Endpoint {endpoint} (https://creds.example/hook): 2 dead letter(s), credentials changed" in text
+    assert (
+        f"Endpoint {endpoint} (https://creds.example/hook): 2 dead letter(s), credentials changed"
+        in text
+    )
     assert "signing secret" in text
     data = json.loads(structured)
     assert data == report.to_dict()
@@ -164,7 +186,9 @@ def test_handler_reports_the_last_hour(database_url: str, inbox: SnsInbox) -> No
     db = Database(database_url)
     with db.cursor() as cur:
         endpoint = make_endpoint(cur)
-    dead_letters(db, endpoint, [datetime.now(UTC) - timedelta(minutes=3)], error="http_429", status=429)
+    dead_letters(
+        db, endpoint, [datetime.now(UTC) - timedelta(minutes=3)], error="http_429", status=429
+    )
     db.close()
     app = load_handler("dead_letter_report")
     with wiring.overridden(

@@ -11,12 +11,6 @@ from typing import Any
 import pytest
 from moto import mock_aws
 
-from tidings import wiring
-from tidings.config import Settings
-from tidings.dal import reports
-from tidings.dal.connection import Database
-from tidings.health import health_summary, run_monitor
-from tidings.notify import SnsNotifier
 from tests.integration.scheduled_support import (
     LambdaContext,
     SnsInbox,
@@ -26,6 +20,12 @@ from tests.integration.scheduled_support import (
     make_messages,
 )
 from tests.support.seed import make_endpoint
+from tidings import wiring
+from tidings.config import Settings
+from tidings.dal import reports
+from tidings.dal.connection import Database
+from tidings.health import health_summary, run_monitor
+from tidings.notify import SnsNotifier
 
 SETTINGS = Settings()
 
@@ -72,11 +72,21 @@ def test_summary_counts_what_was_made(db: Database) -> None:
             (now - timedelta(hours=2), 1),
         ):
             make_messages(
-                cur, endpoint, count, status="delivered", created_at=created, delivered_at=delivered_at
+                cur,
+                endpoint,
+                count,
+                status="delivered",
+                created_at=created,
+                delivered_at=delivered_at,
             )
         insert_attempts(cur, endpoint, [now - timedelta(minutes=m) for m in (1, 2, 3)], [5, 6, 7])
         insert_attempts(
-            cur, endpoint, [now - timedelta(minutes=4)], [None], status_code=None, error_class="timeout"
+            cur,
+            endpoint,
+            [now - timedelta(minutes=4)],
+            [None],
+            status_code=None,
+            error_class="timeout",
         )
         insert_attempts(cur, endpoint, [now - timedelta(minutes=5)], [9], status_code=503)
         insert_attempts(cur, endpoint, [now - timedelta(hours=3)], [9], status_code=503)
@@ -101,8 +111,8 @@ def test_circuit_alert_fires_once_and_resolves_once(db: Database, inbox: SnsInbo
         make_endpoint(cur, "https://fine.example/hook")
     execute(
         db,
-        "UPDATE tidings.endpoint_health SET state = 'open', opened_at = %s, consecutive_failures = 10"
-        " WHERE endpoint_id = %s",
+        "UPDATE tidings.endpoint_health SET state = 'open', opened_at = %s,"
+        " consecutive_failures = 10 WHERE endpoint_id = %s",
         now,
         endpoint,
     )
@@ -114,12 +124,17 @@ def test_circuit_alert_fires_once_and_resolves_once(db: Database, inbox: SnsInbo
         assert monitor(db, inbox, now + timedelta(minutes=minutes)) == []
 
     # Half open is still not closed: nothing new.
-    execute(db, "UPDATE tidings.endpoint_health SET state = 'half_open' WHERE endpoint_id = %s", endpoint)
+    execute(
+        db,
+        "UPDATE tidings.endpoint_health SET state = 'half_open' WHERE endpoint_id = %s",
+        endpoint,
+    )
     assert monitor(db, inbox, now + timedelta(minutes=15)) == []
 
     execute(
         db,
-        "UPDATE tidings.endpoint_health SET state = 'closed', opened_at = NULL WHERE endpoint_id = %s",
+        "UPDATE tidings.endpoint_health SET state = 'closed', opened_at = NULL"
+        " WHERE endpoint_id = %s",
         endpoint,
     )
     assert monitor(db, inbox, now + timedelta(minutes=20)) == [
@@ -145,7 +160,8 @@ def test_alert_message_carries_readable_text_and_json(db: Database, inbox: SnsIn
         endpoint = make_endpoint(cur)
     execute(
         db,
-        "UPDATE tidings.endpoint_health SET p95_ms = 2600, sample_count = 20 WHERE endpoint_id = %s",
+        "UPDATE tidings.endpoint_health SET p95_ms = 2600, sample_count = 20"
+        " WHERE endpoint_id = %s",
         endpoint,
     )
     run_monitor(db, SnsNotifier(inbox.topic_arn), SETTINGS, now)
@@ -168,13 +184,15 @@ def test_slow_endpoint_needs_enough_samples(db: Database, inbox: SnsInbox) -> No
         endpoint = make_endpoint(cur)
     execute(
         db,
-        "UPDATE tidings.endpoint_health SET p95_ms = 9000, sample_count = 19 WHERE endpoint_id = %s",
+        "UPDATE tidings.endpoint_health SET p95_ms = 9000, sample_count = 19"
+        " WHERE endpoint_id = %s",
         endpoint,
     )
     assert monitor(db, inbox, now) == []
     execute(
         db,
-        "UPDATE tidings.endpoint_health SET p95_ms = 2000, sample_count = 500 WHERE endpoint_id = %s",
+        "UPDATE tidings.endpoint_health SET p95_ms = 2000, sample_count = 500"
+        " WHERE endpoint_id = %s",
         endpoint,
     )
     assert monitor(db, inbox, now) == []
@@ -236,7 +254,13 @@ def test_endpoints_failing_for_five_days_are_disabled(db: Database, inbox: SnsIn
             status_code=500,
         )
         # recent: failing for 4 days only.
-        insert_attempts(cur, recent, [now - timedelta(days=4), now - timedelta(minutes=3)], [5, 5], status_code=500)
+        insert_attempts(
+            cur,
+            recent,
+            [now - timedelta(days=4), now - timedelta(minutes=3)],
+            [5, 5],
+            status_code=500,
+        )
         # healthy: failed long ago, succeeded since.
         insert_attempts(cur, healthy, [now - timedelta(days=6)], [5], status_code=500)
         cur.execute(
@@ -280,7 +304,9 @@ def test_endpoints_failing_for_five_days_are_disabled(db: Database, inbox: SnsIn
     )
     monitor(db, inbox, now + timedelta(minutes=10))
     with db.cursor() as cur:
-        cur.execute("SELECT failing_since FROM tidings.endpoint_health WHERE endpoint_id = %s", (recent,))
+        cur.execute(
+            "SELECT failing_since FROM tidings.endpoint_health WHERE endpoint_id = %s", (recent,)
+        )
         assert cur.fetchone() == (None,)
 
 
@@ -289,9 +315,7 @@ def test_overlapping_runs_send_each_alert_once(database_url: str, inbox: SnsInbo
     setup = Database(database_url)
     with setup.cursor() as cur:
         endpoints = [make_endpoint(cur, f"https://r{i}.example/") for i in range(5)]
-        cur.execute(
-            "UPDATE tidings.endpoint_health SET state = 'open', opened_at = %s", (now,)
-        )
+        cur.execute("UPDATE tidings.endpoint_health SET state = 'open', opened_at = %s", (now,))
     setup.close()
     notifier = SnsNotifier(inbox.topic_arn)
     barrier = threading.Barrier(4)
@@ -333,9 +357,7 @@ def test_an_alert_that_could_not_be_sent_is_sent_next_time(db: Database, inbox: 
     now = datetime.now(UTC)
     with db.cursor() as cur:
         endpoint = make_endpoint(cur)
-        cur.execute(
-            "UPDATE tidings.endpoint_health SET state = 'open', opened_at = %s", (now,)
-        )
+        cur.execute("UPDATE tidings.endpoint_health SET state = 'open', opened_at = %s", (now,))
     notifier = FlakyNotifier(SnsNotifier(inbox.topic_arn))
     with pytest.raises(ConnectionError, match="SNS unreachable"):
         run_monitor(db, notifier, SETTINGS, now)
@@ -363,9 +385,7 @@ def test_handler_emits_metrics_and_alerts(
     with setup.cursor() as cur:
         endpoint = make_endpoint(cur)
         make_messages(cur, endpoint, 2)
-        cur.execute(
-            "UPDATE tidings.endpoint_health SET state = 'open', opened_at = now()"
-        )
+        cur.execute("UPDATE tidings.endpoint_health SET state = 'open', opened_at = now()")
     setup.close()
     app = load_handler("health_monitor")
     with wiring.overridden(

@@ -9,6 +9,8 @@ from fractions import Fraction
 
 import pytest
 
+from tests.integration.scheduled_support import insert_attempts
+from tests.support.seed import make_endpoint
 from tidings.config import Settings
 from tidings.dal.connection import Database
 from tidings.percentiles import (
@@ -18,8 +20,6 @@ from tidings.percentiles import (
     floor_minute,
     refresh_percentiles,
 )
-from tests.integration.scheduled_support import insert_attempts
-from tests.support.seed import make_endpoint
 
 NOW = datetime(2026, 11, 29, 12, 0, 30, tzinfo=UTC)
 SETTINGS = Settings()
@@ -179,7 +179,11 @@ def test_slow_endpoints_trip_sooner_and_recover(db: Database) -> None:
     with db.cursor() as cur:
         endpoint = make_endpoint(cur)
     # 20 answers of about 6 s in the last hour: p95 above 5 s.
-    add(db, endpoint, [(NOW - timedelta(minutes=50) + timedelta(seconds=i), 6000) for i in range(20)])
+    add(
+        db,
+        endpoint,
+        [(NOW - timedelta(minutes=50) + timedelta(seconds=i), 6000) for i in range(20)],
+    )
     first = refresh(db, NOW)
     (figures,) = first.threshold_changes()
     assert (figures.previous_threshold, figures.failure_threshold) == (10, 5)

@@ -8,10 +8,6 @@ from datetime import UTC, date, datetime, timedelta
 import psycopg2
 import pytest
 
-from tidings import wiring
-from tidings.config import Settings
-from tidings.dal.connection import Database
-from tidings.pruning import prune
 from tests.integration.scheduled_support import (
     LambdaContext,
     insert_attempts,
@@ -19,6 +15,10 @@ from tests.integration.scheduled_support import (
     make_messages,
 )
 from tests.support.seed import make_endpoint
+from tidings import wiring
+from tidings.config import Settings
+from tidings.dal.connection import Database
+from tidings.pruning import prune
 
 SETTINGS = Settings()
 
@@ -48,7 +48,9 @@ def test_old_attempt_partitions_go_whole_and_coming_ones_are_made(db: Database) 
     with db.cursor() as cur:
         endpoint = make_endpoint(cur)
         # Kept: made less than a day ago (in yesterday's partition), and today.
-        insert_attempts(cur, endpoint, [now - timedelta(hours=23), now - timedelta(hours=1)], [5, 5])
+        insert_attempts(
+            cur, endpoint, [now - timedelta(hours=23), now - timedelta(hours=1)], [5, 5]
+        )
         # Old: in partitions of days that ended more than a day ago.
         insert_attempts(cur, endpoint, [now - timedelta(days=d) for d in (2, 3, 4)], [5, 5, 5])
         # Old rows in the default partition (a day without a partition), and a recent one.
@@ -63,16 +65,25 @@ def test_old_attempt_partitions_go_whole_and_coming_ones_are_made(db: Database) 
         day_name(today - timedelta(days=d)) for d in (4, 3, 2)
     )
     after = partitions(db)
-    expected_days = [today + timedelta(days=d) for d in range(-1, SETTINGS.attempt_partitions_ahead_days + 1)]
+    expected_days = [
+        today + timedelta(days=d) for d in range(-1, SETTINGS.attempt_partitions_ahead_days + 1)
+    ]
     assert after == sorted(["attempts_default", *(day_name(d) for d in expected_days)])
     assert result.default_attempts_deleted == 2
     assert not result.partitions_deferred and result.complete
     with db.cursor() as cur:
         cur.execute("SELECT attempted_at FROM tidings.attempts ORDER BY attempted_at")
-        assert [row[0] for row in cur.fetchall()] == [now - timedelta(hours=23), now - timedelta(hours=1)]
+        assert [row[0] for row in cur.fetchall()] == [
+            now - timedelta(hours=23),
+            now - timedelta(hours=1),
+        ]
 
     again = prune(db, SETTINGS, now)
-    assert (again.partitions_created, again.partitions_dropped, again.default_attempts_deleted) == (0, (), 0)
+    assert (again.partitions_created, again.partitions_dropped, again.default_attempts_deleted) == (
+        0,
+        (),
+        0,
+    )
 
 
 def test_a_day_whose_rows_sit_in_the_default_partition_gets_no_partition(db: Database) -> None:
@@ -102,7 +113,9 @@ def test_a_busy_attempts_table_defers_the_drop(database_url: str) -> None:
     finally:
         blocker.rollback()
         blocker.close()
-    assert prune(db, SETTINGS, now).partitions_dropped == (day_name(now.date() - timedelta(days=3)),)
+    assert prune(db, SETTINGS, now).partitions_dropped == (
+        day_name(now.date() - timedelta(days=3)),
+    )
     db.close()
 
 
@@ -117,7 +130,7 @@ def test_messages_past_their_retention_go_in_batches_with_their_events(db: Datab
         new_delivered = make_messages(
             cur, a, 2, status="delivered", delivered_at=now - timedelta(days=6, hours=23)
         )
-        old_dead = make_messages(
+        make_messages(
             cur, a, 3, status="dead_letter", dead_lettered_at=now - timedelta(days=30, minutes=1)
         )
         new_dead = make_messages(
@@ -169,7 +182,9 @@ def test_rows_held_by_another_session_are_skipped(database_url: str) -> None:
     now = datetime.now(UTC)
     with db.cursor() as cur:
         endpoint = make_endpoint(cur)
-        ids = make_messages(cur, endpoint, 3, status="delivered", delivered_at=now - timedelta(days=8))
+        ids = make_messages(
+            cur, endpoint, 3, status="delivered", delivered_at=now - timedelta(days=8)
+        )
     holder = psycopg2.connect(database_url)
     try:
         with holder.cursor() as cur:

@@ -222,7 +222,16 @@ def dispatch(
         if not claimed:
             continue
         subject, body, attributes = firing_message(condition)
-        if _publish(cursor, notifier, condition.key, subject, body, attributes, failures, False):
+        if _publish(
+            cursor,
+            notifier,
+            key=condition.key,
+            subject=subject,
+            body=body,
+            attributes=attributes,
+            failures=failures,
+            was_firing=False,
+        ):
             fired.append(condition.key)
     for alert in plan.resolve:
         with cursor() as cur:
@@ -230,7 +239,16 @@ def dispatch(
         if not claimed:
             continue
         subject, body, attributes = resolved_message(alert, now)
-        if _publish(cursor, notifier, alert.alert_key, subject, body, attributes, failures, True):
+        if _publish(
+            cursor,
+            notifier,
+            key=alert.alert_key,
+            subject=subject,
+            body=body,
+            attributes=attributes,
+            failures=failures,
+            was_firing=True,
+        ):
             resolved.append(alert.alert_key)
     if failures:
         raise failures[0]
@@ -240,6 +258,7 @@ def dispatch(
 def _publish(
     cursor: Callable[[], AbstractContextManager[Cursor]],
     notifier: Notifier,
+    *,
     key: str,
     subject: str,
     body: str,

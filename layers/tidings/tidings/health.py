@@ -51,9 +51,7 @@ def health_summary(cur: Cursor, settings: Settings, now: datetime | None = None)
     figures = reports.queue_figures(
         cur, now=moment, since=moment - timedelta(seconds=settings.health_recent_s)
     )
-    return HealthSummary(
-        checked_at=moment, recent_s=settings.health_recent_s, **asdict(figures)
-    )
+    return HealthSummary(checked_at=moment, recent_s=settings.health_recent_s, **asdict(figures))
 
 
 _COUNTS = (
@@ -123,7 +121,10 @@ def run_monitor(
         for endpoint in disabled:
             logger.warning(
                 "endpoint disabled after failing too long",
-                extra={"endpoint_id": endpoint.endpoint_id, "failing_since": endpoint.failing_since},
+                extra={
+                    "endpoint_id": endpoint.endpoint_id,
+                    "failing_since": endpoint.failing_since,
+                },
             )
         summary = health_summary(cur, settings, moment)
         checkpoint = reports.monitor_checkpoint(cur)
