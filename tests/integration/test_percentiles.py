@@ -9,11 +9,13 @@ from fractions import Fraction
 
 import pytest
 
-from tests.integration.scheduled_support import insert_attempts
+from tests.integration.scheduled_support import LambdaContext, insert_attempts, load_handler
 from tests.support.seed import make_endpoint
+from tidings import wiring
 from tidings.config import Settings
 from tidings.dal.connection import Database
 from tidings.percentiles import (
+    GROUP_SIZE,
     MAX_RELATIVE_ERROR,
     PercentileRefresh,
     bucket_of,
@@ -153,12 +155,21 @@ def test_incremental_runs_keep_matching_as_the_window_moves(db: Database) -> Non
             (endpoint,),
         )
         histogram = dict(cur.fetchall())
+        cur.execute(
+            "SELECT grp, n FROM tidings.latency_window_coarse WHERE endpoint_id = %s",
+            (endpoint,),
+        )
+        groups = dict(cur.fetchall())
         cur.execute("SELECT min(minute) FROM tidings.latency_buckets")
         oldest_minute = cur.fetchone()
     expected: dict[int, int] = {}
     for ms in in_window(rows, now, window_s):
         expected[bucket_of(ms)] = expected.get(bucket_of(ms), 0) + 1
     assert histogram == expected
+    expected_groups: dict[int, int] = {}
+    for bucket, n in expected.items():
+        expected_groups[bucket // GROUP_SIZE] = expected_groups.get(bucket // GROUP_SIZE, 0) + n
+    assert {g: n for g, n in groups.items() if n} == expected_groups
     assert oldest_minute is not None and oldest_minute[0] == window_start(now, window_s)
 
 
@@ -206,3 +217,25 @@ def test_slow_endpoints_trip_sooner_and_recover(db: Database) -> None:
             (endpoint,),
         )
         assert cur.fetchone() == (10,)
+
+
+def test_handler_reports_slow_endpoints(database_url: str) -> None:
+    now = datetime.now(UTC)
+    db = Database(database_url)
+    with db.cursor() as cur:
+        slow = make_endpoint(cur, "https://slow.example/")
+        make_endpoint(cur, "https://fast.example/")
+    add(db, slow, [(now - timedelta(minutes=10), 2500)] * 25)
+    db.close()
+    app = load_handler("percentiles")
+    with wiring.overridden(
+        settings=SETTINGS.replace(database_url=database_url),
+        database_factory=lambda: Database(database_url),
+    ):
+        result = app.handler({}, LambdaContext())
+    assert result["endpoints"] == 2
+    (reported,) = result["slow_endpoints"]
+    assert reported["endpoint_id"] == slow
+    assert reported["sample_count"] == 25
+    assert reported["p95_ms"] == pytest.approx(2500, rel=MAX_RELATIVE_ERROR)
+    assert result["threshold_changes"] == []
