@@ -1,7 +1,12 @@
 -- name: lock_percentiles_state
 -- Takes (creating it on first use) and locks the percentiles job's state row for the transaction,
--- so overlapping runs of the job apply their histogram changes one after the other.
-INSERT INTO tidings.job_state AS s (job) VALUES ('percentiles')
+-- so overlapping runs of the job apply their histogram changes one after the other. The
+-- transaction commits without waiting for its WAL flush: if a crash lost it, the state and the
+-- histograms would be lost together and the next run would redo the same work.
+WITH relaxed AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+)
+INSERT INTO tidings.job_state AS s (job) SELECT 'percentiles' FROM relaxed
 ON CONFLICT (job) DO UPDATE SET updated_at = s.updated_at
 RETURNING s.rolled_to, s.window_from, s.window_s;
 
