@@ -110,7 +110,8 @@ CREATE INDEX messages_claimable ON tidings.messages (endpoint_id, next_attempt_a
 CREATE INDEX messages_dead_letters ON tidings.messages (endpoint_id, dead_lettered_at)
     WHERE status = 'dead_letter';
 CREATE INDEX messages_delivered ON tidings.messages (delivered_at) WHERE status = 'delivered';
-CREATE INDEX messages_by_event ON tidings.messages (event_ref);
+-- Look-ups by event use the unique (event_ref, endpoint_id) index; no index of its own, since
+-- every index is one more write on every status change of the hottest table.
 
 -- One row per HTTP attempt: the delivery log and the latency source. Partitioned by day so that
 -- pruning drops partitions; the default partition means an insert never fails for want of one.
