@@ -14,68 +14,20 @@ Run: ``python bench/percentiles.py`` (embedded PostgreSQL) or with ``DATABASE_UR
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import statistics
-import sys
-import tempfile
 import time
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from pathlib import Path
 
-import psycopg2
-import psycopg2.extensions
+from support import fresh_database, server_dsn
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "layers" / "tidings"))
-
-from tidings import migrations  # noqa: E402
-from tidings.config import Settings  # noqa: E402
-from tidings.dal.connection import Database  # noqa: E402
-from tidings.percentiles import MAX_RELATIVE_ERROR, floor_minute, refresh_percentiles  # noqa: E402
+from tidings.config import Settings
+from tidings.dal.connection import Database
+from tidings.percentiles import MAX_RELATIVE_ERROR, floor_minute, refresh_percentiles
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 SCHEDULE = timedelta(minutes=5)
-
-
-@contextlib.contextmanager
-def server_dsn() -> Iterator[str]:
-    if os.environ.get("DATABASE_URL"):
-        yield os.environ["DATABASE_URL"]
-        return
-    import pgserver
-
-    folder = Path(tempfile.mkdtemp(prefix="tidings-bench-pg-"))
-    server = pgserver.get_server(folder, cleanup_mode="delete")  # type: ignore[attr-defined]
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
-
-
-@contextlib.contextmanager
-def fresh_database(dsn: str) -> Iterator[str]:
-    name = f"tidings_bench_{uuid.uuid4().hex[:10]}"
-    admin = psycopg2.connect(dsn)
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {name}")
-    params = psycopg2.extensions.parse_dsn(dsn)
-    params["dbname"] = name
-    url = psycopg2.extensions.make_dsn(**params)
-    conn = psycopg2.connect(url)
-    migrations.migrate(conn)
-    conn.close()
-    try:
-        yield url
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.close()
 
 
 def seed_attempts(db: Database, count: int, start: datetime, end: datetime) -> None:
