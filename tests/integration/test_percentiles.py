@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
@@ -239,3 +240,65 @@ def test_handler_reports_slow_endpoints(database_url: str) -> None:
     assert reported["sample_count"] == 25
     assert reported["p95_ms"] == pytest.approx(2500, rel=MAX_RELATIVE_ERROR)
     assert result["threshold_changes"] == []
+
+
+def test_overlapping_runs_apply_their_changes_once(database_url: str) -> None:
+    rng = random.Random(5)
+    setup = Database(database_url)
+    with setup.cursor() as cur:
+        endpoint = make_endpoint(cur)
+    rows = random_attempts(rng, 1500, NOW - timedelta(hours=25), NOW, 200)
+    add(setup, endpoint, rows)
+    refresh(setup, NOW)
+    later = NOW + timedelta(minutes=5)
+    fresh = random_attempts(rng, 200, NOW - timedelta(minutes=2), later, 900)
+    add(setup, endpoint, fresh)
+    rows += fresh
+    barrier = threading.Barrier(3)
+    results: list[PercentileRefresh] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        db = Database(database_url)
+        try:
+            barrier.wait()
+            results.append(refresh(db, later))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            db.close()
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for result in results:
+        assert_close(result, endpoint, in_window(rows, later))
+    setup.close()
+
+
+def test_an_attempt_committed_after_the_margin_is_left_out_cleanly(db: Database) -> None:
+    """A straggler older than the re-read margin is never counted, so it is never subtracted
+    either: the histogram stays equal to the counted attempts while its minute leaves."""
+    settings = SETTINGS.replace(latency_window_s=1800.0, percentiles_rollup_margin_s=300)
+    with db.cursor() as cur:
+        endpoint = make_endpoint(cur)
+    counted = [(NOW - timedelta(minutes=m), 100 + m) for m in range(0, 25)]
+    add(db, endpoint, counted)
+    refresh(db, NOW, settings)
+    straggler = (NOW - timedelta(minutes=20), 77_000)
+    add(db, endpoint, [straggler])
+    now = NOW
+    for _ in range(8):
+        now += timedelta(minutes=5)
+        refreshed = refresh(db, now, settings)
+        figures = next(e for e in refreshed.endpoints if e.endpoint_id == endpoint)
+        window = in_window(counted, now, 1800.0)
+        assert figures.sample_count == len(window)
+        with db.cursor() as cur:
+            cur.execute("SELECT min(n), coalesce(sum(n), 0) FROM tidings.latency_window")
+            smallest, total = cur.fetchone() or (None, None)
+        assert total == len(window)
+        assert smallest is None or smallest >= 0
