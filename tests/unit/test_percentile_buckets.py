@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tidings.dal.maintenance import PercentilesState
 from tidings.percentiles import (
     BUCKET_GROWTH,
+    LAYOUT,
     MAX_RELATIVE_ERROR,
     bucket_of,
     bucket_value,
@@ -54,7 +55,7 @@ def test_the_first_run_rebuilds_the_window() -> None:
 
 def test_a_later_run_rereads_the_margin_before_the_previous_one() -> None:
     previous = NOW - timedelta(minutes=5)
-    state = PercentilesState(previous, previous.replace(second=0) - timedelta(days=1), DAY)
+    state = PercentilesState(previous, previous.replace(second=0) - timedelta(days=1), DAY, LAYOUT)
     plan = plan_rollup(state, NOW, window_s=DAY, margin_s=900)
     assert not plan.rebuild
     assert plan.reroll_from == datetime(2026, 11, 29, 11, 47, tzinfo=UTC)
@@ -63,7 +64,7 @@ def test_a_later_run_rereads_the_margin_before_the_previous_one() -> None:
 
 def test_the_reread_never_starts_before_the_window() -> None:
     long_ago = NOW - timedelta(days=3)
-    state = PercentilesState(long_ago, long_ago - timedelta(days=1), DAY)
+    state = PercentilesState(long_ago, long_ago - timedelta(days=1), DAY, LAYOUT)
     plan = plan_rollup(state, NOW, window_s=DAY, margin_s=900)
     assert not plan.rebuild
     assert plan.reroll_from == plan.window_from
@@ -72,8 +73,9 @@ def test_the_reread_never_starts_before_the_window() -> None:
 @pytest.mark.parametrize(
     "state",
     [
-        PercentilesState(NOW, NOW - timedelta(hours=6), 6 * 3600.0),  # another window length
-        PercentilesState(NOW, NOW + timedelta(hours=1), DAY),  # time went backwards
+        PercentilesState(NOW, NOW - timedelta(hours=6), 6 * 3600.0, LAYOUT),  # another window
+        PercentilesState(NOW, NOW + timedelta(hours=1), DAY, LAYOUT),  # time went backwards
+        PercentilesState(NOW, NOW - timedelta(days=1), DAY, {"growth": 1.05, "group_size": 16}),
     ],
 )
 def test_a_changed_window_or_clock_rebuilds(state: PercentilesState) -> None:

@@ -78,8 +78,9 @@ class Settings:
     dead_letter_retention_s: float = 30 * 86400.0
     prune_batch_size: int = 5000
     # Percentiles: attempts can commit after later ones (a slow batch), so each run re-reads the
-    # attempts of this many seconds before the last roll-up; later stragglers are not counted.
-    percentiles_rollup_margin_s: float = 900.0
+    # attempts of this many seconds before the last roll-up; later stragglers are not counted
+    # (a sender records its outcomes within seconds; a lease lasts lease_s).
+    percentiles_rollup_margin_s: float = 300.0
     # The period whose delivered/failed counts and delivery latency the health summary shows.
     health_recent_s: float = 3600.0
     # Dead-letter report: the period each report covers (the job's schedule) and its pattern rules.

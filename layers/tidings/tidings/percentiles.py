@@ -30,7 +30,9 @@ BUCKET_GROWTH = 1.02
 MAX_RELATIVE_ERROR = (BUCKET_GROWTH - 1) / (BUCKET_GROWTH + 1)
 # Buckets are also summed in groups of this many, so that finding a percentile reads the few
 # group sums of an endpoint and then one group's buckets, not every bucket.
-GROUP_SIZE = 8
+GROUP_SIZE = 16
+# Stored with the histograms: histograms built with other constants are rebuilt, not mixed.
+LAYOUT = {"growth": BUCKET_GROWTH, "group_size": GROUP_SIZE}
 
 
 def bucket_of(latency_ms: int) -> int:
@@ -58,8 +60,8 @@ class RollupPlan:
     """What one percentiles run reads and where its window starts.
 
     ``rebuild``: the histograms are rebuilt from the attempts (first run, the window's length
-    changed, or time went backwards). ``reroll_from``: the attempts read start here.
-    ``window_from``: the window's new first minute.
+    or the histograms' layout changed, or time went backwards). ``reroll_from``: the attempts
+    read start here. ``window_from``: the window's new first minute.
     """
 
     rebuild: bool
@@ -79,6 +81,7 @@ def plan_rollup(
         state.rolled_to is None
         or state.window_from is None
         or state.window_s != window_s
+        or dict(state.layout) != LAYOUT
         or state.window_from > window_from
     ):
         return RollupPlan(True, window_from, window_from)
@@ -145,6 +148,7 @@ def refresh_percentiles(cur: Cursor, settings: Settings, now: datetime) -> Perce
         rolled_to=now if plan.rebuild or state.rolled_to is None else max(now, state.rolled_to),
         window_from=plan.window_from,
         window_s=settings.latency_window_s,
+        layout=LAYOUT,
     )
     endpoints = maintenance.update_endpoint_percentiles(
         cur,

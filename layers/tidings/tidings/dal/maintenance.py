@@ -7,8 +7,11 @@ transaction (``lock_percentiles_state`` first); the pruning functions each in th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import date, datetime
+from typing import Any
 
 from tidings.dal.connection import Cursor, fetch_dicts
 from tidings.dal.queries import sql
@@ -21,6 +24,8 @@ class PercentilesState:
     rolled_to: datetime | None
     window_from: datetime | None
     window_s: float | None
+    # The histograms' layout ({"growth": ..., "group_size": ...}); empty before the first run.
+    layout: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +56,8 @@ def lock_percentiles_state(cur: Cursor) -> PercentilesState:
     cur.execute(sql("lock_percentiles_state"))
     row = cur.fetchone()
     assert row is not None
-    rolled_to, window_from, window_s = row
-    return PercentilesState(rolled_to, window_from, window_s)
+    rolled_to, window_from, window_s, layout = row
+    return PercentilesState(rolled_to, window_from, window_s, layout)
 
 
 def reset_latency_window(cur: Cursor) -> None:
@@ -123,11 +128,21 @@ def allow_large_rollup(
 
 
 def save_percentiles_state(
-    cur: Cursor, *, rolled_to: datetime, window_from: datetime, window_s: float
+    cur: Cursor,
+    *,
+    rolled_to: datetime,
+    window_from: datetime,
+    window_s: float,
+    layout: Mapping[str, Any],
 ) -> None:
     cur.execute(
         sql("save_percentiles_state"),
-        {"rolled_to": rolled_to, "window_from": window_from, "window_s": window_s},
+        {
+            "rolled_to": rolled_to,
+            "window_from": window_from,
+            "window_s": window_s,
+            "layout": json.dumps(dict(layout)),
+        },
     )
 
 

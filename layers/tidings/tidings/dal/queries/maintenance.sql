@@ -8,7 +8,7 @@ WITH relaxed AS (
 )
 INSERT INTO tidings.job_state AS s (job) SELECT 'percentiles' FROM relaxed
 ON CONFLICT (job) DO UPDATE SET updated_at = s.updated_at
-RETURNING s.rolled_to, s.window_from, s.window_s;
+RETURNING s.rolled_to, s.window_from, s.window_s, s.details;
 
 -- name: reset_latency_window
 -- Forgets the window histograms and the minute histograms before they are rebuilt from the
@@ -142,10 +142,11 @@ SELECT set_config('work_mem', %(work_mem)s, true),
        set_config('statement_timeout', %(statement_timeout_ms)s, true);
 
 -- name: save_percentiles_state
--- Records how far the percentiles job rolled up and which window its histogram holds.
+-- Records how far the percentiles job rolled up, which window its histograms hold, and their
+-- layout (bucket growth and group size: histograms of another layout must be rebuilt).
 UPDATE tidings.job_state
 SET rolled_to = %(rolled_to)s, window_from = %(window_from)s, window_s = %(window_s)s,
-    updated_at = now()
+    details = %(layout)s, updated_at = now()
 WHERE job = 'percentiles';
 
 -- name: lock_endpoint_health
