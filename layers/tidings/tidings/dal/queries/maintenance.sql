@@ -38,8 +38,10 @@ WITH fresh AS (
     GROUP BY 1, 2, 3
 ),
 stored AS (
+    -- In minute order, as the runs that follow add them: each later run's minutes that leave
+    -- the window then sit on few pages.
     INSERT INTO tidings.latency_buckets (minute, endpoint_id, bucket, n)
-    SELECT minute, endpoint_id, bucket, n FROM fresh
+    SELECT minute, endpoint_id, bucket, n FROM fresh ORDER BY minute, endpoint_id, bucket
 ),
 fine AS (
     INSERT INTO tidings.latency_window (endpoint_id, bucket, n)
