@@ -3,27 +3,83 @@
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime
 from typing import Any
 
+from tidings.config import Settings
 from tidings.dal.connection import Database
-from tidings.local.operator import print_json, target
+from tidings.dead_letter_report import DeadLetterReport, PatternRules, build_report
+from tidings.local.operator import parse_time, print_json, target, when
+from tidings.local.progress import table
+
+
+def window_seconds(text: str) -> float:
+    """An age such as ``30m``, ``2h`` or ``7d``, in seconds."""
+    now = datetime.now(UTC)
+    try:
+        start = parse_time(text, now)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    seconds = (now - start).total_seconds()
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"window {text!r} must be an age like 30m, 2h or 7d")
+    return seconds
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("dead-letters", help="the dead-letter report")
+    parser = subparsers.add_parser(
+        "dead-letters", help="the dead-letter report: per endpoint, its pattern and the action"
+    )
+    parser.add_argument(
+        "--window",
+        type=window_seconds,
+        default=None,
+        metavar="AGE",
+        help="report the dead letters of the last AGE (30m, 2h, 7d); default: the report's window",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(handler=run)
 
 
-def report_text(db: Database) -> str:
-    raise NotImplementedError
+def build(db: Database, settings: Settings, window_s: float | None = None) -> DeadLetterReport:
+    window = window_s or settings.dead_letter_report_window_s
+    rules = PatternRules.from_settings(settings)
+    return db.run(lambda cur: build_report(cur, window, rules=rules))
+
+
+def render(report: DeadLetterReport) -> str:
+    """The report as a table, then each endpoint's action."""
+    head = f"{report.total} dead letter(s) from {when(report.since)} to {when(report.until)} UTC"
+    if report.is_empty:
+        return head + "\nNothing was dead-lettered."
+    rows: list[list[object]] = [
+        [
+            e.stats.endpoint_id,
+            e.stats.url,
+            e.stats.dead_letters,
+            e.pattern.value.replace("_", " "),
+            e.stats.top_error or "-",
+            e.stats.top_status_code,
+            when(e.stats.first_at),
+            when(e.stats.last_at),
+            round(e.stats.mean_attempts, 1),
+        ]
+        for e in report.endpoints
+    ]
+    headers = ("id", "url", "dead", "pattern", "top error", "status", "first", "last", "attempts")
+    actions = [f"endpoint {e.stats.endpoint_id}: {e.action}" for e in report.endpoints]
+    return "\n".join([head, "", table(headers, rows), "", "What to do:", *actions])
+
+
+def report_text(db: Database, settings: Settings) -> str:
+    return render(build(db, settings))
 
 
 def run(args: argparse.Namespace) -> int:
     with target() as where:
-        text = report_text(where.db)
+        report = build(where.db, where.settings, args.window)
     if args.json:
-        print_json(text)
+        print_json(report.to_dict())
     else:
-        print(text)
+        print(render(report))
     return 0

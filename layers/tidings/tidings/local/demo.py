@@ -123,7 +123,7 @@ def event_plan(total: int, rng: random.Random) -> list[DemoEvent]:
 def run_demo(
     options: DemoOptions,
     out: TextIO,
-    report: Callable[[Database], str],
+    report: Callable[[Database, Settings], str],
     functions_dir: Path | None = None,
 ) -> DemoOutcome:
     """Run the demo, drawing progress on ``out``; ``report`` renders the dead-letter report
@@ -194,7 +194,7 @@ def run_demo(
             display.show(render(endpoints, len(plan), elapsed, names))
             time.sleep(options.refresh_s)
         elapsed = time.monotonic() - started
-        report_text = report(db)
+        report_text = report(db, runtime.settings)
         db.close()
     finally:
         runtime.stop()
