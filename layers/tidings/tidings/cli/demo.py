@@ -24,7 +24,7 @@ def register(subparsers: Any) -> None:
             "settings (tidings.local.demo.DEMO_SETTINGS), which the environment can override."
         ),
     )
-    parser.add_argument("--events", type=positive_int, default=4000, help="events to send (4000)")
+    parser.add_argument("--events", type=positive_int, default=5000, help="events to send (5000)")
     parser.add_argument(
         "--timeout",
         type=positive_float,

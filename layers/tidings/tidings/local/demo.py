@@ -70,7 +70,7 @@ DEMO_INTERVALS_S = {
 
 @dataclass(frozen=True, slots=True)
 class DemoOptions:
-    events: int = 4000
+    events: int = 5000
     timeout_s: float = 170.0
     sender_environments: int = 8
     seed: int | None = None
