@@ -6,15 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from tidings.dal.connection import Database, fetch_dicts
-
-
-@pytest.fixture(autouse=True)
-def _no_metrics_on_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The handlers run thousands of times here; their EMF metrics would flood the output.
-    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
 
 
 def wait_until(

@@ -86,7 +86,6 @@ class Runtime:
             "DATABASE_URL": dsn,
             "PYTHONPATH": str(REPOSITORY / "layers" / "tidings"),
             "TIDINGS_FUNCTIONS_DIR": str(REPOSITORY / "functions"),
-            "POWERTOOLS_METRICS_DISABLED": "true",
             "POWERTOOLS_LOG_LEVEL": "WARNING",
         }
         self.env.pop("AWS_ENDPOINT_URL", None)

@@ -72,6 +72,8 @@ def _request_class(handler: Handler) -> type[BaseHTTPRequestHandler]:
     class _Bridge(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "tidings-local"
+        # Headers and body leave in separate writes: answer without waiting for delayed ACKs.
+        disable_nagle_algorithm = True
 
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)

@@ -10,6 +10,7 @@ not because any code path differs: any of them can be overridden from the enviro
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -147,6 +148,9 @@ def run_demo(
             drain_timeout_s=5.0,
         ),
     )
+    # What the handlers print (EMF metrics, as on Lambda) goes to the log, not over the table.
+    redirect = contextlib.redirect_stdout(log_stream)
+    redirect.__enter__()
     try:
         out.write(f"starting: embedded PostgreSQL, local queue, receivers, handlers ({workdir})\n")
         out.flush()
@@ -199,6 +203,7 @@ def run_demo(
     finally:
         runtime.stop()
         receivers.stop()
+        redirect.__exit__(None, None, None)
         log_stream.close()
     alerts = read_alerts(runtime.config.alerts_path)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -214,8 +219,8 @@ def runtime_database(runtime: DevRuntime) -> Database:
 
 
 def quiet_handlers(stream: TextIO) -> None:
-    """Send the handlers' structured logs to ``stream`` and keep EMF metrics off the screen."""
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    """Send the handlers' structured logs to ``stream`` (their EMF metrics are printed to
+    standard output, which the demo redirects while it runs)."""
     handler = logger.registered_handler
     if isinstance(handler, logging.StreamHandler):
         handler.setStream(stream)

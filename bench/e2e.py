@@ -1,0 +1,201 @@
+"""The dev runtime end to end against a naive delivery loop, on the same receiver, in one run.
+
+E2E: ``--events`` messages (over ``--endpoints`` endpoints) delivered by the dev runtime (the
+Lambda handlers: claimer, local queue, ``--senders`` sender environments), timed from start to
+the last ``delivered``. Baseline, on a fresh copy of the same rows: three worker processes, each
+selecting 50 due rows (``FOR UPDATE SKIP LOCKED``), posting them one by one and marking each row
+delivered in the same transaction. Both post to one local receiver (its own process) that answers
+200 at once.
+
+The last line is JSON: e2e_per_s, baseline_per_s, ratio.
+Run: ``python bench/e2e.py`` (embedded PostgreSQL) or with ``DATABASE_URL`` set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from support import fresh_database, server_dsn
+
+from tidings.dal.connection import Database
+from tidings.local.data import DemoEvent, enqueue_events
+from tidings.local.receivers import Kind, Receivers
+from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+BASELINE_WORKERS = 3
+BASELINE_BATCH = 50
+
+
+def serve_receiver(port_out: Any, stop: Any) -> None:
+    receivers = Receivers((Kind.HEALTHY,)).start()
+    port_out.put(receivers.url(Kind.HEALTHY))
+    stop.wait()
+    receivers.stop()
+
+
+def seed(url: str, endpoints: int, events: int, receiver_url: str) -> None:
+    db = Database(url)
+    with db.cursor() as cur:
+        for n in range(endpoints):
+            cur.execute(
+                "INSERT INTO tidings.endpoints (url, secret) VALUES (%s, %s) RETURNING id",
+                (f"{receiver_url}?endpoint={n}", SECRET),
+            )
+            endpoint_id = cur.fetchone()[0]
+            cur.execute(
+                "INSERT INTO tidings.subscriptions (endpoint_id, event_type) VALUES (%s, %s)",
+                (endpoint_id, f"bench.{n}"),
+            )
+        batch: list[DemoEvent] = []
+        for i in range(events):
+            batch.append(DemoEvent(f"bench.{i % endpoints}", f"e-{i}", {"n": i, "pad": "x" * 200}))
+            if len(batch) == 500:
+                enqueue_events(cur, batch)
+                batch = []
+        enqueue_events(cur, batch)
+        cur.execute("VACUUM ANALYZE tidings.messages")
+    db.close()
+
+
+def delivered(db: Database) -> int:
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM tidings.messages WHERE status = 'delivered'")
+        return int(cur.fetchone()[0])
+
+
+def run_e2e(url: str, events: int, senders: int, timeout_s: float) -> float:
+    from tidings.observability import logger
+
+    logger.setLevel("WARNING")
+    settings = dev_settings(database_url=url)
+    runtime = DevRuntime(
+        settings,
+        RuntimeConfig(
+            data_dir=Path(tempfile.mkdtemp(prefix="tidings-bench-")),
+            serve_api=False,
+            sender_environments=senders,
+            intervals_s={},
+            alerts_stream=None,
+        ),
+    )
+    db = Database(url)
+    started = time.perf_counter()
+    # The handlers print their EMF metrics, as on Lambda; keep them off the result.
+    quiet = contextlib.redirect_stdout(open(os.devnull, "w"))  # noqa: SIM115
+    quiet.__enter__()
+    runtime.start()
+    try:
+        deadline = started + timeout_s
+        while delivered(db) < events:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"e2e: only {delivered(db)} of {events} delivered in time")
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - started
+    finally:
+        runtime.stop()
+        quiet.__exit__(None, None, None)
+        db.close()
+    return events / elapsed
+
+
+def baseline_worker(url: str) -> None:
+    import requests
+
+    db = Database(url)
+    session = requests.Session()
+    while True:
+        with db.transaction() as cur:
+            cur.execute(
+                "SELECT m.id, e.url, ev.payload::text FROM tidings.messages m"
+                " JOIN tidings.endpoints e ON e.id = m.endpoint_id"
+                " JOIN tidings.events ev ON ev.id = m.event_ref"
+                " WHERE m.status = 'pending' ORDER BY m.id LIMIT %s"
+                " FOR UPDATE OF m SKIP LOCKED",
+                (BASELINE_BATCH,),
+            )
+            rows = cur.fetchall()
+            for message_id, target, payload in rows:
+                reply = session.post(
+                    target,
+                    data=payload.encode(),
+                    headers={"Content-Type": "application/json"},
+                    timeout=15,
+                )
+                status = "delivered" if reply.ok else "failed"
+                cur.execute(
+                    "UPDATE tidings.messages SET status = %s::tidings.message_status,"
+                    " attempts = attempts + 1,"
+                    " delivered_at = CASE WHEN %s = 'delivered' THEN now() END WHERE id = %s",
+                    (status, status, message_id),
+                )
+        if not rows:
+            break
+    db.close()
+
+
+def run_baseline(url: str, events: int) -> float:
+    started = time.perf_counter()
+    workers = [
+        multiprocessing.Process(target=baseline_worker, args=(url,))
+        for _ in range(BASELINE_WORKERS)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - started
+    db = Database(url)
+    done = delivered(db)
+    db.close()
+    if done != events:
+        raise RuntimeError(f"baseline: {done} of {events} delivered")
+    return events / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--endpoints", type=int, default=4)
+    parser.add_argument("--senders", type=int, default=8)
+    parser.add_argument("--timeout", type=float, default=600.0)
+    args = parser.parse_args()
+
+    # The receiver gets its own process (and core) before any thread starts here.
+    context = multiprocessing.get_context("fork")
+    port_queue = context.Queue()
+    stop = context.Event()
+    receiver = context.Process(target=serve_receiver, args=(port_queue, stop), daemon=True)
+    receiver.start()
+    receiver_url = port_queue.get(timeout=30)
+    try:
+        with server_dsn() as dsn:
+            with fresh_database(dsn) as url:
+                seed(url, args.endpoints, args.events, receiver_url)
+                baseline_per_s = run_baseline(url, args.events)
+            with fresh_database(dsn) as url:
+                seed(url, args.endpoints, args.events, receiver_url)
+                e2e_per_s = run_e2e(url, args.events, args.senders, args.timeout)
+    finally:
+        stop.set()
+        receiver.join(10)
+    result = {
+        "events": args.events,
+        "senders": args.senders,
+        "e2e_per_s": round(e2e_per_s, 1),
+        "baseline_per_s": round(baseline_per_s, 1),
+        "ratio": round(e2e_per_s / baseline_per_s, 2),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
