@@ -129,9 +129,6 @@ def run_demo(
 ) -> DemoOutcome:
     """Run the demo, drawing progress on ``out``; ``report`` renders the dead-letter report
     from the demo's database before it goes away. Returns how it ended."""
-    from tidings.logic.endpoints import create_endpoint
-
-    rng = random.Random(options.seed)  # noqa: S311 - demo data, not security
     workdir = Path(tempfile.mkdtemp(prefix="tidings-demo-"))
     log_stream = (workdir / "runtime.log").open("a", encoding="utf-8")
     quiet_handlers(log_stream)
@@ -156,47 +153,21 @@ def run_demo(
         out.flush()
         runtime.start()
         db = runtime_database(runtime)
-        names: dict[int, str] = {}
-        kinds_in_order = [
-            Kind.HEALTHY,
-            Kind.SLOW,
-            Kind.FLAKY,
-            Kind.RATE_LIMITED,
-            Kind.GONE,
-            Kind.DEAD,
-        ]
-        for kind in kinds_in_order:
-            created = create_endpoint(
-                db,
-                url=receivers.url(kind),
-                description=f"demo {kind.value} receiver",
-                event_types=[f"demo.{kind.value}"],
-                rate_limit_per_s=RATE_LIMITED_ENDPOINT_PER_S if kind is Kind.RATE_LIMITED else None,
-                max_attempts=DEAD_ENDPOINT_MAX_ATTEMPTS if kind is Kind.DEAD else None,
-                settings=runtime.settings,
-            )
-            receivers.register_secret(kind, created.secret)
-            names[created.id] = kind.value
-        plan = event_plan(options.events, rng)
+        names = create_demo_endpoints(db, receivers, runtime.settings)
+        plan = event_plan(options.events, random.Random(options.seed))  # noqa: S311
         started = time.monotonic()
         for begin in range(0, len(plan), 200):
             send_batch(db, plan[begin : begin + 200])
         api = runtime.api.url if runtime.api is not None else "-"
         out.write(f"sent {len(plan):,} events to {len(names)} endpoints; API at {api}\n\n")
-        display = LiveDisplay(out)
-        since = datetime.now(UTC)
-        settled = False
-        endpoints: list[EndpointProgress] = []
-        while True:
-            elapsed = time.monotonic() - started
-            endpoints = db.run(lambda cur: endpoint_progress(cur, since))
-            remaining = db.run(unsettled_messages)
-            settled = remaining == 0
-            if settled or elapsed > options.timeout_s:
-                display.show(render(endpoints, len(plan), elapsed, names), final=True)
-                break
-            display.show(render(endpoints, len(plan), elapsed, names))
-            time.sleep(options.refresh_s)
+        settled, endpoints = watch(
+            db,
+            LiveDisplay(out),
+            expected=len(plan),
+            names=names,
+            started=started,
+            options=options,
+        )
         elapsed = time.monotonic() - started
         report_text = report(db, runtime.settings)
         db.close()
@@ -206,8 +177,53 @@ def run_demo(
         redirect.__exit__(None, None, None)
         log_stream.close()
     alerts = read_alerts(runtime.config.alerts_path)
-    shutil.rmtree(workdir, ignore_errors=True)
+    if settled:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        out.write(f"the handlers' logs are kept in {workdir / 'runtime.log'}\n")
     return DemoOutcome(settled, elapsed, endpoints, names, alerts, report_text)
+
+
+def create_demo_endpoints(db: Database, receivers: Receivers, settings: Settings) -> dict[int, str]:
+    """One endpoint per receiver kind, subscribed to ``demo.<kind>``; their names by id."""
+    from tidings.logic.endpoints import create_endpoint
+
+    names: dict[int, str] = {}
+    for kind in (Kind.HEALTHY, Kind.SLOW, Kind.FLAKY, Kind.RATE_LIMITED, Kind.GONE, Kind.DEAD):
+        created = create_endpoint(
+            db,
+            url=receivers.url(kind),
+            description=f"demo {kind.value} receiver",
+            event_types=[f"demo.{kind.value}"],
+            rate_limit_per_s=RATE_LIMITED_ENDPOINT_PER_S if kind is Kind.RATE_LIMITED else None,
+            max_attempts=DEAD_ENDPOINT_MAX_ATTEMPTS if kind is Kind.DEAD else None,
+            settings=settings,
+        )
+        receivers.register_secret(kind, created.secret)
+        names[created.id] = kind.value
+    return names
+
+
+def watch(
+    db: Database,
+    display: LiveDisplay,
+    *,
+    expected: int,
+    names: dict[int, str],
+    started: float,
+    options: DemoOptions,
+) -> tuple[bool, list[EndpointProgress]]:
+    """Draw progress until nothing is left to settle or the timeout passes."""
+    since = datetime.now(UTC)
+    while True:
+        elapsed = time.monotonic() - started
+        endpoints = db.run(lambda cur: endpoint_progress(cur, since))
+        settled = db.run(unsettled_messages) == 0
+        if settled or elapsed > options.timeout_s:
+            display.show(render(endpoints, expected, elapsed, names), final=True)
+            return settled, endpoints
+        display.show(render(endpoints, expected, elapsed, names))
+        time.sleep(options.refresh_s)
 
 
 def send_batch(db: Database, events: list[DemoEvent]) -> int:
