@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
     from tidings.cli.dead_letters import report_text
     from tidings.local.demo import DemoOptions, run_demo
 
+    # Two warnings that say nothing to someone watching the demo: where the embedded server puts
+    # its lock file, and scheduled handlers with no metric to report in a run.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+    warnings.filterwarnings("ignore", message="No application metrics to publish")
     options = DemoOptions(
         events=args.events,
         timeout_s=args.timeout,

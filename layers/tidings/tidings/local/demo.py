@@ -156,6 +156,7 @@ def run_demo(
         names = create_demo_endpoints(db, receivers, runtime.settings)
         plan = event_plan(options.events, random.Random(options.seed))  # noqa: S311
         started = time.monotonic()
+        since = datetime.now(UTC)
         for begin in range(0, len(plan), 200):
             send_batch(db, plan[begin : begin + 200])
         api = runtime.api.url if runtime.api is not None else "-"
@@ -166,6 +167,7 @@ def run_demo(
             expected=len(plan),
             names=names,
             started=started,
+            since=since,
             options=options,
         )
         elapsed = time.monotonic() - started
@@ -211,10 +213,11 @@ def watch(
     expected: int,
     names: dict[int, str],
     started: float,
+    since: datetime,
     options: DemoOptions,
 ) -> tuple[bool, list[EndpointProgress]]:
-    """Draw progress until nothing is left to settle or the timeout passes."""
-    since = datetime.now(UTC)
+    """Draw progress until nothing is left to settle or the timeout passes; latency figures
+    cover the attempts made since ``since``."""
     while True:
         elapsed = time.monotonic() - started
         endpoints = db.run(lambda cur: endpoint_progress(cur, since))
