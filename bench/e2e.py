@@ -35,8 +35,8 @@ BASELINE_WORKERS = 3
 BASELINE_BATCH = 50
 
 
-def serve_receiver(port_out: Any, stop: Any) -> None:
-    receivers = Receivers((Kind.HEALTHY,)).start()
+def serve_receiver(port_out: Any, stop: Any, latency_s: float) -> None:
+    receivers = Receivers((Kind.HEALTHY,), latency_s=latency_s).start()
     port_out.put(receivers.url(Kind.HEALTHY))
     stop.wait()
     receivers.stop()
@@ -167,13 +167,23 @@ def main() -> None:
     parser.add_argument("--endpoints", type=int, default=4)
     parser.add_argument("--senders", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--receiver-latency-ms",
+        type=float,
+        default=0.0,
+        help="added to every answer, as a network would (default 0: answers at once)",
+    )
     args = parser.parse_args()
 
     # The receiver gets its own process (and core) before any thread starts here.
     context = multiprocessing.get_context("fork")
     port_queue = context.Queue()
     stop = context.Event()
-    receiver = context.Process(target=serve_receiver, args=(port_queue, stop), daemon=True)
+    receiver = context.Process(
+        target=serve_receiver,
+        args=(port_queue, stop, args.receiver_latency_ms / 1000),
+        daemon=True,
+    )
     receiver.start()
     receiver_url = port_queue.get(timeout=30)
     try:
@@ -190,6 +200,7 @@ def main() -> None:
     result = {
         "events": args.events,
         "senders": args.senders,
+        "receiver_latency_ms": args.receiver_latency_ms,
         "e2e_per_s": round(e2e_per_s, 1),
         "baseline_per_s": round(baseline_per_s, 1),
         "ratio": round(e2e_per_s / baseline_per_s, 2),

@@ -112,3 +112,15 @@ def test_own_verifier_agrees_with_the_reference_library() -> None:
     assert not verify_signature(TEST_SECRET, body + b" ", headers)
     stale = dict(headers, **{"webhook-timestamp": str(int(now.timestamp()) - 3600)})
     assert not verify_signature(TEST_SECRET, body, stale)
+
+
+def test_latency_is_added_to_every_answer() -> None:
+    delayed = Receivers((Kind.HEALTHY,), latency_s=0.2).start()
+    try:
+        started = time.monotonic()
+        assert _post(delayed, Kind.HEALTHY, "late") == 200
+        assert time.monotonic() - started >= 0.2
+    finally:
+        delayed.stop()
+    with pytest.raises(ValueError, match="latency_s"):
+        Receivers((Kind.HEALTHY,), latency_s=-1)

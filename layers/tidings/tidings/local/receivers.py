@@ -160,7 +160,13 @@ class Receivers:
         port: int = 0,
         verifier: Verifier = verify_signature,
         seed: int | None = None,
+        latency_s: float = 0.0,
     ) -> None:
+        """``latency_s`` is added to every answer, as a network between sender and receiver
+        would add it."""
+        if latency_s < 0:
+            raise ValueError(f"latency_s must not be negative, got {latency_s}")
+        self.latency_s = latency_s
         rng = random.Random(seed)  # noqa: S311 - simulated failures, not security
         self.behaviours: dict[Kind, Behaviour] = {
             kind: Behaviour(kind, random.Random(rng.random()))  # noqa: S311
@@ -263,8 +269,8 @@ def _handler_class(receivers: Receivers) -> type[BaseHTTPRequestHandler]:
                 return
             headers = {name.lower(): value for name, value in self.headers.items()}
             reply = receivers._handle(kind, body, headers)
-            if reply.delay_s:
-                receivers._closing.wait(reply.delay_s)
+            if reply.delay_s or receivers.latency_s:
+                receivers._closing.wait(reply.delay_s + receivers.latency_s)
             try:
                 if reply.reset or reply.hang:
                     self._reset()
