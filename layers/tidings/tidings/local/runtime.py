@@ -9,7 +9,6 @@ appended to a file). Collaborators reach the handlers only through ``tidings.wir
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
@@ -39,7 +38,7 @@ QUEUE_NAME = "tidings-delivery"
 TOPIC_NAME = "tidings-alerts"
 # The queue's maxReceiveCount before a message moves to the dead-letter queue.
 MAX_RECEIVE_COUNT = 5
-# What the deployed sender may run for, and the claimer's invocation.
+# What the deployed sender function may run for.
 SENDER_TIMEOUT_S = 60.0
 _IDLE_WAIT_S = 0.05
 _FAILURE_WAIT_S = 1.0
@@ -72,8 +71,6 @@ class RuntimeConfig:
     functions_dir: Path | None = None
     # On shutdown, senders keep consuming what is already visible in the queue for this long.
     drain_timeout_s: float = 20.0
-    # An embedded server is stopped with the runtime unless kept running for the next start.
-    keep_embedded_server: bool = False
 
     def __post_init__(self) -> None:
         if self.sender_environments < 1:
@@ -261,7 +258,7 @@ class DevRuntime:
         for thread in self._threads:
             thread.join(self.config.drain_timeout_s + SENDER_TIMEOUT_S)
         wiring.reset()
-        if self.embedded is not None and not self.config.keep_embedded_server:
+        if self.embedded is not None:
             self.embedded.stop()
 
     @property
@@ -343,14 +340,3 @@ class DevRuntime:
 def _discard() -> TextIO:
     """A stream that drops what is written (alerts then go to the file only)."""
     return open(os.devnull, "w", encoding="utf-8")
-
-
-@contextlib.contextmanager
-def running(settings: Settings, config: RuntimeConfig | None = None) -> Any:
-    """A started runtime for the duration of a block, stopped afterwards."""
-    runtime = DevRuntime(settings, config)
-    runtime.start()
-    try:
-        yield runtime
-    finally:
-        runtime.stop()
