@@ -14,10 +14,10 @@ Run: ``python bench/e2e.py`` (embedded PostgreSQL) or with ``DATABASE_URL`` set.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -72,13 +72,15 @@ def delivered(db: Database) -> int:
         return int(cur.fetchone()[0])
 
 
-def run_e2e(url: str, events: int, senders: int, timeout_s: float) -> float:
+def runtime_process(url: str, senders: int, ready: Any, stop: Any) -> None:
+    """One dev runtime (claimer, local queue, senders) until ``stop`` is set."""
     from tidings.observability import logger
 
     logger.setLevel("WARNING")
-    settings = dev_settings(database_url=url)
+    # The handlers print their EMF metrics, as on Lambda; keep them off the result.
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     runtime = DevRuntime(
-        settings,
+        dev_settings(database_url=url),
         RuntimeConfig(
             data_dir=Path(tempfile.mkdtemp(prefix="tidings-bench-")),
             serve_api=False,
@@ -87,12 +89,25 @@ def run_e2e(url: str, events: int, senders: int, timeout_s: float) -> float:
             alerts_stream=None,
         ),
     )
+    runtime.start()
+    ready.set()
+    stop.wait()
+    runtime.stop()
+
+
+def run_e2e(url: str, events: int, senders: int, processes: int, timeout_s: float) -> float:
+    """Rows delivered per second by ``processes`` dev runtimes sharing the database (claimers
+    may overlap safely), timed from their start to the last row delivered."""
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+    ready = [context.Event() for _ in range(processes)]
     db = Database(url)
     started = time.perf_counter()
-    # The handlers print their EMF metrics, as on Lambda; keep them off the result.
-    quiet = contextlib.redirect_stdout(open(os.devnull, "w"))  # noqa: SIM115
-    quiet.__enter__()
-    runtime.start()
+    workers = [
+        context.Process(target=runtime_process, args=(url, senders, flag, stop)) for flag in ready
+    ]
+    for worker in workers:
+        worker.start()
     try:
         deadline = started + timeout_s
         while delivered(db) < events:
@@ -101,8 +116,9 @@ def run_e2e(url: str, events: int, senders: int, timeout_s: float) -> float:
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
     finally:
-        runtime.stop()
-        quiet.__exit__(None, None, None)
+        stop.set()
+        for worker in workers:
+            worker.join(120)
         db.close()
     return events / elapsed
 
@@ -165,7 +181,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--endpoints", type=int, default=4)
-    parser.add_argument("--senders", type=int, default=8)
+    parser.add_argument(
+        "--senders", type=int, default=8, help="sender environments per runtime process"
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="dev runtimes sharing the database, each a process (default 1)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument(
         "--receiver-latency-ms",
@@ -193,13 +217,14 @@ def main() -> None:
                 baseline_per_s = run_baseline(url, args.events)
             with fresh_database(dsn) as url:
                 seed(url, args.endpoints, args.events, receiver_url)
-                e2e_per_s = run_e2e(url, args.events, args.senders, args.timeout)
+                e2e_per_s = run_e2e(url, args.events, args.senders, args.processes, args.timeout)
     finally:
         stop.set()
         receiver.join(10)
     result = {
         "events": args.events,
         "senders": args.senders,
+        "processes": args.processes,
         "receiver_latency_ms": args.receiver_latency_ms,
         "e2e_per_s": round(e2e_per_s, 1),
         "baseline_per_s": round(baseline_per_s, 1),
