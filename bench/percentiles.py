@@ -33,7 +33,7 @@ SCHEDULE = timedelta(minutes=5)
 
 def seed_attempts(db: Database, count: int, start: datetime, end: datetime) -> None:
     """``count`` attempts spread evenly over the endpoints and over [start, end)."""
-    with db.cursor() as cur:
+    with db.connection.cursor() as cur:
         cur.execute(
             """
             INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, attempted_at,

@@ -31,6 +31,10 @@ class Settings:
     database_secret_arn: str = ""
     database_host: str = ""
     database_name: str = "tidings"
+    # Bounds on every statement and on an open transaction's idle time, so that no invocation
+    # can hold the queue's vacuum horizon for long.
+    statement_timeout_ms: int = 30_000
+    idle_in_transaction_timeout_ms: int = 10_000
     delivery_queue_url: str = ""
     alerts_topic_arn: str = ""
     aws_endpoint_url: str = ""
