@@ -300,3 +300,14 @@ def test_outcomes_written_twice_count_once(db: Database) -> None:
         assert cur.fetchone() == (2,)
         cur.execute("SELECT attempts FROM tidings.messages ORDER BY id")
         assert cur.fetchall() == [(1,), (1,)]
+
+
+def test_claims_stop_at_the_in_flight_cap(db: Database) -> None:
+    with db.cursor() as cur:
+        seed_messages(cur, make_endpoint(cur), 50)
+        first = delivery.claim_due(cur, batch_size=30, lease_s=60, max_in_flight=40)
+        second = delivery.claim_due(cur, batch_size=30, lease_s=60, max_in_flight=40)
+        third = delivery.claim_due(cur, batch_size=30, lease_s=60, max_in_flight=40)
+        assert (len(first), len(second), third) == (30, 10, [])
+        deliver(db, first)
+        assert len(delivery.claim_due(cur, batch_size=30, lease_s=60, max_in_flight=40)) == 10

@@ -44,6 +44,9 @@ class Settings:
     lease_s: float = 120.0
     claim_idle_poll_s: float = 1.0
     claim_stop_before_timeout_s: float = 10.0
+    # At most this many rows leased and not yet answered: the queue never holds more than
+    # the senders can work through before the leases expire.
+    claim_max_in_flight: int = 5000
 
     # Attempts
     http_timeout_s: float = 15.0
@@ -121,6 +124,7 @@ class Settings:
     def validate(self) -> None:
         positive = (
             "claim_batch_size",
+            "claim_max_in_flight",
             "lease_s",
             "http_timeout_s",
             "max_attempts",
