@@ -1,0 +1,124 @@
+"""The CloudWatch dashboard: throughput, queue depth, age of the oldest message, dead letters
+and delivery latency percentiles.
+
+Queue and Lambda figures come from the AWS namespaces. Delivery latency is the metric the
+sender emits through Powertools (EMF) in the ``Tidings`` namespace with the ``service``
+dimension that every function shares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.functions import METRICS_NAMESPACE, SERVICE_NAME
+
+DELIVERY_LATENCY_METRIC = "DeliveryLatency"
+LATENCY_PERCENTILES = ("p50", "p95", "p99")
+_PERIOD = Duration.minutes(1)
+_WIDTH = 12
+
+
+class Dashboard(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        dashboard_name: str,
+        queue: sqs.IQueue,
+        dead_letter_queue: sqs.IQueue,
+        functions: Mapping[str, lambda_.IFunction],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        sender = functions["sender"]
+        claimer = functions["claimer"]
+        latency = [
+            cloudwatch.Metric(
+                namespace=METRICS_NAMESPACE,
+                metric_name=DELIVERY_LATENCY_METRIC,
+                dimensions_map={"service": SERVICE_NAME},
+                statistic=percentile,
+                period=_PERIOD,
+                label=f"delivery latency {percentile}",
+            )
+            for percentile in LATENCY_PERCENTILES
+        ]
+        self.dashboard = cloudwatch.Dashboard(
+            self,
+            "Dashboard",
+            dashboard_name=dashboard_name,
+            default_interval=Duration.hours(3),
+            widgets=[
+                [
+                    cloudwatch.GraphWidget(
+                        title="Throughput (messages per minute)",
+                        width=_WIDTH,
+                        left=[
+                            queue.metric_number_of_messages_sent(
+                                period=_PERIOD, label="queued (claimed and retried)"
+                            ),
+                            queue.metric_number_of_messages_deleted(
+                                period=_PERIOD, label="handled by the sender"
+                            ),
+                        ],
+                    ),
+                    cloudwatch.GraphWidget(
+                        title="Queue depth",
+                        width=_WIDTH,
+                        left=[
+                            queue.metric_approximate_number_of_messages_visible(
+                                period=_PERIOD, label="waiting"
+                            ),
+                            queue.metric_approximate_number_of_messages_not_visible(
+                                period=_PERIOD, label="in flight"
+                            ),
+                        ],
+                    ),
+                ],
+                [
+                    cloudwatch.GraphWidget(
+                        title="Age of the oldest queued message (s)",
+                        width=_WIDTH,
+                        left=[
+                            queue.metric_approximate_age_of_oldest_message(
+                                period=_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
+                            )
+                        ],
+                    ),
+                    cloudwatch.GraphWidget(
+                        title="Dead letters (SQS dead-letter queue)",
+                        width=_WIDTH,
+                        left=[
+                            dead_letter_queue.metric_approximate_number_of_messages_visible(
+                                period=_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
+                            )
+                        ],
+                    ),
+                ],
+                [
+                    cloudwatch.GraphWidget(
+                        title="Delivery latency (ms)",
+                        width=_WIDTH,
+                        left=latency,
+                    ),
+                    cloudwatch.GraphWidget(
+                        title="Sender and claimer invocations and errors",
+                        width=_WIDTH,
+                        left=[
+                            sender.metric_invocations(period=_PERIOD, label="sender invocations"),
+                            claimer.metric_invocations(period=_PERIOD, label="claimer invocations"),
+                        ],
+                        right=[
+                            sender.metric_errors(period=_PERIOD, label="sender errors"),
+                            claimer.metric_errors(period=_PERIOD, label="claimer errors"),
+                        ],
+                    ),
+                ],
+            ],
+        )
