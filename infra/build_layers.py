@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -25,8 +26,6 @@ import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-
-from packaging.requirements import Requirement
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = REPO_ROOT / "pyproject.toml"
@@ -77,7 +76,13 @@ def runtime_requirements(pyproject: Path = PYPROJECT) -> list[str]:
         raise LayerBuildError(
             f"cannot read [project].dependencies from {pyproject}: {exc}"
         ) from exc
-    return [req for req in declared if Requirement(req).name.lower() not in PROVIDED_BY_RUNTIME]
+    return [req for req in declared if _distribution(req) not in PROVIDED_BY_RUNTIME]
+
+
+def _distribution(requirement: str) -> str:
+    """The normalised distribution name of a requirement such as ``"pkg[extra]==1.0"``."""
+    name = re.split(r"[\[<>=!~;@\s]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def build_layers(
