@@ -100,9 +100,17 @@ class Settings:
 
     def validate(self) -> None:
         positive = (
-            "claim_batch_size", "lease_s", "http_timeout_s", "max_attempts", "backoff_base_s",
-            "backoff_max_s", "circuit_failure_threshold", "circuit_cooldown_s",
-            "max_payload_bytes", "prune_batch_size", "sender_concurrency",
+            "claim_batch_size",
+            "lease_s",
+            "http_timeout_s",
+            "max_attempts",
+            "backoff_base_s",
+            "backoff_max_s",
+            "circuit_failure_threshold",
+            "circuit_cooldown_s",
+            "max_payload_bytes",
+            "prune_batch_size",
+            "sender_concurrency",
         )
         for name in positive:
             if getattr(self, name) <= 0:

@@ -1,0 +1,169 @@
+"""One PostgreSQL connection per process (per Lambda execution environment), reused across
+invocations and reconnected after the server or RDS Proxy drops it.
+
+The connection runs in autocommit mode: a single statement is its own transaction, which is how
+most queue operations are written (one atomic statement each). ``Database.transaction`` opens an
+explicit transaction and sets its timeouts with ``set_config(..., is_local => true)`` in the same
+round trip as ``BEGIN``; nothing here changes session state, so RDS Proxy never pins the session.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg2
+import psycopg2.extensions
+import psycopg2.extras
+
+from tidings.config import Settings
+from tidings.observability import logger
+
+T = TypeVar("T")
+Cursor = psycopg2.extensions.cursor
+
+# SQLSTATEs after which the whole transaction can safely run again.
+RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
+
+
+def dsn_from_settings(settings: Settings) -> str:
+    """The libpq connection string: ``DATABASE_URL``, or the RDS secret plus the proxy host."""
+    if settings.database_url:
+        return settings.database_url
+    if not settings.database_secret_arn:
+        raise ValueError("no database configured: set DATABASE_URL or TIDINGS_DATABASE_SECRET_ARN")
+    from aws_lambda_powertools.utilities import parameters
+
+    secret = json.loads(parameters.get_secret(settings.database_secret_arn, max_age=300))
+    return psycopg2.extensions.make_dsn(
+        host=settings.database_host or secret["host"],
+        port=secret.get("port", 5432),
+        dbname=settings.database_name or secret.get("dbname", "postgres"),
+        user=secret["username"],
+        password=secret["password"],
+        sslmode="require",
+        connect_timeout=5,
+        application_name="tidings",
+    )
+
+
+def connect(settings: Settings) -> psycopg2.extensions.connection:
+    """A new autocommit connection to the configured database."""
+    conn = psycopg2.connect(dsn_from_settings(settings))
+    conn.autocommit = True
+    psycopg2.extras.register_uuid(conn_or_curs=conn)  # type: ignore[no-untyped-call]
+    return conn
+
+
+class Database:
+    """The process's connection, with transactions that retry what is safe to retry."""
+
+    def __init__(
+        self,
+        dsn: str | Callable[[], str],
+        *,
+        statement_timeout_ms: int = 30_000,
+        idle_in_transaction_timeout_ms: int = 10_000,
+        max_retries: int = 5,
+    ) -> None:
+        self._dsn = dsn
+        self._conn: psycopg2.extensions.connection | None = None
+        self.statement_timeout_ms = statement_timeout_ms
+        self.idle_in_transaction_timeout_ms = idle_in_transaction_timeout_ms
+        self.max_retries = max_retries
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Database:
+        return cls(lambda: dsn_from_settings(settings))
+
+    @property
+    def connection(self) -> psycopg2.extensions.connection:
+        if self._conn is None or self._conn.closed:
+            dsn = self._dsn() if callable(self._dsn) else self._dsn
+            self._conn = psycopg2.connect(dsn)
+            self._conn.autocommit = True
+            psycopg2.extras.register_uuid(conn_or_curs=self._conn)  # type: ignore[no-untyped-call]
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None and not self._conn.closed:
+            self._conn.close()
+        self._conn = None
+
+    @contextmanager
+    def cursor(self) -> Iterator[Cursor]:
+        """A cursor in autocommit mode: every statement is its own transaction."""
+        with self.connection.cursor() as cur:
+            yield cur
+
+    @contextmanager
+    def transaction(self) -> Iterator[Cursor]:
+        """An explicit transaction with per-transaction timeouts; committed when the block ends."""
+        conn = self.connection
+        with conn.cursor() as cur:
+            cur.execute(
+                "BEGIN; SELECT set_config('statement_timeout', %s, true),"
+                " set_config('idle_in_transaction_session_timeout', %s, true)",
+                (str(self.statement_timeout_ms), str(self.idle_in_transaction_timeout_ms)),
+            )
+            try:
+                yield cur
+            except BaseException:
+                if not conn.closed:
+                    cur.execute("ROLLBACK")
+                raise
+            cur.execute("COMMIT")
+
+    def run(self, work: Callable[[Cursor], T], *, transaction: bool = False) -> T:
+        """Run ``work`` with a cursor (in a transaction if asked) and return its result.
+
+        Runs it again, up to ``max_retries`` times with growing jittered waits, when PostgreSQL
+        reports a deadlock or serialization failure, or when the connection was lost before the
+        work finished. A connection lost during COMMIT is not retried: the outcome is unknown,
+        so the error surfaces. ``work`` must therefore be safe to run again from the start.
+        """
+        attempt = 0
+        while True:
+            committing = False
+            try:
+                if transaction:
+                    with self.transaction() as cur:
+                        result = work(cur)
+                        committing = True
+                    return result
+                with self.cursor() as cur:
+                    return work(cur)
+            except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
+                retryable_code = getattr(exc, "pgcode", None) in RETRYABLE_SQLSTATES
+                lost = self._conn is None or self._conn.closed != 0
+                if committing and not retryable_code:
+                    raise
+                if not (retryable_code or lost) or attempt >= self.max_retries:
+                    raise
+                if lost:
+                    logger.warning(
+                        "database connection lost; reconnecting", extra={"error": str(exc)}
+                    )
+                    self.close()
+            except psycopg2.Error as exc:
+                if exc.pgcode not in RETRYABLE_SQLSTATES or attempt >= self.max_retries:
+                    raise
+            attempt += 1
+            time.sleep(_retry_wait_s(attempt))
+
+
+def _retry_wait_s(attempt: int) -> float:
+    # Growing, jittered waits so that sessions that collided do not collide again in lockstep.
+    return random.uniform(0, min(1.0, 0.01 * 2**attempt))  # noqa: S311 - jitter, not security
+
+
+def fetch_dicts(cur: Cursor) -> list[dict[str, Any]]:
+    """The rows of the last statement as dictionaries keyed by column name."""
+    if cur.description is None:
+        return []
+    names = [col.name for col in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]

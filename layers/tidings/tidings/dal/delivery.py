@@ -1,0 +1,246 @@
+"""The delivery queue's data access: claim, release, begin attempts, record outcomes.
+
+Each function is one SQL statement (see ``queries/delivery.sql``), so each is atomic on its own
+and costs one round trip; none holds a lock or a transaction across a network call.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tidings.dal.connection import Cursor, fetch_dicts
+from tidings.dal.queries import sql
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A row held by one worker: the row id and the token that proves the hold."""
+
+    message_id: int
+    token: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedMessage:
+    message_id: int
+    endpoint_id: int
+    event_type: str
+    event_id: str
+    attempts: int
+    lease_token: uuid.UUID
+    # The payload's JSON text when it is small enough to travel in the queue message.
+    payload: str | None
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.message_id, self.lease_token)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRequest:
+    lease: Lease
+    # False when the queue message already carries the payload.
+    want_payload: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StartedAttempt:
+    """A row a sender may (``permitted``) or may not send now, with what sending needs."""
+
+    message_id: int
+    endpoint_id: int
+    permitted: bool
+    event_type: str
+    event_id: str
+    attempts: int
+    max_attempts: int | None
+    url: str
+    timeout_ms: int | None
+    secrets: tuple[str, ...] = field(repr=False)
+    payload: str | None = field(repr=False)
+
+
+class OutcomeKind(enum.StrEnum):
+    DELIVERED = "delivered"
+    RETRY = "retry"
+    DEAD_LETTER = "dead_letter"
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptOutcome:
+    """What one HTTP attempt did, and what happens to its row next."""
+
+    lease: Lease
+    endpoint_id: int
+    kind: OutcomeKind
+    attempt_number: int
+    attempted_at: datetime
+    status_code: int | None = None
+    response_ms: int | None = None
+    error_class: str | None = None
+    response_excerpt: str | None = None
+    # For RETRY: when the row is due again; with keep_lease the retry travels through the queue
+    # and retry_at is when the claimer may take the row back if that message never arrives.
+    retry_at: datetime | None = None
+    keep_lease: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSummary:
+    """One endpoint's attempts in a batch, reduced to what the circuit breaker needs."""
+
+    endpoint_id: int
+    has_success: bool
+    trailing_failures: int
+    last_success_at: datetime | None
+    last_failure_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitTransition:
+    endpoint_id: int
+    from_state: str
+    to_state: str
+    cooldown_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    written_ids: frozenset[int]
+    transitions: tuple[CircuitTransition, ...]
+    disabled_endpoint_ids: frozenset[int]
+
+
+def claim_due(
+    cur: Cursor, *, batch_size: int, lease_s: float, inline_payload_bytes: int = 0
+) -> list[ClaimedMessage]:
+    """Lease up to ``batch_size`` due rows for ``lease_s`` seconds."""
+    cur.execute(
+        sql("claim_due"),
+        {
+            "batch_size": batch_size,
+            "lease_s": lease_s,
+            "inline_payload_bytes": inline_payload_bytes,
+        },
+    )
+    return [
+        ClaimedMessage(
+            message_id=row["id"],
+            endpoint_id=row["endpoint_id"],
+            event_type=row["event_type"],
+            event_id=row["event_id"],
+            attempts=row["attempts"],
+            lease_token=row["lease_token"],
+            payload=row["payload"],
+        )
+        for row in fetch_dicts(cur)
+    ]
+
+
+def release_leases(cur: Cursor, leases: Sequence[Lease], *, delay_s: float = 0) -> list[int]:
+    """Give rows back without an attempt, due after ``delay_s``; returns the ids released."""
+    if not leases:
+        return []
+    cur.execute(
+        sql("release_leases"),
+        {
+            "ids": [lease.message_id for lease in leases],
+            "tokens": [lease.token for lease in leases],
+            "delay_s": delay_s,
+        },
+    )
+    return [row[0] for row in cur.fetchall()]
+
+
+def begin_attempts(
+    cur: Cursor, requests: Sequence[AttemptRequest], *, lease_s: float, hold_back_s: float = 1.0
+) -> list[StartedAttempt]:
+    """Renew the leases of the rows still held and let the circuit breakers decide on each.
+
+    Rows whose lease was lost are absent from the result (another worker owns them now).
+    """
+    if not requests:
+        return []
+    cur.execute(
+        sql("begin_attempts"),
+        {
+            "ids": [r.lease.message_id for r in requests],
+            "tokens": [r.lease.token for r in requests],
+            "want_payload": [r.want_payload for r in requests],
+            "lease_s": lease_s,
+            "hold_back_s": hold_back_s,
+        },
+    )
+    return [
+        StartedAttempt(
+            message_id=row["id"],
+            endpoint_id=row["endpoint_id"],
+            permitted=row["permitted"],
+            event_type=row["event_type"],
+            event_id=row["event_id"],
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            url=row["url"],
+            timeout_ms=row["timeout_ms"],
+            secrets=tuple(s for s in (row["secret"], row["previous_secret"]) if s),
+            payload=row["payload"],
+        )
+        for row in fetch_dicts(cur)
+    ]
+
+
+def record_outcomes(
+    cur: Cursor,
+    outcomes: Sequence[AttemptOutcome],
+    health: Sequence[HealthSummary] = (),
+    disable: Sequence[tuple[int, str]] = (),
+    *,
+    base_cooldown_s: float,
+    max_cooldown_s: float,
+) -> RecordResult:
+    """Write a batch's outcomes, attempts, circuit updates and disabled endpoints atomically."""
+    for outcome in outcomes:
+        if outcome.kind is OutcomeKind.RETRY and outcome.retry_at is None:
+            raise ValueError(
+                f"retry outcome for message {outcome.lease.message_id} has no retry_at"
+            )
+    params: dict[str, Any] = {
+        "ids": [o.lease.message_id for o in outcomes],
+        "tokens": [o.lease.token for o in outcomes],
+        "endpoint_ids": [o.endpoint_id for o in outcomes],
+        "outcomes": [o.kind.value for o in outcomes],
+        "retry_at": [o.retry_at for o in outcomes],
+        "keep_lease": [o.keep_lease for o in outcomes],
+        "attempt_numbers": [o.attempt_number for o in outcomes],
+        "attempted_at": [o.attempted_at for o in outcomes],
+        "status_codes": [o.status_code for o in outcomes],
+        "response_ms": [o.response_ms for o in outcomes],
+        "error_classes": [o.error_class for o in outcomes],
+        "excerpts": [o.response_excerpt for o in outcomes],
+        "health_endpoint_ids": [h.endpoint_id for h in health],
+        "has_success": [h.has_success for h in health],
+        "trailing_failures": [h.trailing_failures for h in health],
+        "last_success_at": [h.last_success_at for h in health],
+        "last_failure_at": [h.last_failure_at for h in health],
+        "disable_ids": [endpoint_id for endpoint_id, _ in disable],
+        "disable_reasons": [reason for _, reason in disable],
+        "base_cooldown_s": base_cooldown_s,
+        "max_cooldown_s": max_cooldown_s,
+    }
+    cur.execute(sql("record_outcomes"), params)
+    row = cur.fetchone()
+    assert row is not None  # the statement always returns exactly one row
+    written_ids, transitions, disabled_ids = row
+    return RecordResult(
+        written_ids=frozenset(written_ids),
+        transitions=tuple(
+            CircuitTransition(t["endpoint_id"], t["from"], t["to"], float(t["cooldown_s"]))
+            for t in transitions
+        ),
+        disabled_endpoint_ids=frozenset(disabled_ids),
+    )

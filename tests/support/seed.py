@@ -1,0 +1,59 @@
+"""Test data made directly in the database, fast and at chosen times."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tidings.dal.connection import Cursor
+
+TEST_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+def make_endpoint(
+    cur: Cursor,
+    url: str = "https://receiver.example/hook",
+    *,
+    event_types: Sequence[str] = ("*",),
+    rate_limit_per_s: float | None = None,
+    enabled: bool = True,
+) -> int:
+    cur.execute(
+        "INSERT INTO tidings.endpoints (url, secret, rate_limit_per_s, enabled)"
+        " VALUES (%s, %s, %s, %s) RETURNING id",
+        (url, TEST_SECRET, rate_limit_per_s, enabled),
+    )
+    row = cur.fetchone()
+    assert row is not None
+    endpoint_id = int(row[0])
+    for event_type in event_types:
+        cur.execute(
+            "INSERT INTO tidings.subscriptions (endpoint_id, event_type) VALUES (%s, %s)",
+            (endpoint_id, event_type),
+        )
+    return endpoint_id
+
+
+def seed_messages(
+    cur: Cursor,
+    endpoint_id: int,
+    count: int,
+    *,
+    event_type: str = "test.event",
+    status: str = "pending",
+) -> None:
+    """``count`` messages for one endpoint, due now, each with its own small event."""
+    cur.execute(
+        """
+        WITH ev AS (
+            INSERT INTO tidings.events (event_type, event_id, payload)
+            SELECT %(event_type)s,
+                   'seed-' || %(endpoint_id)s || '-' || g || '-' || gen_random_uuid(),
+                   jsonb_build_object('n', g)
+            FROM generate_series(1, %(count)s) g
+            RETURNING id
+        )
+        INSERT INTO tidings.messages (event_ref, endpoint_id, event_type, status)
+        SELECT ev.id, %(endpoint_id)s, %(event_type)s, %(status)s::tidings.message_status FROM ev
+        """,
+        {"event_type": event_type, "endpoint_id": endpoint_id, "count": count, "status": status},
+    )
