@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 from aws_cdk.assertions import Match
-from conftest import Synthesized
+
+from tests.infra.conftest import Synthesized
 
 
 def _single(synth: Synthesized, resource_type: str) -> tuple[str, dict[str, Any]]:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from aws_cdk import App, Validations
 from aws_cdk import aws_sqs as sqs
-from conftest import Synthesized
 
 from infra.app import build_app, cdk_json_context
 from infra.migrations import MIGRATIONS_DIR, migrations_hash
+from tests.infra.conftest import Synthesized
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # ELF e_machine values (byte 18 of the header, little endian).

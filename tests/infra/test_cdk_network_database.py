@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match
-from conftest import Synthesized
 
 from infra.database import DATABASE_NAME
+from tests.infra.conftest import Synthesized
 
 
 def _subnet_ids_named(synth: Synthesized, name: str) -> set[str]:

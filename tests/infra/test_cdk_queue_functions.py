@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import Synthesized
 
 from infra.function_specs import FUNCTION_SPECS, SENDER
+from tests.infra.conftest import Synthesized
 
 REQUIRED_ENVIRONMENT = {
     "POWERTOOLS_SERVICE_NAME",
