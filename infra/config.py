@@ -17,6 +17,7 @@ from constructs import Node
 _SCHEDULE = re.compile(r"^(rate\(\d+ (minute|minutes|hour|hours|day|days)\)|cron\(.+\))$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9]*\.[a-z0-9]+$")
+_SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
 
 SCHEDULED_FUNCTIONS = ("claimer", "percentiles", "health_monitor", "dead_letter_report", "pruner")
 
@@ -37,6 +38,8 @@ class StageConfig:
     deletion_protection: bool
     retain_on_delete: bool
     secret_rotation_days: int
+    # Security groups of producer applications in the VPC that call tidings.enqueue over SQL.
+    producer_security_group_ids: tuple[str, ...]
     statement_timeout_ms: int
     idle_in_transaction_timeout_ms: int
     # Network
@@ -100,6 +103,7 @@ def stage_config(lookup: Callable[[str], Any]) -> StageConfig:
         deletion_protection=_flag(setting, "deletionProtection"),
         retain_on_delete=_flag(setting, "retainOnDelete"),
         secret_rotation_days=_integer(setting, "secretRotationDays", minimum=1, maximum=365),
+        producer_security_group_ids=_id_list(setting, "producerSecurityGroupIds"),
         statement_timeout_ms=_integer(setting, "statementTimeoutMs", minimum=1000),
         idle_in_transaction_timeout_ms=_integer(
             setting, "idleInTransactionTimeoutMs", minimum=1000
@@ -131,6 +135,11 @@ def _validate(config: StageConfig) -> None:
         raise StageConfigError("maxAllocatedStorageGiB is below allocatedStorageGiB")
     if config.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
         raise StageConfigError(f"logLevel {config.log_level!r} is not a Python logging level")
+    for group_id in config.producer_security_group_ids:
+        if not _SECURITY_GROUP_ID.match(group_id):
+            raise StageConfigError(
+                f"producerSecurityGroupIds: {group_id!r} is not a security group id (sg-...)"
+            )
     if config.alarm_email and not _EMAIL.match(config.alarm_email):
         raise StageConfigError(f"alarmEmail {config.alarm_email!r} is not an email address")
     unknown = sorted(set(config.schedules) - set(SCHEDULED_FUNCTIONS))
@@ -154,6 +163,15 @@ def _text(setting: Callable[[str], Any], name: str) -> str:
     if not isinstance(value, str) or not value:
         raise StageConfigError(f"{name} must be a non-empty string, got {value!r}")
     return value
+
+
+def _id_list(setting: Callable[[str], Any], name: str) -> tuple[str, ...]:
+    value = setting(name)
+    # A list in cdk.json, a comma-separated string with -c on the command line.
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise StageConfigError(f"{name} must be a list of strings, got {value!r}")
+    return tuple(item.strip() for item in items if item.strip())
 
 
 def _flag(setting: Callable[[str], Any], name: str) -> bool:

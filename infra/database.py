@@ -8,7 +8,7 @@ time by ``allow_from``.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import CfnOutput, Duration, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_rds as rds
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -147,6 +147,33 @@ class Database(Construct):
             max_connections_percent=90,
             borrow_timeout=Duration.seconds(30),
             debug_logging=False,
+        )
+
+        for index, group_id in enumerate(config.producer_security_group_ids):
+            producer = ec2.SecurityGroup.from_security_group_id(
+                self, f"Producer{index + 1}", group_id, mutable=False
+            )
+            self.proxy_security_group.add_ingress_rule(
+                producer, ec2.Port.tcp(POSTGRES_PORT), f"Producer {group_id} to RDS Proxy"
+            )
+
+        CfnOutput(
+            self,
+            "ProxyEndpoint",
+            description="Producers connect here (TLS) to call tidings.enqueue",
+            value=self.proxy.endpoint,
+        )
+        CfnOutput(
+            self,
+            "SecretArn",
+            description="Database credentials (rotated); the proxy and the functions read them",
+            value=self.secret.secret_arn,
+        )
+        CfnOutput(
+            self,
+            "ProxySecurityGroupId",
+            description="Admits producer security groups listed in producerSecurityGroupIds",
+            value=self.proxy_security_group.security_group_id,
         )
 
         if not config.multi_az:

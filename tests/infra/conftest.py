@@ -20,6 +20,8 @@ from infra.app import build_app, cdk_json_context
 from infra.config import StageConfig
 from infra.stack import TidingsStack
 
+PRODUCER_SECURITY_GROUP = "sg-0123456789abcdef0"
+
 
 @dataclass(frozen=True)
 class Synthesized:
@@ -65,5 +67,8 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesized]:
 @pytest.fixture(scope="session")
 def prod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesized]:
     yield synthesize(
-        tmp_path_factory.mktemp("cdk-prod"), stage="prod", alarmEmail="ops@example.com"
+        tmp_path_factory.mktemp("cdk-prod"),
+        stage="prod",
+        alarmEmail="ops@example.com",
+        producerSecurityGroupIds=PRODUCER_SECURITY_GROUP,
     )

@@ -40,6 +40,10 @@ def test_stage_comes_from_the_context_and_single_settings_override_it() -> None:
         _lookup({**context, "stage": "prod", "natGateways": "1", "multiAz": "false"})
     )
     assert overridden.nat_gateways == 1 and overridden.multi_az is False
+    producers = stage_config(
+        _lookup({**context, "producerSecurityGroupIds": "sg-0123456789abcdef0, sg-89abcdef"})
+    )
+    assert producers.producer_security_group_ids == ("sg-0123456789abcdef0", "sg-89abcdef")
 
 
 def test_schedules_can_be_overridden_one_at_a_time() -> None:
@@ -61,6 +65,7 @@ def test_schedules_can_be_overridden_one_at_a_time() -> None:
         ({"schedules": {"claimer": "every minute"}}, "schedule for 'claimer'"),
         ({"schedules": {"sender": "rate(1 minute)"}}, "unknown functions ['sender']"),
         ({"instanceType": "large"}, "instanceType 'large'"),
+        ({"producerSecurityGroupIds": "sg-1,db"}, "'sg-1' is not a security group id"),
     ],
 )
 def test_bad_settings_are_refused_with_their_name(overrides: dict[str, Any], message: str) -> None:

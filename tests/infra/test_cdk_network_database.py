@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match
 
 from infra.database import DATABASE_NAME
-from tests.infra.conftest import Synthesized
+from tests.infra.conftest import PRODUCER_SECURITY_GROUP, Synthesized
 
 
 def _subnet_ids_named(synth: Synthesized, name: str) -> set[str]:
@@ -188,3 +189,22 @@ def test_function_egress_is_https_and_postgres_and_http_only_for_the_sender(
         assert all(
             rule["IpProtocol"] == "tcp" for rule in group["Properties"]["SecurityGroupEgress"]
         )
+
+
+def test_only_listed_producer_security_groups_reach_the_proxy(
+    dev: Synthesized, prod: Synthesized
+) -> None:
+    def producer_rules(synth: Synthesized) -> list[dict[str, Any]]:
+        proxy_sg = synth.logical_id(synth.stack.database.proxy_security_group)
+        return [
+            rule
+            for rule in _ingress_sources(synth, proxy_sg)
+            if isinstance(rule["SourceSecurityGroupId"], str)
+        ]
+
+    assert producer_rules(dev) == []
+    (rule,) = producer_rules(prod)
+    assert rule["SourceSecurityGroupId"] == PRODUCER_SECURITY_GROUP
+    assert rule["FromPort"] == rule["ToPort"] == 5432
+    outputs = " ".join(json.dumps(o) for o in prod.raw["Outputs"].values())
+    assert "ProxySecurityGroup" in outputs and "Endpoint" in outputs
