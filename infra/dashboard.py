@@ -1,9 +1,9 @@
 """The CloudWatch dashboard: throughput, queue depth, age of the oldest message, dead letters
 and delivery latency percentiles.
 
-Queue and Lambda figures come from the AWS namespaces. Delivery latency is the metric the
-sender emits through Powertools (EMF) in the ``Tidings`` namespace with the ``service``
-dimension that every function shares.
+Queue and Lambda figures come from the AWS namespaces; deliveries, dead letters and latency are
+the metrics the claimer and sender emit through Powertools (EMF) in the ``Tidings`` namespace,
+with the ``service`` dimension that every function shares.
 """
 
 from __future__ import annotations
@@ -19,6 +19,13 @@ from constructs import Construct
 from infra.functions import METRICS_NAMESPACE, SERVICE_NAME
 
 DELIVERY_LATENCY_METRIC = "DeliveryLatency"
+# Counts per outcome, as the sender and claimer emit them, with their labels here.
+DELIVERY_COUNTS = {
+    "Claimed": "claimed from PostgreSQL",
+    "Delivered": "delivered",
+    "Failed": "failed, retry scheduled",
+    "DeadLettered": "dead-lettered",
+}
 LATENCY_PERCENTILES = ("p50", "p95", "p99")
 _PERIOD = Duration.minutes(1)
 _WIDTH = 12
@@ -39,16 +46,13 @@ class Dashboard(Construct):
         sender = functions["sender"]
         claimer = functions["claimer"]
         latency = [
-            cloudwatch.Metric(
-                namespace=METRICS_NAMESPACE,
-                metric_name=DELIVERY_LATENCY_METRIC,
-                dimensions_map={"service": SERVICE_NAME},
-                statistic=percentile,
-                period=_PERIOD,
-                label=f"delivery latency {percentile}",
-            )
+            _tidings_metric(DELIVERY_LATENCY_METRIC, percentile, f"latency {percentile}")
             for percentile in LATENCY_PERCENTILES
         ]
+        outcomes = {
+            name: _tidings_metric(name, cloudwatch.Stats.SUM, label)
+            for name, label in DELIVERY_COUNTS.items()
+        }
         self.dashboard = cloudwatch.Dashboard(
             self,
             "Dashboard",
@@ -59,12 +63,11 @@ class Dashboard(Construct):
                     cloudwatch.GraphWidget(
                         title="Throughput (messages per minute)",
                         width=_WIDTH,
-                        left=[
-                            queue.metric_number_of_messages_sent(
-                                period=_PERIOD, label="queued (claimed and retried)"
-                            ),
+                        left=list(outcomes.values()),
+                        right=[
+                            queue.metric_number_of_messages_sent(period=_PERIOD, label="SQS: sent"),
                             queue.metric_number_of_messages_deleted(
-                                period=_PERIOD, label="handled by the sender"
+                                period=_PERIOD, label="SQS: handled"
                             ),
                         ],
                     ),
@@ -92,11 +95,14 @@ class Dashboard(Construct):
                         ],
                     ),
                     cloudwatch.GraphWidget(
-                        title="Dead letters (SQS dead-letter queue)",
+                        title="Dead letters",
                         width=_WIDTH,
-                        left=[
+                        left=[outcomes["DeadLettered"]],
+                        right=[
                             dead_letter_queue.metric_approximate_number_of_messages_visible(
-                                period=_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
+                                period=_PERIOD,
+                                statistic=cloudwatch.Stats.MAXIMUM,
+                                label="SQS dead-letter queue depth",
                             )
                         ],
                     ),
@@ -122,3 +128,14 @@ class Dashboard(Construct):
                 ],
             ],
         )
+
+
+def _tidings_metric(name: str, statistic: str, label: str) -> cloudwatch.Metric:
+    return cloudwatch.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=name,
+        dimensions_map={"service": SERVICE_NAME},
+        statistic=statistic,
+        period=_PERIOD,
+        label=label,
+    )

@@ -133,8 +133,13 @@ def test_dashboard_shows_throughput_depth_age_dead_letters_and_latency(dev: Synt
         "ApproximateNumberOfMessagesVisible",
         "ApproximateAgeOfOldestMessage",
         "DeliveryLatency",
+        "Delivered",
+        "Failed",
+        "DeadLettered",
     ):
         assert metric in body, metric
+    # The namespace and dimension the functions' Powertools metrics carry.
+    assert '\\"Tidings\\",\\"DeliveryLatency\\",\\"service\\",\\"tidings\\"' in body
     for percentile in ("p50", "p95", "p99"):
         assert f'\\"stat\\":\\"{percentile}\\"' in body, percentile
     assert dev.logical_id(dev.stack.delivery.dead_letter_queue) in body
