@@ -7,12 +7,14 @@ key policy of an AWS-managed key cannot be changed.
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, RemovalPolicy
+from aws_cdk import RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
+
+from infra.common import output
 
 
 class Alerts(Construct):
@@ -42,9 +44,9 @@ class Alerts(Construct):
         )
         if email:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
-        CfnOutput(
+        output(
             self,
-            "TopicArn",
-            description="Subscribe to this topic to receive Tidings alerts",
-            value=self.topic.topic_arn,
+            "AlertsTopicArn",
+            self.topic.topic_arn,
+            "Subscribe to this topic to receive Tidings alerts",
         )

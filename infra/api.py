@@ -6,13 +6,13 @@ description. Callers present an API key; the usage plan throttles each key.
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, RemovalPolicy
+from aws_cdk import RemovalPolicy
 from aws_cdk import aws_apigateway as apigateway
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.common import acknowledge, log_retention
+from infra.common import acknowledge, log_retention, output
 
 
 class IngestApi(Construct):
@@ -114,10 +114,10 @@ class IngestApi(Construct):
             "Callers are services identified by API keys, not Cognito users.",
         )
 
-        CfnOutput(self, "Url", description="Ingest API base URL", value=self.api.url + "v1/")
-        CfnOutput(
+        output(self, "IngestApiUrl", self.api.url + "v1/", "Ingest API base URL")
+        output(
             self,
-            "ApiKeyId",
-            description="Read the key: aws apigateway get-api-key --include-value --api-key <id>",
-            value=self.api_key.key_id,
+            "IngestApiKeyId",
+            self.api_key.key_id,
+            "Read the key: aws apigateway get-api-key --include-value --api-key <id>",
         )

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Validations
+from aws_cdk import Acknowledgment, CfnOutput, Validations
 from aws_cdk import aws_logs as logs
-from constructs import IConstruct
+from constructs import Construct, IConstruct
 
 # CloudWatch Logs accepts only these retention periods (in days).
 _RETENTION_BY_DAYS: tuple[tuple[int, logs.RetentionDays], ...] = (
@@ -39,3 +39,10 @@ def log_retention(days: int) -> logs.RetentionDays:
 def acknowledge(scope: IConstruct, rule_id: str, reason: str) -> None:
     """Acknowledge one cdk-nag finding on ``scope`` (and below it), with the reason it is fine."""
     Validations.of(scope).acknowledge(Acknowledgment(id=rule_id, reason=reason))
+
+
+def output(scope: Construct, name: str, value: str, description: str) -> CfnOutput:
+    """A stack output under the fixed key ``name``, so scripts and docs can name it."""
+    cfn_output = CfnOutput(scope, name, value=value, description=description)
+    cfn_output.override_logical_id(name)
+    return cfn_output

@@ -8,13 +8,13 @@ time by ``allow_from``.
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_rds as rds
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from infra.common import acknowledge
+from infra.common import acknowledge, output
 from infra.config import StageConfig
 
 DATABASE_NAME = "tidings"
@@ -157,23 +157,23 @@ class Database(Construct):
                 producer, ec2.Port.tcp(POSTGRES_PORT), f"Producer {group_id} to RDS Proxy"
             )
 
-        CfnOutput(
+        output(
             self,
-            "ProxyEndpoint",
-            description="Producers connect here (TLS) to call tidings.enqueue",
-            value=self.proxy.endpoint,
+            "DatabaseProxyEndpoint",
+            self.proxy.endpoint,
+            "Producers connect here (TLS) to call tidings.enqueue",
         )
-        CfnOutput(
+        output(
             self,
-            "SecretArn",
-            description="Database credentials (rotated); the proxy and the functions read them",
-            value=self.secret.secret_arn,
+            "DatabaseSecretArn",
+            self.secret.secret_arn,
+            "Database credentials (rotated); the proxy and the functions read them",
         )
-        CfnOutput(
+        output(
             self,
-            "ProxySecurityGroupId",
-            description="Admits producer security groups listed in producerSecurityGroupIds",
-            value=self.proxy_security_group.security_group_id,
+            "DatabaseProxySecurityGroupId",
+            self.proxy_security_group.security_group_id,
+            "Admits the producer security groups listed in producerSecurityGroupIds",
         )
 
         if not config.multi_az:

@@ -8,12 +8,12 @@ customers allow-list exactly those addresses.
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Fn, RemovalPolicy
+from aws_cdk import Fn, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.common import log_retention
+from infra.common import log_retention, output
 
 
 class Network(Construct):
@@ -58,9 +58,9 @@ class Network(Construct):
         self.function_subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
         self.database_subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
 
-        CfnOutput(
+        output(
             self,
             "EgressIps",
-            description="Static egress addresses of webhook deliveries: customers allow-list them",
-            value=Fn.join(",", [eip.ref for eip in self.egress_ips]),
+            Fn.join(",", [eip.ref for eip in self.egress_ips]),
+            "Static egress addresses of webhook deliveries: customers allow-list them",
         )

@@ -33,7 +33,8 @@ def test_api_proxies_v1_to_ingest_with_a_required_key_and_validation(dev: Synthe
     assert properties["Integration"]["Type"] == "AWS_PROXY"
     ingest_id = dev.logical_id(dev.stack.functions["ingest"])
     assert ingest_id in json.dumps(properties["Integration"]["Uri"])
-    assert api_id
+    url = json.dumps(dev.raw["Outputs"]["IngestApiUrl"]["Value"])
+    assert api_id in url and url.endswith('"/v1/"]]}')
 
 
 def test_usage_plan_throttles_and_holds_the_api_key(dev: Synthesized) -> None:
@@ -43,6 +44,7 @@ def test_usage_plan_throttles_and_holds_the_api_key(dev: Synthesized) -> None:
         "BurstLimit": dev.config.api_burst_limit,
     }
     key_id, _ = _single(dev, "AWS::ApiGateway::ApiKey")
+    assert dev.raw["Outputs"]["IngestApiKeyId"]["Value"] == {"Ref": key_id}
     dev.template.has_resource_properties(
         "AWS::ApiGateway::UsagePlanKey",
         {"KeyId": {"Ref": key_id}, "UsagePlanId": {"Ref": plan_id}, "KeyType": "API_KEY"},
@@ -74,6 +76,7 @@ def test_alerts_topic_is_encrypted_refuses_plain_http_and_lets_cloudwatch_use_th
     )
     _, policy = _single(dev, "AWS::SNS::TopicPolicy")
     assert {"Ref": topic_id} in policy["Properties"]["Topics"]
+    assert dev.raw["Outputs"]["AlertsTopicArn"]["Value"] == {"Ref": topic_id}
     assert any(
         s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
         for s in policy["Properties"]["PolicyDocument"]["Statement"]

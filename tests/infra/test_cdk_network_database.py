@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -40,13 +39,7 @@ def test_egress_addresses_are_the_nat_elastic_ips(prod: Synthesized) -> None:
         for nat in prod.resources("AWS::EC2::NatGateway").values()
     }
     assert nat_allocations == eips
-    outputs = [
-        output
-        for output in prod.raw["Outputs"].values()
-        if "allow-list" in output.get("Description", "")
-    ]
-    assert len(outputs) == 1
-    joined = outputs[0]["Value"]["Fn::Join"]
+    joined = prod.raw["Outputs"]["EgressIps"]["Value"]["Fn::Join"]
     assert joined[0] == ","
     assert _refs(joined[1]) == eips
 
@@ -134,6 +127,7 @@ def test_credentials_live_in_a_rotated_secret_used_by_the_proxy(dev: Synthesized
     assert proxy["Properties"]["RequireTLS"] is True
     assert proxy["Properties"]["EngineFamily"] == "POSTGRESQL"
     assert proxy["Properties"]["Auth"][0]["SecretArn"] == {"Ref": attachment_id}
+    assert dev.raw["Outputs"]["DatabaseSecretArn"]["Value"] == {"Ref": attachment_id}
     assert secret_id
 
 
@@ -206,5 +200,8 @@ def test_only_listed_producer_security_groups_reach_the_proxy(
     (rule,) = producer_rules(prod)
     assert rule["SourceSecurityGroupId"] == PRODUCER_SECURITY_GROUP
     assert rule["FromPort"] == rule["ToPort"] == 5432
-    outputs = " ".join(json.dumps(o) for o in prod.raw["Outputs"].values())
-    assert "ProxySecurityGroup" in outputs and "Endpoint" in outputs
+    outputs = prod.raw["Outputs"]
+    proxy_sg = prod.logical_id(prod.stack.database.proxy_security_group)
+    assert outputs["DatabaseProxySecurityGroupId"]["Value"] == {"Fn::GetAtt": [proxy_sg, "GroupId"]}
+    proxy = prod.logical_id(prod.stack.database.proxy)
+    assert outputs["DatabaseProxyEndpoint"]["Value"] == {"Fn::GetAtt": [proxy, "Endpoint"]}
