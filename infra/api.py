@@ -40,7 +40,9 @@ class IngestApi(Construct):
             description="Tidings ingest API",
             endpoint_types=[apigateway.EndpointType.REGIONAL],
             cloud_watch_role=True,
-            cloud_watch_role_removal_policy=RemovalPolicy.DESTROY,
+            # The logging role is an account-wide API Gateway setting that other stacks may rely
+            # on, so it stays when this stack goes.
+            cloud_watch_role_removal_policy=RemovalPolicy.RETAIN,
             deploy_options=apigateway.StageOptions(
                 stage_name=stage_name,
                 access_log_destination=apigateway.LogGroupLogDestination(access_logs),

@@ -89,9 +89,9 @@ class Database(Construct):
             security_groups=[self.instance_security_group],
             port=POSTGRES_PORT,
             database_name=DATABASE_NAME,
-            credentials=rds.Credentials.from_generated_secret(
-                MASTER_USERNAME, secret_name=f"tidings/{config.stage}/database"
-            ),
+            # A generated secret name: a fixed one would block re-creating the stack while the
+            # deleted secret waits out its recovery window.
+            credentials=rds.Credentials.from_generated_secret(MASTER_USERNAME),
             parameter_group=self.parameter_group,
             allocated_storage=config.allocated_storage_gib,
             max_allocated_storage=config.max_allocated_storage_gib,

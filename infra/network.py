@@ -18,12 +18,23 @@ from infra.common import log_retention, output
 
 class Network(Construct):
     def __init__(
-        self, scope: Construct, construct_id: str, *, nat_gateways: int, log_retention_days: int
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        nat_gateways: int,
+        log_retention_days: int,
+        retain_egress_ips: bool,
     ) -> None:
         super().__init__(scope, construct_id)
         self.egress_ips = [
             ec2.CfnEIP(self, f"NatEip{index + 1}", domain="vpc") for index in range(nat_gateways)
         ]
+        for eip in self.egress_ips:
+            # Customers allow-list these addresses: a stage that keeps its data keeps them too.
+            eip.apply_removal_policy(
+                RemovalPolicy.RETAIN if retain_egress_ips else RemovalPolicy.DESTROY
+            )
         self.vpc = ec2.Vpc(
             self,
             "Vpc",

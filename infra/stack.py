@@ -43,6 +43,7 @@ class TidingsStack(Stack):
             "Network",
             nat_gateways=config.nat_gateways,
             log_retention_days=config.log_retention_days,
+            retain_egress_ips=config.retain_on_delete,
         )
         self.database = Database(
             self,
