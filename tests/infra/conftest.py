@@ -21,6 +21,7 @@ from infra.config import StageConfig
 from infra.stack import TidingsStack
 
 PRODUCER_SECURITY_GROUP = "sg-0123456789abcdef0"
+MIGRATIONS_RUN_TOKEN = "forced-run-1"
 
 
 @dataclass(frozen=True)
@@ -71,4 +72,5 @@ def prod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesized]:
         stage="prod",
         alarmEmail="ops@example.com",
         producerSecurityGroupIds=PRODUCER_SECURITY_GROUP,
+        migrationsRunToken=MIGRATIONS_RUN_TOKEN,
     )

@@ -13,7 +13,7 @@ from aws_cdk import aws_sqs as sqs
 
 from infra.app import build_app, cdk_json_context
 from infra.migrations import MIGRATIONS_DIR, migrations_hash
-from tests.infra.conftest import Synthesized
+from tests.infra.conftest import MIGRATIONS_RUN_TOKEN, Synthesized
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # ELF e_machine values (byte 18 of the header, little endian).
@@ -141,6 +141,12 @@ def test_migrations_run_through_a_custom_resource_keyed_on_the_sql(dev: Synthesi
     }
     instance_id = dev.logical_id(dev.stack.database.instance)
     assert instance_id in resource["DependsOn"]
+
+
+def test_a_run_token_from_the_context_forces_a_migration_run(prod: Synthesized) -> None:
+    (resource,) = prod.resources("Custom::TidingsSchema").values()
+    assert resource["Properties"]["RunToken"] == MIGRATIONS_RUN_TOKEN
+    assert resource["Properties"]["MigrationsHash"] == migrations_hash(MIGRATIONS_DIR)
 
 
 def test_migrations_hash_changes_with_any_sql_file(tmp_path: Path) -> None:

@@ -39,9 +39,7 @@ def test_egress_addresses_are_the_nat_elastic_ips(prod: Synthesized) -> None:
         for nat in prod.resources("AWS::EC2::NatGateway").values()
     }
     assert nat_allocations == eips
-    assert {eip["DeletionPolicy"] for eip in prod.resources("AWS::EC2::EIP").values()} == {
-        "Retain"
-    }
+    assert {eip["DeletionPolicy"] for eip in prod.resources("AWS::EC2::EIP").values()} == {"Retain"}
     joined = prod.raw["Outputs"]["EgressIps"]["Value"]["Fn::Join"]
     assert joined[0] == ","
     assert _refs(joined[1]) == eips
