@@ -103,7 +103,12 @@ def test_layer_assets_hold_tidings_and_psycopg2_built_for_the_functions(
     tidings = [a for a in assets.values() if (a / "python" / "tidings" / "__init__.py").is_file()]
     dependencies = [a for a in assets.values() if (a / "python" / "psycopg2").is_dir()]
     assert len(tidings) == 1 and len(dependencies) == 1
-    assert (tidings[0] / "python" / "tidings" / "config.py").is_file()
+    package = tidings[0] / "python" / "tidings"
+    assert (package / "config.py").is_file()
+    # The layer ships the very migrations whose hash keys the custom resource.
+    assert list((package / "migrations").glob("*.sql"))
+    assert migrations_hash(package / "migrations") == migrations_hash(MIGRATIONS_DIR)
+    assert not list(package.rglob("__pycache__"))
 
     site = dependencies[0] / "python"
     (binary,) = (site / "psycopg2").glob("_psycopg.*.so")
