@@ -50,6 +50,8 @@ class StageConfig:
     sender_max_concurrency: int
     dlq_max_receive_count: int
     http_timeout_s: int
+    # TCP ports the sender may open to webhook endpoints on public addresses.
+    endpoint_ports: tuple[int, ...]
     schedules: Mapping[str, str]
     # API
     api_rate_limit: int
@@ -114,6 +116,7 @@ def stage_config(lookup: Callable[[str], Any]) -> StageConfig:
         sender_max_concurrency=_integer(setting, "senderMaxConcurrency", minimum=2, maximum=1000),
         dlq_max_receive_count=_integer(setting, "dlqMaxReceiveCount", minimum=1, maximum=1000),
         http_timeout_s=_integer(setting, "httpTimeoutS", minimum=1, maximum=60),
+        endpoint_ports=_ports(setting, "endpointPorts"),
         schedules=schedules,
         api_rate_limit=_integer(setting, "apiRateLimit", minimum=1),
         api_burst_limit=_integer(setting, "apiBurstLimit", minimum=1),
@@ -172,6 +175,23 @@ def _id_list(setting: Callable[[str], Any], name: str) -> tuple[str, ...]:
     if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
         raise StageConfigError(f"{name} must be a list of strings, got {value!r}")
     return tuple(item.strip() for item in items if item.strip())
+
+
+def _ports(setting: Callable[[str], Any], name: str) -> tuple[int, ...]:
+    value = setting(name)
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items:
+        raise StageConfigError(f"{name} must be a non-empty list of ports, got {value!r}")
+    ports = []
+    for item in items:
+        try:
+            port = int(str(item).strip())
+        except ValueError as exc:
+            raise StageConfigError(f"{name}: {item!r} is not a port number") from exc
+        if not 1 <= port <= 65535:
+            raise StageConfigError(f"{name}: {port} is not within 1..65535")
+        ports.append(port)
+    return tuple(sorted(set(ports)))
 
 
 def _flag(setting: Callable[[str], Any], name: str) -> bool:

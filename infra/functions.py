@@ -159,9 +159,11 @@ class Functions(Construct):
             ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS: AWS APIs and webhook endpoints"
         )
         if spec.reaches_endpoints:
-            security_group.add_egress_rule(
-                ec2.Peer.any_ipv4(), ec2.Port.tcp(80), "HTTP webhook endpoints"
-            )
+            for port in self._config.endpoint_ports:
+                if port != 443:
+                    security_group.add_egress_rule(
+                        ec2.Peer.any_ipv4(), ec2.Port.tcp(port), f"Webhook endpoints on {port}"
+                    )
         if spec.connects_directly:
             self._database.allow_direct_from(security_group, f"{spec.name} to PostgreSQL")
             database_host = self._database.instance.db_instance_endpoint_address

@@ -73,4 +73,5 @@ def prod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesized]:
         alarmEmail="ops@example.com",
         producerSecurityGroupIds=PRODUCER_SECURITY_GROUP,
         migrationsRunToken=MIGRATIONS_RUN_TOKEN,
+        endpointPorts="443,8443",
     )

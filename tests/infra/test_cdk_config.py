@@ -44,6 +44,9 @@ def test_stage_comes_from_the_context_and_single_settings_override_it() -> None:
         _lookup({**context, "producerSecurityGroupIds": "sg-0123456789abcdef0, sg-89abcdef"})
     )
     assert producers.producer_security_group_ids == ("sg-0123456789abcdef0", "sg-89abcdef")
+    assert stage_config(_lookup(context)).endpoint_ports == (80, 443)
+    ports = stage_config(_lookup({**context, "endpointPorts": "443, 8443,443"})).endpoint_ports
+    assert ports == (443, 8443)
 
 
 def test_schedules_can_be_overridden_one_at_a_time() -> None:
@@ -66,6 +69,8 @@ def test_schedules_can_be_overridden_one_at_a_time() -> None:
         ({"schedules": {"sender": "rate(1 minute)"}}, "unknown functions ['sender']"),
         ({"instanceType": "large"}, "instanceType 'large'"),
         ({"producerSecurityGroupIds": "sg-1,db"}, "'sg-1' is not a security group id"),
+        ({"endpointPorts": "443,http"}, "endpointPorts: 'http' is not a port number"),
+        ({"endpointPorts": [443, 70000]}, "endpointPorts: 70000 is not within 1..65535"),
     ],
 )
 def test_bad_settings_are_refused_with_their_name(overrides: dict[str, Any], message: str) -> None:

@@ -169,21 +169,19 @@ def test_security_groups_admit_only_named_peers_on_the_postgres_port(dev: Synthe
     assert instance["Properties"]["Port"] == "5432"
 
 
-def test_function_egress_is_https_and_postgres_and_http_only_for_the_sender(
-    dev: Synthesized,
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_function_egress_is_https_and_postgres_and_endpoint_ports_only_for_the_sender(
+    stage: str, request: pytest.FixtureRequest
 ) -> None:
-    for name, deployed in dev.stack.functions.by_name.items():
-        group = dev.raw["Resources"][dev.logical_id(deployed.security_group)]
-        public_ports = {
-            rule["FromPort"]
-            for rule in group["Properties"]["SecurityGroupEgress"]
-            if rule.get("CidrIp") == "0.0.0.0/0"
-        }
-        expected = {443, 80} if name == "sender" else {443}
-        assert public_ports == expected, name
-        assert all(
-            rule["IpProtocol"] == "tcp" for rule in group["Properties"]["SecurityGroupEgress"]
-        )
+    synth: Synthesized = request.getfixturevalue(stage)
+    expected_sender_ports = {"dev": {80, 443}, "prod": {443, 8443}}[stage]
+    assert set(synth.config.endpoint_ports) == expected_sender_ports
+    for name, deployed in synth.stack.functions.by_name.items():
+        group = synth.raw["Resources"][synth.logical_id(deployed.security_group)]
+        egress = group["Properties"]["SecurityGroupEgress"]
+        public_ports = {rule["FromPort"] for rule in egress if rule.get("CidrIp") == "0.0.0.0/0"}
+        assert public_ports == (expected_sender_ports if name == "sender" else {443}), name
+        assert all(rule["IpProtocol"] == "tcp" for rule in egress), name
 
 
 def test_only_listed_producer_security_groups_reach_the_proxy(
