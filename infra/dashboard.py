@@ -3,7 +3,8 @@ and delivery latency percentiles.
 
 Queue and Lambda figures come from the AWS namespaces; deliveries, dead letters and latency are
 the metrics the claimer and sender emit through Powertools (EMF) in the ``Tidings`` namespace,
-with the ``service`` dimension that every function shares.
+with the ``service`` dimension that every function shares. The health monitor adds, every five
+minutes, what PostgreSQL holds: the backlog by state, its oldest message and the dead letters.
 """
 
 from __future__ import annotations
@@ -27,7 +28,16 @@ DELIVERY_COUNTS = {
     "DeadLettered": "dead-lettered",
 }
 LATENCY_PERCENTILES = ("p50", "p95", "p99")
+# Gauges the health monitor emits from PostgreSQL, with their labels here.
+DATABASE_BACKLOG = {
+    "Pending": "PostgreSQL: pending",
+    "AwaitingRetry": "PostgreSQL: awaiting retry",
+    "InFlight": "PostgreSQL: in flight",
+}
+OLDEST_UNDELIVERED_METRIC = "OldestUndeliveredAge"
+DEAD_LETTERS_METRIC = "DeadLetters"
 _PERIOD = Duration.minutes(1)
+_HEALTH_PERIOD = Duration.minutes(5)
 _WIDTH = 12
 
 
@@ -53,6 +63,10 @@ class Dashboard(Construct):
             name: _tidings_metric(name, cloudwatch.Stats.SUM, label)
             for name, label in DELIVERY_COUNTS.items()
         }
+        backlog = [
+            _tidings_metric(name, cloudwatch.Stats.MAXIMUM, label, _HEALTH_PERIOD)
+            for name, label in DATABASE_BACKLOG.items()
+        ]
         self.dashboard = cloudwatch.Dashboard(
             self,
             "Dashboard",
@@ -76,28 +90,45 @@ class Dashboard(Construct):
                         width=_WIDTH,
                         left=[
                             queue.metric_approximate_number_of_messages_visible(
-                                period=_PERIOD, label="waiting"
+                                period=_PERIOD, label="SQS: waiting"
                             ),
                             queue.metric_approximate_number_of_messages_not_visible(
-                                period=_PERIOD, label="in flight"
+                                period=_PERIOD, label="SQS: in flight"
                             ),
                         ],
+                        right=backlog,
                     ),
                 ],
                 [
                     cloudwatch.GraphWidget(
-                        title="Age of the oldest queued message (s)",
+                        title="Age of the oldest undelivered message (s)",
                         width=_WIDTH,
                         left=[
                             queue.metric_approximate_age_of_oldest_message(
-                                period=_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
-                            )
+                                period=_PERIOD,
+                                statistic=cloudwatch.Stats.MAXIMUM,
+                                label="SQS: oldest queued",
+                            ),
+                            _tidings_metric(
+                                OLDEST_UNDELIVERED_METRIC,
+                                cloudwatch.Stats.MAXIMUM,
+                                "PostgreSQL: oldest undelivered",
+                                _HEALTH_PERIOD,
+                            ),
                         ],
                     ),
                     cloudwatch.GraphWidget(
                         title="Dead letters",
                         width=_WIDTH,
-                        left=[outcomes["DeadLettered"]],
+                        left=[
+                            outcomes["DeadLettered"],
+                            _tidings_metric(
+                                DEAD_LETTERS_METRIC,
+                                cloudwatch.Stats.MAXIMUM,
+                                "PostgreSQL: dead letters held",
+                                _HEALTH_PERIOD,
+                            ),
+                        ],
                         right=[
                             dead_letter_queue.metric_approximate_number_of_messages_visible(
                                 period=_PERIOD,
@@ -130,12 +161,14 @@ class Dashboard(Construct):
         )
 
 
-def _tidings_metric(name: str, statistic: str, label: str) -> cloudwatch.Metric:
+def _tidings_metric(
+    name: str, statistic: str, label: str, period: Duration = _PERIOD
+) -> cloudwatch.Metric:
     return cloudwatch.Metric(
         namespace=METRICS_NAMESPACE,
         metric_name=name,
         dimensions_map={"service": SERVICE_NAME},
         statistic=statistic,
-        period=_PERIOD,
+        period=period,
         label=label,
     )
