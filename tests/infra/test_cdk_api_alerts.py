@@ -144,7 +144,7 @@ def test_dashboard_shows_throughput_depth_age_dead_letters_and_latency(dev: Synt
         "Pending",
         "AwaitingRetry",
     ):
-        assert f"\\\"{metric}\\\"" in body, metric
+        assert f'\\"{metric}\\"' in body, metric
     # The namespace and dimension the functions' Powertools metrics carry.
     assert '\\"Tidings\\",\\"DeliveryLatency\\",\\"service\\",\\"tidings\\"' in body
     for percentile in ("p50", "p95", "p99"):
