@@ -208,6 +208,9 @@ class Functions(Construct):
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             "LOG_LEVEL": self._config.log_level,
+            # Handler responses can hold endpoint signing secrets (the ingest API returns a new
+            # endpoint's secret once); they must not be copied into X-Ray trace metadata.
+            "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
             "TIDINGS_DATABASE_SECRET_ARN": self._database.secret.secret_arn,
             "TIDINGS_DATABASE_HOST": database_host,
             "TIDINGS_DATABASE_NAME": DATABASE_NAME,

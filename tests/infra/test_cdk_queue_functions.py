@@ -130,6 +130,7 @@ def test_environment_follows_the_contract(dev: Synthesized) -> None:
         assert set(environment) >= REQUIRED_ENVIRONMENT, spec.name
         assert environment["POWERTOOLS_METRICS_NAMESPACE"] == "Tidings"
         assert environment["LOG_LEVEL"] == dev.config.log_level
+        assert environment["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false"
         assert environment["TIDINGS_DATABASE_SECRET_ARN"] == {"Ref": secret_attachment}
         assert environment["TIDINGS_DATABASE_NAME"] == "tidings"
         expected_host = (
