@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from infra.app import cdk_json_context
+from infra.app import cdk_json_context, main
 from infra.build_layers import (
     PROVIDED_BY_RUNTIME,
     LayerBuildError,
@@ -114,3 +114,13 @@ def test_tidings_layer_is_cached_by_content(tmp_path: Path) -> None:
 def test_missing_tidings_package_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(LayerBuildError, match="tidings package is missing"):
         build_tidings_layer(tmp_path / "build", tmp_path / "nowhere")
+
+
+def test_the_app_refuses_a_context_argument_without_a_value(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CDK_CONTEXT_JSON", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["-c", "stage"])
+    assert exit_info.value.code == 2
+    assert "context 'stage' is not KEY=VALUE" in capsys.readouterr().err
