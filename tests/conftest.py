@@ -26,7 +26,8 @@ import pytest
 from tidings import migrations
 from tidings.dal.connection import Database
 
-TEMPLATE_DB = "tidings_test_template"
+# Unique per test session, so that runs sharing one server do not collide.
+TEMPLATE_DB = f"tidings_test_template_{uuid.uuid4().hex[:8]}"
 
 
 def _admin_connect(dsn: str) -> psycopg2.extensions.connection:

@@ -41,7 +41,8 @@ def seed_messages(
     event_type: str = "test.event",
     status: str = "pending",
 ) -> None:
-    """``count`` messages for one endpoint, due now, each with its own small event."""
+    """``count`` messages for one endpoint, due now, each with its own small event, in ``status``
+    with the columns that status requires."""
     cur.execute(
         """
         WITH ev AS (
@@ -52,8 +53,14 @@ def seed_messages(
             FROM generate_series(1, %(count)s) g
             RETURNING id
         )
-        INSERT INTO tidings.messages (event_ref, endpoint_id, event_type, status)
-        SELECT ev.id, %(endpoint_id)s, %(event_type)s, %(status)s::tidings.message_status FROM ev
+        INSERT INTO tidings.messages (event_ref, endpoint_id, event_type, status, attempts,
+                                      delivered_at, dead_lettered_at, lease_token)
+        SELECT ev.id, %(endpoint_id)s, %(event_type)s, %(status)s::tidings.message_status,
+               CASE WHEN %(status)s IN ('pending', 'in_flight') THEN 0 ELSE 1 END,
+               CASE WHEN %(status)s = 'delivered' THEN now() END,
+               CASE WHEN %(status)s = 'dead_letter' THEN now() END,
+               CASE WHEN %(status)s = 'in_flight' THEN gen_random_uuid() END
+        FROM ev
         """,
         {"event_type": event_type, "endpoint_id": endpoint_id, "count": count, "status": status},
     )

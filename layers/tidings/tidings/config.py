@@ -31,6 +31,10 @@ class Settings:
     database_secret_arn: str = ""
     database_host: str = ""
     database_name: str = "tidings"
+    # Bounds on every statement and on an open transaction's idle time, so that no invocation
+    # can hold the queue's vacuum horizon for long.
+    statement_timeout_ms: int = 30_000
+    idle_in_transaction_timeout_ms: int = 10_000
     delivery_queue_url: str = ""
     alerts_topic_arn: str = ""
     aws_endpoint_url: str = ""
@@ -77,6 +81,22 @@ class Settings:
     delivered_retention_s: float = 7 * 86400.0
     dead_letter_retention_s: float = 30 * 86400.0
     prune_batch_size: int = 5000
+    # Percentiles: attempts can commit after later ones (a slow batch), so each run re-reads the
+    # attempts of this many seconds before the last roll-up; later stragglers are not counted
+    # (a sender records its outcomes within seconds; a lease lasts lease_s).
+    percentiles_rollup_margin_s: float = 300.0
+    # The period whose delivered/failed counts and delivery latency the health summary shows.
+    health_recent_s: float = 3600.0
+    # Dead-letter report: the period each report covers (the job's schedule) and its pattern rules.
+    dead_letter_report_window_s: float = 3600.0
+    dead_letter_outage_min_count: int = 5
+    dead_letter_outage_span_s: float = 900.0
+    dead_letter_pattern_share: float = 0.5
+    # Pruning: daily attempt partitions kept ready ahead, the batches per table per run, and how
+    # long a partition drop or creation may wait for its lock before it is left to the next run.
+    attempt_partitions_ahead_days: int = 3
+    prune_max_batches: int = 200
+    prune_lock_timeout_ms: int = 2000
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -111,6 +131,13 @@ class Settings:
             "max_payload_bytes",
             "prune_batch_size",
             "sender_concurrency",
+            "latency_window_s",
+            "health_recent_s",
+            "dead_letter_report_window_s",
+            "dead_letter_outage_min_count",
+            "attempt_partitions_ahead_days",
+            "prune_max_batches",
+            "prune_lock_timeout_ms",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -122,6 +149,8 @@ class Settings:
             )
         if not 0 <= self.sqs_max_delay_s <= 900:
             raise ConfigError(f"{_env_name('sqs_max_delay_s')} must be within 0..900 (SQS limit)")
+        if not 0 < self.dead_letter_pattern_share <= 1:
+            raise ConfigError(f"{_env_name('dead_letter_pattern_share')} must be within (0, 1]")
         if self.circuit_max_cooldown_s < self.circuit_cooldown_s:
             raise ConfigError(f"{_env_name('circuit_max_cooldown_s')} is below the cooldown")
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from tidings import __version__
 
-COMMAND_MODULES = ("tidings.cli.migrate",)
+COMMAND_MODULES = ("tidings.cli.migrate", "tidings.cli.openapi")
 
 
 class CommandError(Exception):

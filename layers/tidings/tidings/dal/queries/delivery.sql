@@ -184,6 +184,9 @@ ORDER BY v.id;
 -- sender never overwrites a newer outcome); every attempt logged in one multi-row insert; each
 -- endpoint's circuit updated once, from the batch's summary, with its health row locked in
 -- endpoint order so that concurrent senders cannot deadlock; endpoints that answered 410 disabled.
+-- Safe to send again after a lost connection: attempts already logged are not logged twice and
+-- their endpoints' circuits are not counted twice (health summaries given without any outcome
+-- are always applied).
 -- Returns the rows written, the circuit transitions and the endpoints disabled.
 WITH outcome AS (
     SELECT *
@@ -224,6 +227,8 @@ logged AS (
     SELECT o.id, o.endpoint_id, o.attempt_number, o.attempted_at,
            o.status_code, o.response_ms, o.error_class, o.excerpt
     FROM outcome o
+    ON CONFLICT (message_id, attempted_at, attempt_number) DO NOTHING
+    RETURNING endpoint_id
 ),
 summary AS (
     SELECT *
@@ -238,6 +243,9 @@ before AS (
            h.opened_at, h.probe_token, h.probe_started_at, h.last_success_at, h.last_failure_at
     FROM tidings.endpoint_health h
     WHERE h.endpoint_id IN (SELECT endpoint_id FROM summary)
+      -- A batch written a second time counts once: only endpoints whose attempts were new.
+      AND (h.endpoint_id IN (SELECT endpoint_id FROM logged)
+           OR NOT EXISTS (SELECT 1 FROM outcome))
     ORDER BY h.endpoint_id
     FOR UPDATE
 ),

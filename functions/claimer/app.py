@@ -1,0 +1,19 @@
+"""Claimer Lambda (EventBridge, every minute): lease due rows and queue them for the sender."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from tidings import wiring
+from tidings.claiming import Claimer
+from tidings.observability import logger, metrics, tracer
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
+    claimer = Claimer(wiring.database(), wiring.delivery_queue(), wiring.settings())
+    return claimer.run(context.get_remaining_time_in_millis).as_dict()

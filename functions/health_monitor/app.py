@@ -1,0 +1,20 @@
+"""Every 5 minutes: the health summary as metrics, endpoints failing for too long disabled,
+and alerts sent (once) and resolved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidings import wiring
+from tidings.health import emit_metrics, run_monitor
+from tidings.observability import logger, metrics, tracer
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    result = run_monitor(wiring.database(), wiring.notifier(), wiring.settings())
+    emit_metrics(result.summary)
+    logger.info("health checked", extra=result.to_dict())
+    return result.to_dict()

@@ -1,0 +1,16 @@
+"""Ingest and management API: API Gateway (REST) → the routes of ``tidings.api``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from tidings.api.app import handle
+from tidings.observability import logger, tracer
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return handle(event, context)

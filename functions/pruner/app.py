@@ -1,0 +1,29 @@
+"""Hourly: old attempt partitions dropped (and the coming ones created), delivered messages and
+dead letters past their retention deleted in bounded batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from tidings import wiring
+from tidings.observability import logger, metrics, tracer
+from tidings.pruning import prune
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    result = prune(wiring.database(), wiring.settings())
+    metrics.add_metric(
+        name="PrunedMessages",
+        unit=MetricUnit.Count,
+        value=result.delivered_deleted + result.dead_letters_deleted,
+    )
+    metrics.add_metric(
+        name="DroppedAttemptPartitions", unit=MetricUnit.Count, value=len(result.partitions_dropped)
+    )
+    logger.info("pruned", extra=result.to_dict())
+    return result.to_dict()

@@ -1,0 +1,181 @@
+"""The resolver: routes, the error shape, and the checks made before any route runs.
+
+Every error answers ``{"error": {"code", "message", "field"?}}``. Nothing internal (stack traces,
+SQL text, database messages) reaches a response; an unexpected exception is logged and answered
+with a bare 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+import psycopg2
+import psycopg2.extensions
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
+from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from tidings import __version__
+from tidings.api.routes import router
+from tidings.logic.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, UseCaseError
+from tidings.observability import logger
+
+# API Gateway refuses bigger request bodies itself; the same limit holds locally.
+MAX_REQUEST_BYTES = 10 * 1024 * 1024
+JSON = "application/json"
+
+_STATUS = {InvalidInput: 422, NotFound: 404, PayloadTooLarge: 413, Conflict: 409}
+
+
+def error_response(
+    status: int, code: str, message: str, field: str | None = None
+) -> Response[dict[str, Any]]:
+    detail: dict[str, Any] = {"code": code, "message": message}
+    if field:
+        detail["field"] = field
+    return Response(status_code=status, content_type=JSON, body={"error": detail})
+
+
+def _parse_json(text: str) -> Any:
+    # Too deep nesting or an integer with too many digits are malformed input, not our failure.
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except (RecursionError, ValueError) as exc:
+        message = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise json.JSONDecodeError(message, text, 0) from None
+
+
+def build_app() -> APIGatewayRestResolver:
+    app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=_parse_json)
+    app.include_router(router)
+
+    @app.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator]
+    def invalid_request(exc: RequestValidationError) -> Response[dict[str, Any]]:
+        first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid":
+            return error_response(400, "invalid_json", "the request body is not valid JSON")
+        return error_response(
+            422,
+            str(first.get("type", "invalid")),
+            str(first.get("msg", "invalid request")),
+            _field_of(first.get("loc", ())),
+        )
+
+    @app.exception_handler(RequestUnsupportedContentType)  # type: ignore[untyped-decorator]
+    def unsupported_type(exc: RequestUnsupportedContentType) -> Response[dict[str, Any]]:
+        return error_response(400, "unsupported_content_type", "send application/json")
+
+    @app.exception_handler(UseCaseError)  # type: ignore[untyped-decorator]
+    def refused(exc: UseCaseError) -> Response[dict[str, Any]]:
+        return error_response(_STATUS.get(type(exc), 422), exc.code, exc.message, exc.field)
+
+    @app.exception_handler(psycopg2.IntegrityError)  # type: ignore[untyped-decorator]
+    def integrity(exc: psycopg2.IntegrityError) -> Response[dict[str, Any]]:
+        # The use cases check their input first; reaching here means a rule only the database
+        # knows (a constraint), reported at once and never retried.
+        logger.info("constraint refused a write", extra={"sqlstate": exc.pgcode})
+        if exc.pgcode == "23505":
+            return error_response(409, "conflict", "the change conflicts with stored data")
+        return error_response(422, "constraint_violation", "a value breaks a stored rule")
+
+    @app.exception_handler(psycopg2.DataError)  # type: ignore[untyped-decorator]
+    def bad_data(exc: psycopg2.DataError) -> Response[dict[str, Any]]:
+        logger.info("database refused a value", extra={"sqlstate": exc.pgcode})
+        return error_response(422, "invalid_value", "a value is malformed or out of range")
+
+    @app.exception_handler([psycopg2.OperationalError, psycopg2.InterfaceError])  # type: ignore[untyped-decorator]
+    def unavailable(exc: psycopg2.Error) -> Response[dict[str, Any]]:
+        # Deadlocks and serialization failures that outlived their retries, or no database. Not a
+        # bug: the client may send the request again (with its event_id, that is always safe).
+        logger.warning("database unavailable", extra={"sqlstate": exc.pgcode})
+        busy = isinstance(exc, psycopg2.extensions.TransactionRollbackError)
+        code = "busy" if busy else "database_unavailable"
+        return error_response(503, code, "the database is busy or unreachable; retry later")
+
+    @app.not_found
+    def no_route(exc: NotFoundError) -> Response[dict[str, Any]]:
+        return error_response(404, "route_not_found", "no such route")
+
+    @app.exception_handler(Exception)  # type: ignore[untyped-decorator]
+    def bug(exc: Exception) -> Response[dict[str, Any]]:
+        logger.exception("unexpected error")
+        return error_response(500, "internal_error", "internal error")
+
+    return app
+
+
+def _field_of(loc: Any) -> str | None:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    if not parts:
+        return None
+    text = parts[0]
+    for part in parts[1:]:
+        text += f"[{part}]" if part.isdigit() else f".{part}"
+    return text
+
+
+app = build_app()
+
+
+def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Answer one API Gateway (REST, proxy) event."""
+    refusal = _refuse_body(event.get("body"), bool(event.get("isBase64Encoded")))
+    if refusal is not None:
+        status, code, message = refusal
+        return {
+            "statusCode": status,
+            "multiValueHeaders": {"Content-Type": [JSON]},
+            "body": json.dumps({"error": {"code": code, "message": message}}),
+            "isBase64Encoded": False,
+        }
+    return app.resolve(event, context)
+
+
+def _refuse_body(body: Any, base64_encoded: bool) -> tuple[int, str, str] | None:
+    """Why a request body is refused before routing (too large, not UTF-8), or None."""
+    if body is None:
+        return None
+    if not isinstance(body, str):
+        return 400, "invalid_body", "the request body is not text"
+    # Far over the limit whatever the encoding: no need to decode it to say so.
+    too_long = len(body) > MAX_REQUEST_BYTES * 2
+    raw = b"" if too_long else _body_bytes(body, base64_encoded)
+    if raw is None:
+        return 400, "invalid_encoding", "the request body is not valid base64 or UTF-8"
+    if too_long or len(raw) > MAX_REQUEST_BYTES:
+        return 413, "request_too_large", f"the request body is over {MAX_REQUEST_BYTES} bytes"
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return 400, "invalid_encoding", "the request body is not valid UTF-8"
+    return None
+
+
+def _body_bytes(body: str, base64_encoded: bool) -> bytes | None:
+    try:
+        return base64.b64decode(body, validate=True) if base64_encoded else body.encode("utf-8")
+    except (binascii.Error, ValueError, UnicodeEncodeError):
+        return None
+
+
+def openapi_json() -> str:
+    """The OpenAPI document of this API, as committed in ``openapi.json``."""
+    return app.get_openapi_json_schema(
+        title="Tidings",
+        version=__version__,
+        description="Reliable outbound webhooks: events, endpoints, messages, dead-letter replay.",
+        security_schemes={
+            "apiKey": APIKey.model_validate({"name": "x-api-key", "in": APIKeyIn.header})
+        },
+        security=[{"apiKey": []}],
+    )

@@ -1,0 +1,130 @@
+"""Request and response bodies of the API; the OpenAPI document is generated from these."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+
+from tidings.logic.endpoints import (
+    CreatedEndpoint,
+    Endpoint,
+    EndpointHealth,
+    EndpointPage,
+    RotatedSecret,
+)
+from tidings.logic.events import SendResult
+from tidings.logic.messages import Attempt, Message, MessageDetail, MessagePage, MessageStatus
+from tidings.logic.replay import ReplayResult
+
+
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise ValueError("the payload must not be null")
+    return value
+
+
+Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
+EventType = Annotated[str, Field(min_length=1, max_length=200)]
+EventId = Annotated[str, Field(min_length=1, max_length=200)]
+# Any JSON value except null: objects, arrays, strings, numbers, booleans.
+Payload = Annotated[
+    Any,
+    AfterValidator(_not_null),
+    Field(
+        description="The event's JSON payload (not null), at most 256 KiB by default.",
+        json_schema_extra={"not": {"type": "null"}},
+    ),
+]
+
+__all__ = [
+    "Attempt",
+    "BatchResult",
+    "CreateEndpoint",
+    "CreatedEndpoint",
+    "Endpoint",
+    "EndpointHealth",
+    "EndpointPage",
+    "ErrorBody",
+    "ErrorDetail",
+    "EventBatch",
+    "Message",
+    "MessageDetail",
+    "MessagePage",
+    "MessageStatus",
+    "ReplayRequest",
+    "ReplayResult",
+    "RotatedSecret",
+    "SendEvent",
+    "SendResult",
+    "UpdateEndpoint",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SendEvent(_Strict):
+    event_type: EventType
+    payload: Payload
+    event_id: EventId | None = Field(
+        default=None,
+        description="The producer's idempotency key: the same (event_type, event_id) again "
+        "returns the original message ids and creates nothing.",
+    )
+    endpoint_ids: list[Id] | None = Field(
+        default=None,
+        max_length=100,
+        description="Deliver to these endpoints instead of the subscribed ones.",
+    )
+
+
+class EventBatch(_Strict):
+    events: list[SendEvent] = Field(min_length=1, max_length=100)
+
+
+class BatchResult(BaseModel):
+    results: list[SendResult]
+
+
+class CreateEndpoint(_Strict):
+    url: str = Field(min_length=1, max_length=2048, description="http(s), no credentials")
+    description: str = Field(default="", max_length=1000)
+    event_types: list[EventType] = Field(
+        default_factory=lambda: ["*"], min_length=1, max_length=100
+    )
+    rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
+    max_attempts: int | None = Field(default=None, ge=1, le=100)
+    timeout_ms: int | None = Field(default=None, ge=100, le=60_000)
+
+
+class UpdateEndpoint(_Strict):
+    """Only the fields present change; a null override returns to the deployment default."""
+
+    url: str | None = Field(default=None, min_length=1, max_length=2048)
+    description: str | None = Field(default=None, max_length=1000)
+    event_types: list[EventType] | None = Field(default=None, min_length=1, max_length=100)
+    rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
+    max_attempts: int | None = Field(default=None, ge=1, le=100)
+    timeout_ms: int | None = Field(default=None, ge=100, le=60_000)
+    enabled: bool | None = None
+
+
+class ReplayRequest(_Strict):
+    """Dead letters matching every given filter are requeued; at least one filter is needed."""
+
+    message_ids: list[Id] | None = Field(default=None, min_length=1, max_length=1000)
+    endpoint_id: Id | None = None
+    since: AwareDatetime | None = Field(default=None, description="dead-lettered at or after")
+    until: AwareDatetime | None = Field(default=None, description="dead-lettered before")
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable, machine-readable reason, e.g. unknown_endpoint")
+    message: str
+    field: str | None = Field(default=None, description="The request field at fault, if one is")
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail

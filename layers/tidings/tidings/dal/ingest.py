@@ -1,0 +1,68 @@
+"""Recording events: one or many, through the SQL functions that producers call too."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tidings.dal.connection import Cursor
+from tidings.dal.queries import sql
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    event_type: str
+    # The payload's JSON text, exactly as it will be stored.
+    payload_json: str
+    event_id: str | None = None
+    endpoint_ids: Sequence[int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    event_ref: int
+    created: bool
+    message_ids: tuple[int, ...]
+
+
+def enqueue_event(cur: Cursor, event: NewEvent) -> Enqueued:
+    """Record one event (``tidings.enqueue_event``); a repeated key creates nothing."""
+    cur.execute(
+        sql("enqueue_event"),
+        {
+            "event_type": event.event_type,
+            "payload": event.payload_json,
+            "event_id": event.event_id,
+            "endpoint_ids": None if event.endpoint_ids is None else list(event.endpoint_ids),
+        },
+    )
+    row = cur.fetchone()
+    if row is None:
+        raise RuntimeError("tidings.enqueue_event returned no row")
+    return Enqueued(int(row[0]), bool(row[1]), tuple(int(i) for i in row[2]))
+
+
+def enqueue_batch(cur: Cursor, events: Sequence[NewEvent]) -> list[Enqueued]:
+    """Record many events in one statement (``tidings.enqueue_batch``), in input order."""
+    if not events:
+        return []
+    cur.execute(sql("enqueue_batch"), {"events": _batch_json(events)})
+    rows = cur.fetchall()
+    if len(rows) != len(events):
+        raise RuntimeError(f"tidings.enqueue_batch returned {len(rows)} rows for {len(events)}")
+    return [Enqueued(int(r[1]), bool(r[2]), tuple(int(i) for i in r[3])) for r in rows]
+
+
+def _batch_json(events: Sequence[NewEvent]) -> str:
+    # The payloads are already JSON text; splice them in rather than parse and dump them again.
+    parts = []
+    for event in events:
+        head: dict[str, Any] = {"event_type": event.event_type}
+        if event.event_id is not None:
+            head["event_id"] = event.event_id
+        if event.endpoint_ids is not None:
+            head["endpoint_ids"] = list(event.endpoint_ids)
+        parts.append(json.dumps(head)[:-1] + ',"payload":' + event.payload_json + "}")
+    return "[" + ",".join(parts) + "]"

@@ -1,0 +1,250 @@
+"""Data access of the scheduled upkeep: latency histograms, endpoint percentiles and failing
+streaks, attempt partitions, and pruning (see ``queries/maintenance.sql``).
+
+Each function is one statement. The percentiles functions are meant to run together in one
+transaction (``lock_percentiles_state`` first); the pruning functions each in their own, short one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from tidings.dal.connection import Cursor, fetch_dicts
+from tidings.dal.queries import sql
+
+
+@dataclass(frozen=True, slots=True)
+class PercentilesState:
+    """What the last percentiles run left behind; all None before the first run."""
+
+    rolled_to: datetime | None
+    window_from: datetime | None
+    window_s: float | None
+    # The histograms' layout ({"growth": ..., "group_size": ...}); empty before the first run.
+    layout: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointPercentiles:
+    endpoint_id: int
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    sample_count: int
+    failure_threshold: int
+    previous_threshold: int
+
+
+@dataclass(frozen=True, slots=True)
+class DisabledEndpoint:
+    endpoint_id: int
+    url: str
+    failing_since: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedBatch:
+    messages: int
+    events: int
+
+
+def lock_percentiles_state(cur: Cursor) -> PercentilesState:
+    cur.execute(sql("lock_percentiles_state"))
+    row = cur.fetchone()
+    assert row is not None
+    rolled_to, window_from, window_s, layout = row
+    return PercentilesState(rolled_to, window_from, window_s, layout)
+
+
+def reset_latency_window(cur: Cursor) -> None:
+    cur.execute(sql("reset_latency_window"))
+
+
+def rebuild_latency_window(
+    cur: Cursor, *, now: datetime, window_from: datetime, growth: float, group_size: int
+) -> None:
+    cur.execute(
+        sql("rebuild_latency_window"),
+        {
+            "now": now,
+            "reroll_from": window_from,
+            "growth": growth,
+            "group_size": group_size,
+        },
+    )
+    # The roll-ups that follow find their rows by minute; without fresh statistics the planner
+    # would take a day of rows for a few minutes and scan them all.
+    cur.execute(sql("analyze_latency_histograms"))
+
+
+def advance_latency_window(
+    cur: Cursor,
+    *,
+    now: datetime,
+    reroll_from: datetime,
+    window_from: datetime,
+    growth: float,
+    group_size: int,
+) -> int:
+    """Roll up and move the window (deleting the minutes that left it); returns how many window
+    rows it emptied (and deleted)."""
+    cur.execute(
+        sql("advance_latency_window"),
+        {
+            "now": now,
+            "reroll_from": reroll_from,
+            "window_from": window_from,
+            "growth": growth,
+            "group_size": group_size,
+        },
+    )
+    emptied = cur.fetchall()
+    if emptied:
+        fine = [(endpoint_id, key) for level, endpoint_id, key in emptied if level == "fine"]
+        coarse = [(endpoint_id, key) for level, endpoint_id, key in emptied if level == "coarse"]
+        cur.execute(
+            sql("delete_emptied_latency_window"),
+            {
+                "endpoint_ids": [endpoint_id for endpoint_id, _ in fine],
+                "buckets": [bucket for _, bucket in fine],
+                "group_endpoint_ids": [endpoint_id for endpoint_id, _ in coarse],
+                "groups": [group for _, group in coarse],
+            },
+        )
+    return len(emptied)
+
+
+def allow_large_rollup(
+    cur: Cursor, *, work_mem: str = "128MB", statement_timeout_ms: int = 600_000
+) -> None:
+    cur.execute(
+        sql("allow_large_rollup"),
+        {"work_mem": work_mem, "statement_timeout_ms": str(statement_timeout_ms)},
+    )
+
+
+def save_percentiles_state(
+    cur: Cursor,
+    *,
+    rolled_to: datetime,
+    window_from: datetime,
+    window_s: float,
+    layout: Mapping[str, Any],
+) -> None:
+    cur.execute(
+        sql("save_percentiles_state"),
+        {
+            "rolled_to": rolled_to,
+            "window_from": window_from,
+            "window_s": window_s,
+            "layout": json.dumps(dict(layout)),
+        },
+    )
+
+
+def update_endpoint_percentiles(
+    cur: Cursor,
+    *,
+    now: datetime,
+    growth: float,
+    group_size: int,
+    slow_p95_ms: float,
+    slow_threshold: int,
+    normal_threshold: int,
+) -> list[EndpointPercentiles]:
+    """Write every endpoint's percentiles and failure threshold (health rows locked first)."""
+    cur.execute(sql("lock_endpoint_health"))
+    cur.execute(
+        sql("update_endpoint_percentiles"),
+        {
+            "now": now,
+            "growth": growth,
+            "group_size": group_size,
+            "slow_p95_ms": slow_p95_ms,
+            "slow_threshold": slow_threshold,
+            "normal_threshold": normal_threshold,
+        },
+    )
+    rows = sorted(fetch_dicts(cur), key=lambda row: int(row["endpoint_id"]))
+    return [
+        EndpointPercentiles(
+            endpoint_id=row["endpoint_id"],
+            p50_ms=row["p50_ms"],
+            p95_ms=row["p95_ms"],
+            p99_ms=row["p99_ms"],
+            sample_count=row["sample_count"],
+            failure_threshold=row["failure_threshold"],
+            previous_threshold=row["previous_threshold"],
+        )
+        for row in rows
+    ]
+
+
+def track_failing_streaks(cur: Cursor) -> int:
+    """Mark the start of new failing streaks and clear ended ones; returns the rows changed."""
+    cur.execute(sql("track_failing_streaks"))
+    return int(cur.rowcount)
+
+
+def disable_failing_endpoints(
+    cur: Cursor, *, now: datetime, failing_before: datetime, reason: str
+) -> list[DisabledEndpoint]:
+    cur.execute(
+        sql("disable_failing_endpoints"),
+        {"now": now, "failing_before": failing_before, "reason": reason},
+    )
+    return [
+        DisabledEndpoint(row["id"], row["url"], row["failing_since"])
+        for row in sorted(fetch_dicts(cur), key=lambda row: int(row["id"]))
+    ]
+
+
+def ensure_attempt_partitions(
+    cur: Cursor, *, from_day: date, days: int, lock_timeout_ms: int
+) -> int:
+    """Create the missing daily partitions of attempts; returns how many were created."""
+    cur.execute(
+        sql("ensure_attempt_partitions"),
+        {"from_day": from_day, "days": days, "lock_timeout_ms": lock_timeout_ms},
+    )
+    row = cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def drop_oldest_attempt_partition(
+    cur: Cursor, *, cutoff: datetime, lock_timeout_ms: int
+) -> str | None:
+    """Drop the oldest partition that ends at or before ``cutoff``; its name, or None."""
+    cur.execute(
+        sql("drop_oldest_attempt_partition"),
+        {"cutoff": cutoff, "lock_timeout_ms": lock_timeout_ms},
+    )
+    row = cur.fetchone()
+    assert row is not None
+    return None if row[0] is None else str(row[0])
+
+
+def prune_default_attempts(cur: Cursor, *, cutoff: datetime, batch_size: int) -> int:
+    cur.execute(sql("prune_default_attempts"), {"cutoff": cutoff, "batch_size": batch_size})
+    return int(cur.rowcount)
+
+
+def prune_delivered_messages(cur: Cursor, *, cutoff: datetime, batch_size: int) -> PrunedBatch:
+    cur.execute(sql("prune_delivered_messages"), {"cutoff": cutoff, "batch_size": batch_size})
+    return _pruned(cur)
+
+
+def prune_dead_letters(cur: Cursor, *, cutoff: datetime, batch_size: int) -> PrunedBatch:
+    cur.execute(sql("prune_dead_letters"), {"cutoff": cutoff, "batch_size": batch_size})
+    return _pruned(cur)
+
+
+def _pruned(cur: Cursor) -> PrunedBatch:
+    row = cur.fetchone()
+    assert row is not None
+    return PrunedBatch(messages=int(row[0]), events=int(row[1]))

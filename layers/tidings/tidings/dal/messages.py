@@ -1,0 +1,67 @@
+"""Messages: look-up with attempts, filtered paging, and dead-letter replay."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from tidings.dal.connection import Cursor, fetch_dicts
+from tidings.dal.queries import sql
+
+
+def get_message(cur: Cursor, message_id: int) -> dict[str, Any] | None:
+    cur.execute(sql("get_message"), {"message_id": message_id})
+    rows = fetch_dicts(cur)
+    return rows[0] if rows else None
+
+
+def attempts_of_message(cur: Cursor, message_id: int) -> list[dict[str, Any]]:
+    cur.execute(sql("attempts_of_message"), {"message_id": message_id})
+    return fetch_dicts(cur)
+
+
+def list_messages(
+    cur: Cursor,
+    *,
+    before_id: int | None,
+    limit: int,
+    status: str | None = None,
+    endpoint_id: int | None = None,
+    event_type: str | None = None,
+) -> list[dict[str, Any]]:
+    """Up to ``limit + 1`` messages, newest first (the extra row means more follow)."""
+    cur.execute(
+        sql("list_messages"),
+        {
+            "before_id": before_id,
+            "limit": limit,
+            "status": status,
+            "endpoint_id": endpoint_id,
+            "event_type": event_type,
+        },
+    )
+    return fetch_dicts(cur)
+
+
+def replay_dead_letters(
+    cur: Cursor,
+    *,
+    batch_size: int,
+    message_ids: Sequence[int] | None = None,
+    endpoint_id: int | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[int]:
+    """Requeue one batch of matching dead letters; returns their ids."""
+    cur.execute(
+        sql("replay_dead_letters"),
+        {
+            "batch_size": batch_size,
+            "message_ids": None if message_ids is None else list(message_ids),
+            "endpoint_id": endpoint_id,
+            "since": since,
+            "until": until,
+        },
+    )
+    return [int(row[0]) for row in cur.fetchall()]

@@ -1,0 +1,135 @@
+-- name: insert_endpoint
+-- Creates an endpoint with its subscriptions (its health row comes from a trigger) and returns
+-- its public columns.
+WITH created AS (
+    INSERT INTO tidings.endpoints (url, description, secret, max_attempts, timeout_ms,
+                                   rate_limit_per_s)
+    VALUES (%(url)s, %(description)s, %(secret)s, %(max_attempts)s, %(timeout_ms)s,
+            %(rate_limit_per_s)s)
+    RETURNING *
+),
+subscribed AS (
+    INSERT INTO tidings.subscriptions (endpoint_id, event_type)
+    SELECT created.id, t.event_type
+    FROM created, unnest(%(event_types)s::text[]) AS t (event_type)
+)
+SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
+       %(event_types)s::text[] AS event_types, c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
+       c.previous_secret_expires_at, c.created_at, c.updated_at
+FROM created c
+
+-- name: get_endpoint
+-- One endpoint that is not deleted, with its subscribed event types; never its secrets.
+SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
+       coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
+                 FROM tidings.subscriptions s WHERE s.endpoint_id = e.id), '{}') AS event_types,
+       e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.previous_secret_expires_at,
+       e.created_at, e.updated_at
+FROM tidings.endpoints e
+WHERE e.id = %(endpoint_id)s AND e.deleted_at IS NULL
+
+-- name: list_endpoints
+-- A page of endpoints that are not deleted, by ascending id after the cursor id (0 for the first
+-- page); one more row than the page size tells whether another page follows.
+SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
+       coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
+                 FROM tidings.subscriptions s WHERE s.endpoint_id = e.id), '{}') AS event_types,
+       e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.previous_secret_expires_at,
+       e.created_at, e.updated_at
+FROM tidings.endpoints e
+WHERE e.deleted_at IS NULL AND e.id > %(after_id)s
+ORDER BY e.id
+LIMIT %(limit)s + 1
+
+-- name: update_endpoint
+-- Changes the fields whose set_<field> flag is true (others keep their value; a NULL override
+-- means the deployment default) and, when set_event_types, replaces the subscriptions.
+-- Re-enabling clears the disabled reason. Returns nothing for a missing or deleted endpoint.
+WITH changed AS (
+    UPDATE tidings.endpoints e SET
+        url = CASE WHEN %(set_url)s THEN %(url)s ELSE e.url END,
+        description = CASE WHEN %(set_description)s THEN %(description)s ELSE e.description END,
+        max_attempts = CASE WHEN %(set_max_attempts)s THEN %(max_attempts)s ELSE e.max_attempts END,
+        timeout_ms = CASE WHEN %(set_timeout_ms)s THEN %(timeout_ms)s ELSE e.timeout_ms END,
+        rate_limit_per_s = CASE WHEN %(set_rate_limit_per_s)s THEN %(rate_limit_per_s)s
+                                ELSE e.rate_limit_per_s END,
+        enabled = CASE WHEN %(set_enabled)s THEN %(enabled)s ELSE e.enabled END,
+        disabled_reason = CASE
+            WHEN NOT %(set_enabled)s OR %(enabled)s = e.enabled THEN e.disabled_reason
+            WHEN %(enabled)s THEN NULL
+            ELSE 'disabled by an operator' END,
+        disabled_at = CASE
+            WHEN NOT %(set_enabled)s OR %(enabled)s = e.enabled THEN e.disabled_at
+            WHEN %(enabled)s THEN NULL
+            ELSE now() END,
+        updated_at = now()
+    WHERE e.id = %(endpoint_id)s AND e.deleted_at IS NULL
+    RETURNING e.*
+),
+unsubscribed AS (
+    DELETE FROM tidings.subscriptions s
+    USING changed c
+    WHERE %(set_event_types)s AND s.endpoint_id = c.id
+      AND s.event_type <> ALL (%(event_types)s::text[])
+),
+subscribed AS (
+    INSERT INTO tidings.subscriptions (endpoint_id, event_type)
+    SELECT c.id, t.event_type
+    FROM changed c, unnest(%(event_types)s::text[]) AS t (event_type)
+    WHERE %(set_event_types)s
+    ON CONFLICT DO NOTHING
+)
+SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
+       CASE WHEN %(set_event_types)s
+            THEN ARRAY(SELECT DISTINCT t FROM unnest(%(event_types)s::text[]) t ORDER BY t)
+            ELSE coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
+                           FROM tidings.subscriptions s WHERE s.endpoint_id = c.id), '{}')
+       END AS event_types,
+       c.max_attempts, c.timeout_ms, c.rate_limit_per_s, c.previous_secret_expires_at,
+       c.created_at, c.updated_at
+FROM changed c
+
+-- name: soft_delete_endpoint
+-- Marks an endpoint deleted and disabled, keeping its row for the history of its messages. Its
+-- undelivered messages become dead letters ("endpoint deleted") in the same statement, so none
+-- waits forever for an endpoint that is gone; clearing the lease voids any attempt in flight.
+WITH deleted AS (
+    UPDATE tidings.endpoints
+    SET deleted_at = now(), enabled = false, disabled_at = coalesce(disabled_at, now()),
+        disabled_reason = 'deleted', updated_at = now()
+    WHERE id = %(endpoint_id)s AND deleted_at IS NULL
+    RETURNING id
+),
+abandoned AS (
+    UPDATE tidings.messages m
+    SET status = 'dead_letter', dead_lettered_at = now(), lease_token = NULL,
+        last_error = 'endpoint deleted'
+    FROM deleted d
+    WHERE m.endpoint_id = d.id AND m.status IN ('pending', 'failed', 'in_flight')
+)
+SELECT id FROM deleted
+
+-- name: rotate_endpoint_secret
+-- Installs a new signing secret; the current one becomes the previous secret, which keeps signing
+-- until overlap_s from now.
+UPDATE tidings.endpoints
+SET previous_secret = secret,
+    previous_secret_expires_at = now() + %(overlap_s)s * interval '1 second',
+    secret = %(secret)s,
+    updated_at = now()
+WHERE id = %(endpoint_id)s AND deleted_at IS NULL
+RETURNING id, previous_secret_expires_at
+
+-- name: endpoint_health
+-- An endpoint's circuit, latency figures and the number of its messages in each status.
+SELECT h.endpoint_id, h.state, h.consecutive_failures, h.failure_threshold, h.cooldown_s,
+       h.opened_at, h.last_success_at, h.last_failure_at, h.p50_ms, h.p95_ms, h.p99_ms,
+       h.sample_count, h.percentiles_at,
+       coalesce((SELECT jsonb_object_agg(c.status, c.n)
+                 FROM (SELECT m.status, count(*) AS n
+                       FROM tidings.messages m
+                       WHERE m.endpoint_id = h.endpoint_id
+                       GROUP BY m.status) c), '{}') AS counts
+FROM tidings.endpoint_health h
+JOIN tidings.endpoints e ON e.id = h.endpoint_id
+WHERE h.endpoint_id = %(endpoint_id)s AND e.deleted_at IS NULL

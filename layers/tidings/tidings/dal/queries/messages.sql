@@ -1,0 +1,57 @@
+-- name: get_message
+-- One message with its event (key and payload text).
+SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status, m.attempts,
+       m.max_attempts, m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at,
+       m.last_error, m.last_status_code, m.last_response_ms, ev.payload::text AS payload
+FROM tidings.messages m
+JOIN tidings.events ev ON ev.id = m.event_ref
+WHERE m.id = %(message_id)s
+
+-- name: attempts_of_message
+-- Every recorded HTTP attempt of one message, in the order they were made.
+SELECT a.attempt_number, a.attempted_at, a.status_code, a.response_ms, a.error_class,
+       a.response_excerpt
+FROM tidings.attempts a
+WHERE a.message_id = %(message_id)s
+ORDER BY a.attempted_at, a.attempt_number, a.id
+
+-- name: list_messages
+-- A page of messages, newest first, before the cursor id (NULL for the first page), optionally
+-- filtered by status, endpoint and event type; one extra row tells whether a next page exists.
+SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status, m.attempts,
+       m.max_attempts, m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at,
+       m.last_error, m.last_status_code, m.last_response_ms
+FROM tidings.messages m
+JOIN tidings.events ev ON ev.id = m.event_ref
+WHERE (%(before_id)s::bigint IS NULL OR m.id < %(before_id)s::bigint)
+  AND (%(status)s::text IS NULL OR m.status = %(status)s::tidings.message_status)
+  AND (%(endpoint_id)s::bigint IS NULL OR m.endpoint_id = %(endpoint_id)s::bigint)
+  AND (%(event_type)s::text IS NULL OR m.event_type = %(event_type)s::text)
+ORDER BY m.id DESC
+LIMIT %(limit)s + 1
+
+-- name: replay_dead_letters
+-- Puts up to batch_size dead letters that match every given filter (message ids, endpoint,
+-- dead-lettered time range; NULL means no filter) back to pending, due now, with the attempt
+-- count reset; their attempts rows stay. Endpoints that are deleted are skipped. Rows are taken
+-- with SKIP LOCKED so a concurrent replay never waits; callers repeat until fewer come back.
+WITH chosen AS (
+    SELECT m.id
+    FROM tidings.messages m
+    JOIN tidings.endpoints e ON e.id = m.endpoint_id
+    WHERE m.status = 'dead_letter'
+      AND e.deleted_at IS NULL
+      AND (%(message_ids)s::bigint[] IS NULL OR m.id = ANY (%(message_ids)s::bigint[]))
+      AND (%(endpoint_id)s::bigint IS NULL OR m.endpoint_id = %(endpoint_id)s::bigint)
+      AND (%(since)s::timestamptz IS NULL OR m.dead_lettered_at >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR m.dead_lettered_at < %(until)s::timestamptz)
+    ORDER BY m.id
+    LIMIT %(batch_size)s
+    FOR UPDATE OF m SKIP LOCKED
+)
+UPDATE tidings.messages m
+SET status = 'pending', attempts = 0, next_attempt_at = now(), dead_lettered_at = NULL,
+    lease_token = NULL
+FROM chosen
+WHERE m.id = chosen.id
+RETURNING m.id

@@ -1,0 +1,272 @@
+"""Endpoint use cases: create, read, page, change, delete, rotate the secret, read health.
+
+Secrets leave this module only in the results of ``create_endpoint`` and ``rotate_secret``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from tidings import signing, ssrf
+from tidings.config import Settings, get_settings
+from tidings.dal import endpoints as dal
+from tidings.dal.connection import Database
+from tidings.logic.errors import InvalidInput, NotFound
+from tidings.logic.validation import (
+    MAX_TEXT,
+    check_id,
+    check_limit,
+    clean_text,
+    decode_cursor,
+    encode_cursor,
+)
+
+MAX_URL_LENGTH = 2048
+MAX_DESCRIPTION_LENGTH = 1000
+MAX_EVENT_TYPES = 100
+
+
+class Endpoint(BaseModel):
+    id: int
+    url: str
+    description: str
+    enabled: bool
+    disabled_reason: str | None
+    disabled_at: datetime | None
+    event_types: list[str]
+    max_attempts: int | None
+    timeout_ms: int | None
+    rate_limit_per_s: float | None
+    # While a rotated-out secret still signs: when it stops.
+    previous_secret_expires_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class CreatedEndpoint(Endpoint):
+    """The new endpoint with its signing secret, shown this once."""
+
+    secret: str
+
+
+class RotatedSecret(BaseModel):
+    endpoint_id: int
+    secret: str
+    previous_secret_expires_at: datetime
+
+
+class EndpointPage(BaseModel):
+    items: list[Endpoint]
+    next_cursor: str | None
+
+
+class EndpointHealth(BaseModel):
+    endpoint_id: int
+    circuit_state: str
+    consecutive_failures: int
+    failure_threshold: int
+    cooldown_s: float
+    opened_at: datetime | None
+    last_success_at: datetime | None
+    last_failure_at: datetime | None
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    sample_count: int
+    percentiles_at: datetime | None
+    # Messages of this endpoint per status (pending, in_flight, delivered, failed, dead_letter).
+    counts: dict[str, int]
+
+
+def create_endpoint(
+    db: Database,
+    *,
+    url: str,
+    description: str = "",
+    event_types: Sequence[str] = ("*",),
+    max_attempts: int | None = None,
+    timeout_ms: int | None = None,
+    rate_limit_per_s: float | None = None,
+    settings: Settings | None = None,
+    resolver: ssrf.Resolver | None = None,
+) -> CreatedEndpoint:
+    """Create an endpoint after checking its URL against the SSRF rules; returns its secret."""
+    cfg = settings or get_settings()
+    fields = _checked_fields(
+        {
+            "url": url,
+            "description": description,
+            "event_types": event_types,
+            "max_attempts": max_attempts,
+            "timeout_ms": timeout_ms,
+            "rate_limit_per_s": rate_limit_per_s,
+        },
+        cfg,
+        resolver,
+    )
+    secret = signing.generate_secret()
+    row = db.run(lambda cur: dal.insert_endpoint(cur, secret=secret, **fields), transaction=True)
+    return CreatedEndpoint(**row, secret=secret)
+
+
+def get_endpoint(db: Database, endpoint_id: int) -> Endpoint:
+    check_id(endpoint_id, "endpoint_id")
+    row = db.run(lambda cur: dal.get_endpoint(cur, endpoint_id))
+    if row is None:
+        raise NotFound("endpoint", endpoint_id)
+    return Endpoint(**row)
+
+
+def list_endpoints(db: Database, *, cursor: str | None = None, limit: int = 50) -> EndpointPage:
+    """Endpoints by ascending id, ``limit`` (at most 100) at a time."""
+    check_limit(limit)
+    after_id = 0 if cursor is None else decode_cursor(cursor)
+    rows = db.run(lambda cur: dal.list_endpoints(cur, after_id=after_id, limit=limit))
+    items = [Endpoint(**row) for row in rows[:limit]]
+    more = len(rows) > limit
+    return EndpointPage(items=items, next_cursor=encode_cursor(items[-1].id) if more else None)
+
+
+def update_endpoint(
+    db: Database,
+    endpoint_id: int,
+    changes: Mapping[str, Any],
+    *,
+    settings: Settings | None = None,
+    resolver: ssrf.Resolver | None = None,
+) -> Endpoint:
+    """Change the given fields (url, description, event_types, max_attempts, timeout_ms,
+    rate_limit_per_s, enabled); a None override goes back to the deployment default."""
+    check_id(endpoint_id, "endpoint_id")
+    unknown = sorted(set(changes) - set(dal.UPDATABLE_FIELDS))
+    if unknown:
+        raise InvalidInput("unknown_field", f"{unknown[0]} cannot be changed", unknown[0])
+    if "enabled" in changes and not isinstance(changes["enabled"], bool):
+        raise InvalidInput("invalid_type", "enabled must be true or false", "enabled")
+    checked = _checked_fields(
+        {k: v for k, v in changes.items() if k != "enabled"}, settings or get_settings(), resolver
+    )
+    if "enabled" in changes:
+        checked["enabled"] = changes["enabled"]
+    row = db.run(lambda cur: dal.update_endpoint(cur, endpoint_id, checked), transaction=True)
+    if row is None:
+        raise NotFound("endpoint", endpoint_id)
+    return Endpoint(**row)
+
+
+def delete_endpoint(db: Database, endpoint_id: int) -> None:
+    """Soft delete: the endpoint stops receiving and disappears; its history stays."""
+    check_id(endpoint_id, "endpoint_id")
+    if not db.run(lambda cur: dal.soft_delete_endpoint(cur, endpoint_id)):
+        raise NotFound("endpoint", endpoint_id)
+
+
+def rotate_secret(
+    db: Database, endpoint_id: int, *, settings: Settings | None = None
+) -> RotatedSecret:
+    """A new signing secret; the old one keeps signing for the configured overlap."""
+    check_id(endpoint_id, "endpoint_id")
+    cfg = settings or get_settings()
+    secret = signing.generate_secret()
+    expires = db.run(
+        lambda cur: dal.rotate_secret(
+            cur, endpoint_id, secret=secret, overlap_s=cfg.secret_rotation_overlap_s
+        )
+    )
+    if expires is None:
+        raise NotFound("endpoint", endpoint_id)
+    return RotatedSecret(endpoint_id=endpoint_id, secret=secret, previous_secret_expires_at=expires)
+
+
+def endpoint_health(db: Database, endpoint_id: int) -> EndpointHealth:
+    check_id(endpoint_id, "endpoint_id")
+    row = db.run(lambda cur: dal.endpoint_health(cur, endpoint_id))
+    if row is None:
+        raise NotFound("endpoint", endpoint_id)
+    row["circuit_state"] = row.pop("state")
+    return EndpointHealth(**row)
+
+
+def check_target_url(url: str, settings: Settings, resolver: ssrf.Resolver | None = None) -> str:
+    """``url`` if it may be a webhook target: http(s), no credentials, not a refused address."""
+    clean_text(url, "url", max_length=MAX_URL_LENGTH)
+    allowed = ssrf.parse_allowed_networks(settings.allowed_networks)
+    try:
+        target = ssrf.resolve_target(url, allowed, resolver)
+    except ssrf.InvalidTargetUrl as exc:
+        raise InvalidInput("invalid_url", str(exc), "url") from None
+    except ssrf.BlockedTarget as exc:
+        raise InvalidInput("blocked_url", str(exc), "url") from None
+    except (OSError, UnicodeError):
+        raise InvalidInput(
+            "unresolvable_host", "the URL's host does not resolve to an address", "url"
+        ) from None
+    # The scheme is stored in lower case (HTTPS://... is the same target).
+    scheme = target.url.scheme
+    return scheme + url[len(scheme) :]
+
+
+def _checked_fields(
+    fields: Mapping[str, Any], settings: Settings, resolver: ssrf.Resolver | None
+) -> dict[str, Any]:
+    checked: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name == "url":
+            checked[name] = check_target_url(value, settings, resolver)
+        elif name == "description":
+            checked[name] = clean_text(
+                value, "description", max_length=MAX_DESCRIPTION_LENGTH, allow_empty=True
+            )
+        elif name == "event_types":
+            checked[name] = _checked_event_types(value)
+        elif name == "max_attempts":
+            checked[name] = _optional_int(value, name, 1, 100)
+        elif name == "timeout_ms":
+            checked[name] = _optional_int(value, name, 100, 60_000)
+        elif name == "rate_limit_per_s":
+            checked[name] = _optional_rate(value)
+        else:
+            raise InvalidInput("unknown_field", f"{name} is not an endpoint field", name)
+    return checked
+
+
+def _checked_event_types(value: Any) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise InvalidInput("invalid_type", "event_types must be a list of strings", "event_types")
+    if not value:
+        raise InvalidInput(
+            "invalid_value", "event_types must name at least one type ('*' for all)", "event_types"
+        )
+    if len(value) > MAX_EVENT_TYPES:
+        raise InvalidInput(
+            "invalid_value", f"event_types holds more than {MAX_EVENT_TYPES} types", "event_types"
+        )
+    types = [clean_text(item, "event_types", max_length=MAX_TEXT) for item in value]
+    return sorted(set(types))
+
+
+def _optional_int(value: Any, name: str, low: int, high: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput("invalid_value", f"{name} must be an integer within {low}..{high}", name)
+    return value
+
+
+def _optional_rate(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput("invalid_type", "rate_limit_per_s must be a number", "rate_limit_per_s")
+    rate = float(value)
+    if not 0 < rate <= 1_000_000:
+        raise InvalidInput(
+            "invalid_value",
+            "rate_limit_per_s must be above 0 and at most 1000000",
+            "rate_limit_per_s",
+        )
+    return rate

@@ -1,0 +1,32 @@
+"""What can go wrong in a use case, with a machine-readable code and the field at fault."""
+
+from __future__ import annotations
+
+
+class UseCaseError(Exception):
+    """A request that cannot be carried out; ``code`` is stable, ``message`` is for people."""
+
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+class InvalidInput(UseCaseError):
+    """An argument is well-formed but not acceptable (bad URL, unknown endpoint, bad range)."""
+
+
+class NotFound(UseCaseError):
+    """The thing named does not exist (or was deleted)."""
+
+    def __init__(self, what: str, ident: int) -> None:
+        super().__init__(f"{what}_not_found", f"{what.replace('_', ' ')} {ident} does not exist")
+
+
+class PayloadTooLarge(UseCaseError):
+    """An event payload is over the configured size limit."""
+
+
+class Conflict(UseCaseError):
+    """The database refused a write that contradicts its current state."""

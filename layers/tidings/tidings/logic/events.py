@@ -1,0 +1,120 @@
+"""Sending events: one, or a batch that is accepted whole or not at all."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg2
+from pydantic import BaseModel
+
+from tidings.config import Settings, get_settings
+from tidings.dal import ingest as dal
+from tidings.dal.connection import Database
+from tidings.logic.errors import InvalidInput
+from tidings.logic.validation import MAX_TEXT, check_id, clean_text, payload_json
+
+MAX_BATCH = 100
+MAX_ENDPOINT_IDS = 100
+_SQL_PREFIX = "tidings.enqueue: "
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    """One event as a producer describes it; ``payload`` is any JSON value but null."""
+
+    event_type: str
+    payload: Any
+    event_id: str | None = None
+    endpoint_ids: Sequence[int] | None = None
+
+
+class SendResult(BaseModel):
+    event_type: str
+    event_id: str
+    # False when the (event_type, event_id) key was seen before: nothing new was created.
+    created: bool
+    message_ids: list[int]
+
+
+def send_event(
+    db: Database,
+    *,
+    event_type: str,
+    payload: Any,
+    event_id: str | None = None,
+    endpoint_ids: Sequence[int] | None = None,
+    settings: Settings | None = None,
+) -> SendResult:
+    """Fan one event out to its endpoints through ``tidings.enqueue``'s path."""
+    spec = EventSpec(event_type, payload, event_id, endpoint_ids)
+    new = _checked(spec, "", settings or get_settings())
+    outcome = _calling_sql(
+        lambda: db.run(lambda cur: dal.enqueue_event(cur, new), transaction=True)
+    )
+    return _result(new, outcome)
+
+
+def send_events(
+    db: Database, events: Sequence[EventSpec], *, settings: Settings | None = None
+) -> list[SendResult]:
+    """Up to 100 events in one transaction: all are recorded or none is."""
+    if not events:
+        raise InvalidInput("invalid_value", "events must hold at least one event", "events")
+    if len(events) > MAX_BATCH:
+        raise InvalidInput("too_many_events", f"a batch holds at most {MAX_BATCH} events", "events")
+    cfg = settings or get_settings()
+    new = [_checked(spec, f"events[{i}].", cfg) for i, spec in enumerate(events)]
+    outcomes = _calling_sql(
+        lambda: db.run(lambda cur: dal.enqueue_batch(cur, new), transaction=True)
+    )
+    return [_result(event, outcome) for event, outcome in zip(new, outcomes, strict=True)]
+
+
+def _checked(spec: EventSpec, where: str, settings: Settings) -> dal.NewEvent:
+    event_type = clean_text(spec.event_type, f"{where}event_type", max_length=MAX_TEXT)
+    # Without a key of the producer's, every call is a new event; naming it here lets the
+    # answer say which id it got.
+    event_id = (
+        str(uuid.uuid4())
+        if spec.event_id is None
+        else clean_text(spec.event_id, f"{where}event_id", max_length=MAX_TEXT)
+    )
+    endpoint_ids = None
+    if spec.endpoint_ids is not None:
+        field = f"{where}endpoint_ids"
+        if isinstance(spec.endpoint_ids, str | bytes) or not isinstance(
+            spec.endpoint_ids, Sequence
+        ):
+            raise InvalidInput("invalid_type", f"{field} must be a list of ids", field)
+        if len(spec.endpoint_ids) > MAX_ENDPOINT_IDS:
+            raise InvalidInput(
+                "invalid_value", f"{field} names more than {MAX_ENDPOINT_IDS} endpoints", field
+            )
+        endpoint_ids = [check_id(i, field) for i in spec.endpoint_ids]
+    text = payload_json(spec.payload, f"{where}payload", max_bytes=settings.max_payload_bytes)
+    return dal.NewEvent(event_type, text, event_id, endpoint_ids)
+
+
+def _calling_sql(call: Any) -> Any:
+    # The SQL functions check their arguments too; their refusals become the same errors as ours.
+    try:
+        return call()
+    except psycopg2.Error as exc:
+        if exc.pgcode not in ("22023", "23503"):
+            raise
+        message = (exc.diag.message_primary or "bad event").removeprefix(_SQL_PREFIX)
+        field = exc.diag.message_detail or None
+        code = "unknown_endpoint" if exc.pgcode == "23503" else "invalid_event"
+        raise InvalidInput(code, message, field) from None
+
+
+def _result(new: dal.NewEvent, outcome: dal.Enqueued) -> SendResult:
+    return SendResult(
+        event_type=new.event_type,
+        event_id=new.event_id or "",
+        created=outcome.created,
+        message_ids=list(outcome.message_ids),
+    )

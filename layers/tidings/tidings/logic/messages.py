@@ -1,0 +1,109 @@
+"""Message use cases: one message with its attempts, and filtered pages of messages."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from tidings.dal import messages as dal
+from tidings.dal.connection import Database
+from tidings.logic.errors import InvalidInput, NotFound
+from tidings.logic.validation import (
+    MAX_TEXT,
+    check_id,
+    check_limit,
+    clean_text,
+    decode_cursor,
+    encode_cursor,
+)
+
+MessageStatus = Literal["pending", "in_flight", "delivered", "failed", "dead_letter"]
+STATUSES: tuple[str, ...] = ("pending", "in_flight", "delivered", "failed", "dead_letter")
+
+
+class Message(BaseModel):
+    id: int
+    endpoint_id: int
+    event_type: str
+    event_id: str
+    status: MessageStatus
+    attempts: int
+    max_attempts: int | None
+    created_at: datetime
+    next_attempt_at: datetime
+    delivered_at: datetime | None
+    dead_lettered_at: datetime | None
+    last_error: str | None
+    last_status_code: int | None
+    last_response_ms: int | None
+
+
+class Attempt(BaseModel):
+    attempt_number: int
+    attempted_at: datetime
+    status_code: int | None
+    response_ms: int | None
+    error_class: str | None
+    response_excerpt: str | None
+
+
+class MessageDetail(Message):
+    payload: Any
+    attempt_history: list[Attempt]
+
+
+class MessagePage(BaseModel):
+    items: list[Message]
+    next_cursor: str | None
+
+
+def get_message(db: Database, message_id: int) -> MessageDetail:
+    """One message, its payload and every attempt made so far (oldest first)."""
+    check_id(message_id, "message_id")
+
+    def read(cur: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        return dal.get_message(cur, message_id), dal.attempts_of_message(cur, message_id)
+
+    row, attempts = db.run(read, transaction=True)
+    if row is None:
+        raise NotFound("message", message_id)
+    row["payload"] = json.loads(row["payload"])
+    return MessageDetail(**row, attempt_history=[Attempt(**a) for a in attempts])
+
+
+def list_messages(
+    db: Database,
+    *,
+    status: str | None = None,
+    endpoint_id: int | None = None,
+    event_type: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> MessagePage:
+    """Messages newest first, filtered by any of status, endpoint and event type."""
+    check_limit(limit)
+    if status is not None and status not in STATUSES:
+        raise InvalidInput(
+            "invalid_value", f"status must be one of {', '.join(STATUSES)}", "status"
+        )
+    if endpoint_id is not None:
+        check_id(endpoint_id, "endpoint_id")
+    if event_type is not None:
+        clean_text(event_type, "event_type", max_length=MAX_TEXT)
+    before_id = None if cursor is None else decode_cursor(cursor)
+    rows = db.run(
+        lambda cur: dal.list_messages(
+            cur,
+            before_id=before_id,
+            limit=limit,
+            status=status,
+            endpoint_id=endpoint_id,
+            event_type=event_type,
+        )
+    )
+    items = [Message(**row) for row in rows[:limit]]
+    more = len(rows) > limit
+    return MessagePage(items=items, next_cursor=encode_cursor(items[-1].id) if more else None)

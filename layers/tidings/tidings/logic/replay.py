@@ -1,0 +1,73 @@
+"""Dead-letter replay: matching dead letters go back to pending, keeping their attempt history."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from pydantic import BaseModel
+
+from tidings.dal import messages as dal
+from tidings.dal.connection import Database
+from tidings.logic.errors import InvalidInput
+from tidings.logic.validation import check_id
+
+MAX_MESSAGE_IDS = 1000
+REPLAY_BATCH_SIZE = 1000
+
+
+class ReplayResult(BaseModel):
+    requeued: int
+
+
+def replay_dead_letters(
+    db: Database,
+    *,
+    message_ids: Sequence[int] | None = None,
+    endpoint_id: int | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    batch_size: int = REPLAY_BATCH_SIZE,
+) -> ReplayResult:
+    """Requeue the dead letters matching every given filter (at least one is required):
+    message ids, an endpoint, a dead-lettered-at range [since, until). Works in batches of
+    ``batch_size``, each its own transaction, so a large replay never holds many locks."""
+    if message_ids is None and endpoint_id is None and since is None and until is None:
+        raise InvalidInput(
+            "missing_filter",
+            "name message_ids, endpoint_id or a time range (since/until) to replay",
+            None,
+        )
+    if message_ids is not None:
+        if not message_ids:
+            raise InvalidInput("invalid_value", "message_ids must not be empty", "message_ids")
+        if len(message_ids) > MAX_MESSAGE_IDS:
+            raise InvalidInput(
+                "invalid_value", f"message_ids holds more than {MAX_MESSAGE_IDS} ids", "message_ids"
+            )
+        message_ids = [check_id(i, "message_ids") for i in message_ids]
+    if endpoint_id is not None:
+        check_id(endpoint_id, "endpoint_id")
+    for name, moment in (("since", since), ("until", until)):
+        if moment is not None and moment.tzinfo is None:
+            raise InvalidInput("invalid_value", f"{name} must carry a time zone", name)
+    if since is not None and until is not None and since >= until:
+        raise InvalidInput("invalid_value", "since must be before until", "since")
+    if batch_size < 1:
+        raise InvalidInput("invalid_value", "batch_size must be positive", "batch_size")
+
+    requeued = 0
+    while True:
+        batch = db.run(
+            lambda cur: dal.replay_dead_letters(
+                cur,
+                batch_size=batch_size,
+                message_ids=message_ids,
+                endpoint_id=endpoint_id,
+                since=since,
+                until=until,
+            )
+        )
+        requeued += len(batch)
+        if len(batch) < batch_size:
+            return ReplayResult(requeued=requeued)

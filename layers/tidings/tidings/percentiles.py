@@ -1,0 +1,162 @@
+"""Latency percentiles per endpoint over a rolling window, from log-scale histograms.
+
+Sorting a day of raw attempts for every endpoint gets slower as traffic grows, so attempts are
+rolled up into histograms instead: bucket ``b`` counts the latencies in ``[G**b, G**(b+1))`` ms,
+``G = BUCKET_GROWTH``, and bucket -1 counts 0 ms. A percentile is the bucket holding the sample of
+that rank, reported as the point of the bucket with the smallest worst-case relative error,
+``2 * G**(b+1) / (1 + G)``. So each reported percentile is within ``MAX_RELATIVE_ERROR``
+(``(G - 1) / (G + 1)``, just under 1 %) of the exact sample of the same rank: the q-th percentile
+of N samples is the sample of rank ceil(q * N), as ``percentile_disc`` defines it.
+
+The window is whole minutes: a refresh at ``now`` covers the attempts made from
+``floor_minute(floor_minute(now) - window)`` until ``now``. Each run re-reads the attempts of the
+last ``percentiles_rollup_margin_s`` before the previous run, because attempts made earlier may
+commit later; counts are stored idempotently, so re-reading never double counts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from tidings.circuit_breaker import threshold_for
+from tidings.config import Settings
+from tidings.dal import maintenance
+from tidings.dal.connection import Cursor
+from tidings.dal.maintenance import EndpointPercentiles, PercentilesState
+
+BUCKET_GROWTH = 1.02
+MAX_RELATIVE_ERROR = (BUCKET_GROWTH - 1) / (BUCKET_GROWTH + 1)
+# Buckets are also summed in groups of this many, so that finding a percentile reads the few
+# group sums of an endpoint and then one group's buckets, not every bucket.
+GROUP_SIZE = 16
+# Stored with the histograms: histograms built with other constants are rebuilt, not mixed.
+LAYOUT = {"growth": BUCKET_GROWTH, "group_size": GROUP_SIZE}
+
+
+def bucket_of(latency_ms: int) -> int:
+    """The histogram bucket of a latency (the same rule as the roll-up SQL)."""
+    if latency_ms < 0:
+        raise ValueError(f"a latency cannot be negative, got {latency_ms} ms")
+    if latency_ms == 0:
+        return -1
+    return math.floor(math.log(latency_ms) / math.log(BUCKET_GROWTH))
+
+
+def bucket_value(bucket: int) -> float:
+    """The latency reported for a bucket: the point of least worst-case relative error."""
+    if bucket < 0:
+        return 0.0
+    return 2 * BUCKET_GROWTH ** (bucket + 1) / (1 + BUCKET_GROWTH)
+
+
+def floor_minute(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0)
+
+
+@dataclass(frozen=True, slots=True)
+class RollupPlan:
+    """What one percentiles run reads and where its window starts.
+
+    ``rebuild``: the histograms are rebuilt from the attempts (first run, the window's length
+    or the histograms' layout changed, or time went backwards). ``reroll_from``: the attempts
+    read start here. ``window_from``: the window's new first minute.
+    """
+
+    rebuild: bool
+    reroll_from: datetime
+    window_from: datetime
+
+
+def plan_rollup(
+    state: PercentilesState, now: datetime, *, window_s: float, margin_s: float
+) -> RollupPlan:
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    if window_s <= 0 or margin_s < 0:
+        raise ValueError(f"window ({window_s} s) must be positive and margin ({margin_s} s) >= 0")
+    window_from = floor_minute(floor_minute(now) - timedelta(seconds=window_s))
+    if (
+        state.rolled_to is None
+        or state.window_from is None
+        or state.window_s != window_s
+        or dict(state.layout) != LAYOUT
+        or state.window_from > window_from
+    ):
+        return RollupPlan(True, window_from, window_from)
+    reroll_from = floor_minute(min(state.rolled_to, now) - timedelta(seconds=margin_s))
+    return RollupPlan(
+        rebuild=False,
+        reroll_from=max(reroll_from, window_from),
+        window_from=window_from,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PercentileRefresh:
+    """Every endpoint's new figures, with the threshold changes and the slow endpoints."""
+
+    endpoints: tuple[EndpointPercentiles, ...]
+    rebuilt: bool
+
+    def threshold_changes(self) -> tuple[EndpointPercentiles, ...]:
+        return tuple(e for e in self.endpoints if e.failure_threshold != e.previous_threshold)
+
+    def slow(self, *, p95_ms: float, min_samples: int) -> tuple[EndpointPercentiles, ...]:
+        return tuple(
+            e
+            for e in self.endpoints
+            if e.p95_ms is not None and e.p95_ms > p95_ms and e.sample_count >= min_samples
+        )
+
+
+def refresh_percentiles(cur: Cursor, settings: Settings, now: datetime) -> PercentileRefresh:
+    """Roll new attempts into the histograms and rewrite every endpoint's percentiles and
+    failure threshold. Run it inside one transaction."""
+    # The same thresholds the circuit breaker's reference model accepts.
+    threshold_for(
+        None,
+        normal=settings.circuit_failure_threshold,
+        slow=settings.circuit_slow_failure_threshold,
+        slow_p95_ms=settings.circuit_slow_p95_ms,
+    )
+    state = maintenance.lock_percentiles_state(cur)
+    plan = plan_rollup(
+        state,
+        now,
+        window_s=settings.latency_window_s,
+        margin_s=settings.percentiles_rollup_margin_s,
+    )
+    if plan.rebuild:
+        maintenance.allow_large_rollup(cur)
+        maintenance.reset_latency_window(cur)
+        maintenance.rebuild_latency_window(
+            cur, now=now, window_from=plan.window_from, growth=BUCKET_GROWTH, group_size=GROUP_SIZE
+        )
+    else:
+        maintenance.advance_latency_window(
+            cur,
+            now=now,
+            reroll_from=plan.reroll_from,
+            window_from=plan.window_from,
+            growth=BUCKET_GROWTH,
+            group_size=GROUP_SIZE,
+        )
+    maintenance.save_percentiles_state(
+        cur,
+        rolled_to=now if plan.rebuild or state.rolled_to is None else max(now, state.rolled_to),
+        window_from=plan.window_from,
+        window_s=settings.latency_window_s,
+        layout=LAYOUT,
+    )
+    endpoints = maintenance.update_endpoint_percentiles(
+        cur,
+        now=now,
+        growth=BUCKET_GROWTH,
+        group_size=GROUP_SIZE,
+        slow_p95_ms=settings.circuit_slow_p95_ms,
+        slow_threshold=settings.circuit_slow_failure_threshold,
+        normal_threshold=settings.circuit_failure_threshold,
+    )
+    return PercentileRefresh(tuple(endpoints), plan.rebuild)

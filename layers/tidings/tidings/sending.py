@@ -1,0 +1,450 @@
+"""The sender: deliver one SQS batch of leased rows concurrently and record what happened.
+
+Per batch the database sees two statements: ``begin_attempts`` (leases renewed, circuit gate)
+before any request leaves, and ``record_outcomes`` (every outcome, attempt, circuit update and
+disabled endpoint, atomically) after the last one returns. Retries with a short delay travel back
+through the queue with ``DelaySeconds`` while the row keeps its lease; longer ones wait in the
+database for the claimer. The database is the source of truth: an SQS record is acknowledged once
+its row's outcome is written, and only what must come back from SQS is reported as failed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import random
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg2
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from tidings import circuit_breaker, retry_policy, signing
+from tidings.claiming import DeliveryEnvelope, MalformedEnvelope
+from tidings.config import Settings
+from tidings.dal import delivery
+from tidings.dal.connection import Database
+from tidings.http_transport import HttpResult, HttpTransport
+from tidings.observability import logger, metrics
+from tidings.queue import MAX_DELAY_S, DeliveryQueue, OutgoingMessage
+from tidings.retry_policy import AttemptError, NextAction, NextStep, Verdict, VerdictKind
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    """One record of an SQS event: its SQS message id and body."""
+
+    record_id: str
+    body: str
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReport:
+    """What a batch came to; ``failed_record_ids`` must come back from SQS."""
+
+    failed_record_ids: frozenset[str] = frozenset()
+    delivered: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    # Rows whose lease was lost, or that their endpoint's circuit held back: nothing was sent.
+    skipped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    record_id: str
+    envelope: DeliveryEnvelope
+    row: delivery.StartedAttempt
+    payload: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    job: _Job
+    attempted_at: datetime
+    result: HttpResult
+
+
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    attempt: _Attempt
+    verdict: Verdict
+    step: NextStep
+    outcome: delivery.AttemptOutcome
+
+
+# The database could not be reached or gave up on the statement (timeout, failover): worth
+# trying the batch again later. Any other database error is a defect and propagates.
+_UNAVAILABLE = (psycopg2.OperationalError, psycopg2.InterfaceError)
+
+
+class RecordFailed(Exception):
+    """Marks an SQS record that must be received again."""
+
+
+class Sender:
+    """Delivers batches; build one per invocation (the transport and threads are shared)."""
+
+    def __init__(
+        self,
+        db: Database,
+        queue: DeliveryQueue,
+        settings: Settings,
+        transport: HttpTransport,
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.db = db
+        self.queue = queue
+        self.settings = settings
+        self.transport = transport
+        self._rng = rng
+        self._executor = _shared_executor(settings.sender_concurrency)
+
+    def process(self, records: Sequence[QueueRecord]) -> BatchReport:
+        envelopes, poison = _parse(records)
+        if not envelopes:
+            return BatchReport(failed_record_ids=frozenset(poison))
+        requests = [
+            delivery.AttemptRequest(env.lease, want_payload=env.payload is None)
+            for env in envelopes.values()
+        ]
+        try:
+            started = self.db.run(
+                lambda cur: delivery.begin_attempts(cur, requests, lease_s=self.settings.lease_s)
+            )
+        except _UNAVAILABLE:
+            logger.exception(
+                "database unavailable before sending; the batch returns to the queue",
+                extra={"message_ids": sorted(env.message_id for env in envelopes.values())},
+            )
+            return BatchReport(failed_record_ids=frozenset(poison | set(envelopes)))
+        jobs = _jobs(envelopes, started)
+        skipped = len(envelopes) - len(jobs)
+        if not jobs:
+            return BatchReport(failed_record_ids=frozenset(poison), skipped=skipped)
+        attempts = self._send_all(jobs)
+        decisions = [self._decide(attempt) for attempt in attempts]
+        try:
+            recorded = self._record(decisions)
+        except _UNAVAILABLE:
+            logger.exception(
+                "database unavailable after sending; the attempted records return to the queue",
+                extra={"message_ids": sorted(job.row.message_id for job in jobs)},
+            )
+            return BatchReport(
+                failed_record_ids=frozenset(poison | {job.record_id for job in jobs}),
+                skipped=skipped,
+            )
+        written = [d for d in decisions if d.outcome.lease.message_id in recorded.written_ids]
+        self._requeue([d for d in written if d.step.action is NextAction.RETRY_VIA_QUEUE])
+        _report_observations(decisions, recorded)
+        return BatchReport(
+            failed_record_ids=frozenset(poison),
+            delivered=sum(d.outcome.kind is delivery.OutcomeKind.DELIVERED for d in written),
+            retried=sum(d.outcome.kind is delivery.OutcomeKind.RETRY for d in written),
+            dead_lettered=sum(d.outcome.kind is delivery.OutcomeKind.DEAD_LETTER for d in written),
+            skipped=skipped,
+        )
+
+    def _send_all(self, jobs: Sequence[_Job]) -> list[_Attempt]:
+        """Send every job concurrently; attempts come back in the order they finished."""
+        futures: list[Future[_Attempt]] = [self._executor.submit(self._send, job) for job in jobs]
+        return [future.result() for future in as_completed(futures)]
+
+    def _send(self, job: _Job) -> _Attempt:
+        attempted_at = datetime.now(UTC)
+        body = job.payload.encode("utf-8")
+        timeout_s = (
+            job.row.timeout_ms / 1000 if job.row.timeout_ms else self.settings.http_timeout_s
+        )
+        try:
+            headers = signing.webhook_headers(
+                webhook_id(job.row.message_id), int(time.time()), body, job.row.secrets
+            )
+        except ValueError:
+            # A stored secret that cannot sign must not take the rest of the batch down.
+            logger.exception(
+                "cannot sign the delivery",
+                extra={"message_id": job.row.message_id, "endpoint_id": job.row.endpoint_id},
+            )
+            failure = HttpResult(None, AttemptError.OTHER, 0, detail="signing failed")
+            return _Attempt(job, attempted_at, failure)
+        return _Attempt(
+            job, attempted_at, self.transport.post(job.row.url, body, headers, timeout_s)
+        )
+
+    def _decide(self, attempt: _Attempt) -> _Decision:
+        result, row = attempt.result, attempt.job.row
+        now = datetime.now(UTC)
+        verdict = retry_policy.classify(
+            result.status_code, result.error, result.retry_after, now=now
+        )
+        attempt_number = row.attempts + 1
+        step = retry_policy.decide_next(
+            verdict,
+            failed_attempts=attempt_number,
+            max_attempts=row.max_attempts or self.settings.max_attempts,
+            base_s=self.settings.backoff_base_s,
+            max_s=self.settings.backoff_max_s,
+            sqs_max_delay_s=self.settings.sqs_max_delay_s,
+            rng=self._rng,
+        )
+        kind, retry_at, keep_lease = delivery.OutcomeKind.DEAD_LETTER, None, False
+        if step.action is NextAction.FINISH_DELIVERED:
+            kind = delivery.OutcomeKind.DELIVERED
+        elif step.action is NextAction.RETRY_VIA_QUEUE:
+            # The queue message brings the row back; the claimer takes it only if that is lost.
+            kind, keep_lease = delivery.OutcomeKind.RETRY, True
+            retry_at = now + timedelta(seconds=step.delay_s + self.settings.lease_s)
+        elif step.action is NextAction.RETRY_VIA_DATABASE:
+            kind, retry_at = delivery.OutcomeKind.RETRY, now + timedelta(seconds=step.delay_s)
+        outcome = delivery.AttemptOutcome(
+            lease=attempt.job.envelope.lease,
+            endpoint_id=row.endpoint_id,
+            kind=kind,
+            attempt_number=attempt_number,
+            attempted_at=attempt.attempted_at,
+            status_code=result.status_code,
+            response_ms=result.elapsed_ms if result.status_code is not None else None,
+            error_class=None if verdict.kind is VerdictKind.DELIVERED else verdict.reason,
+            response_excerpt=result.excerpt,
+            retry_at=retry_at,
+            keep_lease=keep_lease,
+        )
+        return _Decision(attempt, verdict, step, outcome)
+
+    def _record(self, decisions: Sequence[_Decision]) -> delivery.RecordResult:
+        health = _health_summaries(decisions)
+        disable = sorted(
+            {
+                (d.outcome.endpoint_id, "410 Gone")
+                for d in decisions
+                if d.step.action is NextAction.DEAD_LETTER_AND_DISABLE
+            }
+        )
+        outcomes = [d.outcome for d in decisions]
+        return self.db.run(
+            lambda cur: delivery.record_outcomes(
+                cur,
+                outcomes,
+                health,
+                disable,
+                base_cooldown_s=self.settings.circuit_cooldown_s,
+                max_cooldown_s=self.settings.circuit_max_cooldown_s,
+            )
+        )
+
+    def _requeue(self, retries: Sequence[_Decision]) -> None:
+        """Send retry messages; a row whose message the queue refused is released at once."""
+        if not retries:
+            return
+        by_id = {str(d.outcome.lease.message_id): d for d in retries}
+        outgoing = [
+            OutgoingMessage(
+                id=key,
+                body=DeliveryEnvelope(
+                    d.outcome.lease.message_id,
+                    d.outcome.lease.token,
+                    d.outcome.attempt_number + 1,
+                    d.attempt.job.payload,
+                ).to_body(),
+                delay_s=min(MAX_DELAY_S, math.ceil(d.step.delay_s)),
+            )
+            for key, d in by_id.items()
+        ]
+        try:
+            failed = self.queue.send_batch(outgoing)
+        except Exception:
+            logger.exception("sending retry messages failed; releasing their leases")
+            failed = list(by_id)
+        for key in failed:
+            self._release(by_id[key])
+        if failed:
+            logger.warning(
+                "queue refused retry messages; the rows wait in the database instead",
+                extra={"message_ids": sorted(int(key) for key in failed)},
+            )
+
+    def _release(self, decision: _Decision) -> None:
+        lease, delay_s = decision.outcome.lease, decision.step.delay_s
+        try:
+            self.db.run(lambda cur: delivery.release_leases(cur, [lease], delay_s=delay_s))
+        except _UNAVAILABLE:
+            # Its outcome is written; the claimer takes the row back when the lease runs out.
+            logger.exception(
+                "could not release the lease of an unsent retry",
+                extra={"message_id": lease.message_id},
+            )
+
+
+def webhook_id(message_id: int) -> str:
+    """The ``webhook-id`` of a row: the same on every attempt, the receiver's dedupe key."""
+    return f"msg_{message_id}"
+
+
+def _parse(records: Sequence[QueueRecord]) -> tuple[dict[str, DeliveryEnvelope], set[str]]:
+    """Envelopes by record id (one per row), and the ids of records that are not envelopes."""
+    envelopes: dict[str, DeliveryEnvelope] = {}
+    seen_rows: set[int] = set()
+    poison: set[str] = set()
+    for record in records:
+        try:
+            envelope = DeliveryEnvelope.from_body(record.body)
+        except MalformedEnvelope as exc:
+            # Reported failed, so SQS's maxReceiveCount moves it to the dead-letter queue.
+            logger.error(
+                "malformed delivery message",
+                extra={"sqs_message_id": record.record_id, "reason": str(exc)},
+            )
+            poison.add(record.record_id)
+            continue
+        if envelope.message_id in seen_rows:
+            # Queues deliver at least once: the same row twice in a batch is sent once.
+            continue
+        seen_rows.add(envelope.message_id)
+        envelopes[record.record_id] = envelope
+    return envelopes, poison
+
+
+def _jobs(
+    envelopes: Mapping[str, DeliveryEnvelope], started: Sequence[delivery.StartedAttempt]
+) -> list[_Job]:
+    rows = {row.message_id: row for row in started}
+    jobs: list[_Job] = []
+    for record_id, envelope in envelopes.items():
+        row = rows.get(envelope.message_id)
+        if row is None:
+            logger.info("lease lost; not sending", extra={"message_id": envelope.message_id})
+            continue
+        if not row.permitted:
+            logger.info(
+                "circuit holds the row back",
+                extra={"message_id": row.message_id, "endpoint_id": row.endpoint_id},
+            )
+            continue
+        payload = envelope.payload if envelope.payload is not None else row.payload
+        if payload is None:
+            raise RuntimeError(f"message {row.message_id} has no payload to send")
+        jobs.append(_Job(record_id, envelope, row, payload))
+    return jobs
+
+
+def _health_summaries(decisions: Sequence[_Decision]) -> list[delivery.HealthSummary]:
+    """Per endpoint, the circuit-relevant outcomes in completion order.
+
+    A retryable verdict is a failure; any HTTP answer that is not is a success (the endpoint is
+    up). A request refused before it was sent (blocked address, invalid URL) says nothing about
+    the endpoint's health and is left out.
+    """
+    outcomes: dict[int, list[tuple[bool, datetime]]] = {}
+    for d in decisions:
+        if d.verdict.kind is VerdictKind.RETRY:
+            success = False
+        elif d.attempt.result.status_code is not None:
+            success = True
+        else:
+            continue
+        outcomes.setdefault(d.outcome.endpoint_id, []).append((success, d.attempt.attempted_at))
+    summaries = []
+    for endpoint_id, results in sorted(outcomes.items()):
+        summary = circuit_breaker.summarize([success for success, _ in results])
+        successes = [at for success, at in results if success]
+        failures = [at for success, at in results if not success]
+        summaries.append(
+            delivery.HealthSummary(
+                endpoint_id=endpoint_id,
+                has_success=summary.has_success,
+                trailing_failures=summary.trailing_failures,
+                last_success_at=max(successes, default=None),
+                last_failure_at=max(failures, default=None),
+            )
+        )
+    return summaries
+
+
+_COUNT_METRICS = (
+    ("Delivered", delivery.OutcomeKind.DELIVERED),
+    ("Failed", delivery.OutcomeKind.RETRY),
+    ("DeadLettered", delivery.OutcomeKind.DEAD_LETTER),
+)
+
+
+def _report_observations(decisions: Sequence[_Decision], recorded: delivery.RecordResult) -> None:
+    counts = dict.fromkeys(delivery.OutcomeKind, 0)
+    for d in decisions:
+        written = d.outcome.lease.message_id in recorded.written_ids
+        result = d.attempt.result
+        logger.info(
+            "delivery attempt",
+            extra={
+                "message_id": d.outcome.lease.message_id,
+                "endpoint_id": d.outcome.endpoint_id,
+                "attempt": d.outcome.attempt_number,
+                "status_code": result.status_code,
+                "error": result.error.value if result.error else None,
+                "error_detail": result.detail,
+                "latency_ms": result.elapsed_ms,
+                "next": d.step.action.value,
+                "delay_s": round(d.step.delay_s, 3),
+                "recorded": written,
+            },
+        )
+        if result.status_code is not None:
+            metrics.add_metric(
+                name="DeliveryLatency", unit=MetricUnit.Milliseconds, value=result.elapsed_ms
+            )
+        if written:
+            counts[d.outcome.kind] += 1
+    metrics.add_metric(
+        name="Delivered", unit=MetricUnit.Count, value=counts[delivery.OutcomeKind.DELIVERED]
+    )
+    metrics.add_metric(
+        name="Failed", unit=MetricUnit.Count, value=counts[delivery.OutcomeKind.RETRY]
+    )
+    metrics.add_metric(
+        name="DeadLettered", unit=MetricUnit.Count, value=counts[delivery.OutcomeKind.DEAD_LETTER]
+    )
+    for transition in recorded.transitions:
+        logger.warning(
+            "circuit state changed",
+            extra={
+                "endpoint_id": transition.endpoint_id,
+                "from_state": transition.from_state,
+                "to_state": transition.to_state,
+                "cooldown_s": transition.cooldown_s,
+            },
+        )
+    for endpoint_id in sorted(recorded.disabled_endpoint_ids):
+        logger.warning(
+            "endpoint disabled: it answered 410 Gone", extra={"endpoint_id": endpoint_id}
+        )
+
+
+def handle_sqs_event(
+    event: Mapping[str, Any], context: Any, sender: Sender, processor: BatchProcessor
+) -> dict[str, Any]:
+    """Process the whole batch first, then answer per record through Powertools."""
+    raw_records = event.get("Records")
+    if not isinstance(raw_records, list):
+        raise ValueError("the event has no Records list; is this an SQS event?")
+    report = sender.process(
+        [QueueRecord(record["messageId"], record["body"]) for record in raw_records]
+    )
+
+    def record_handler(record: SQSRecord) -> None:
+        if record.message_id in report.failed_record_ids:
+            raise RecordFailed(record.message_id)
+
+    return dict(process_partial_response(dict(event), record_handler, processor, context))
+
+
+@functools.cache
+def _shared_executor(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tidings-send")

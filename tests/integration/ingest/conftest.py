@@ -1,0 +1,117 @@
+"""Driving the ingest handler with API Gateway (REST, proxy) events against a real database."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+
+from tidings import wiring
+from tidings.api.app import handle
+from tidings.config import Settings
+from tidings.dal.connection import Database
+
+# A public address: creating endpoints on it needs no DNS and passes the SSRF rules.
+PUBLIC_URL = "https://93.184.215.14/hook"
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    raw: str
+
+    @property
+    def error(self) -> dict[str, Any]:
+        assert isinstance(self.body, dict) and "error" in self.body, self.raw
+        return dict(self.body["error"])
+
+
+def api_event(
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    query: dict[str, str] | None = None,
+    raw_body: str | None = None,
+    base64_encoded: bool = False,
+    content_type: str = "application/json",
+) -> dict[str, Any]:
+    text = raw_body if raw_body is not None else (None if body is None else json.dumps(body))
+    return {
+        "resource": path,
+        "path": path,
+        "httpMethod": method,
+        "headers": {"Content-Type": content_type},
+        "multiValueHeaders": {"Content-Type": [content_type]},
+        "queryStringParameters": query,
+        "multiValueQueryStringParameters": {k: [v] for k, v in (query or {}).items()} or None,
+        "pathParameters": None,
+        "stageVariables": None,
+        "requestContext": {
+            "resourcePath": path,
+            "httpMethod": method,
+            "path": f"/prod{path}",
+            "stage": "prod",
+            "requestId": "test-request",
+            "identity": {"sourceIp": "203.0.113.9"},
+        },
+        "body": text,
+        "isBase64Encoded": base64_encoded,
+    }
+
+
+class Api:
+    """Calls the handler as API Gateway would and decodes the answer."""
+
+    def call(self, method: str, path: str, body: Any = None, **options: Any) -> Reply:
+        response = handle(api_event(method, path, body, **options), None)  # type: ignore[arg-type]
+        raw = response.get("body") or ""
+        if response.get("isBase64Encoded"):
+            raw = base64.b64decode(raw).decode()
+        return Reply(response["statusCode"], json.loads(raw) if raw else None, raw)
+
+    def get(self, path: str, query: dict[str, str] | None = None) -> Reply:
+        return self.call("GET", path, query=query)
+
+    def post(self, path: str, body: Any = None, **options: Any) -> Reply:
+        return self.call("POST", path, body, **options)
+
+    def patch(self, path: str, body: Any) -> Reply:
+        return self.call("PATCH", path, body)
+
+    def delete(self, path: str) -> Reply:
+        return self.call("DELETE", path)
+
+    def create_endpoint(self, **fields: Any) -> dict[str, Any]:
+        reply = self.post("/v1/endpoints", {"url": PUBLIC_URL, **fields})
+        assert reply.status == 201, reply.raw
+        return dict(reply.body)
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    return Settings(database_url=database_url)
+
+
+@pytest.fixture
+def api(database_url: str, settings: Settings) -> Iterator[Api]:
+    with wiring.overridden(settings=settings, database_factory=lambda: Database(database_url)):
+        yield Api()
+
+
+def count(db: Database, table: str) -> int:
+    with db.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM tidings.{table}")
+        row = cur.fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def query_string(params: dict[str, str]) -> str:
+    return urlencode(params)
