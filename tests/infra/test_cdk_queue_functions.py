@@ -146,6 +146,8 @@ def test_environment_follows_the_contract(dev: Synthesized) -> None:
         if spec.publishes_alerts:
             assert environment["TIDINGS_ALERTS_TOPIC_ARN"] == {"Ref": topic_id}
         assert ("TIDINGS_HTTP_TIMEOUT_S" in environment) is spec.reaches_endpoints
+        report_window = environment.get("TIDINGS_DEAD_LETTER_REPORT_WINDOW_S")
+        assert report_window == ("3600" if spec.name == "dead_letter_report" else None)
     assert [s.name for s in FUNCTION_SPECS if s.connects_directly] == ["migrator"]
 
 
