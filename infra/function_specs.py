@@ -41,7 +41,9 @@ CLAIMER = FunctionSpec(
 SENDER = FunctionSpec(
     name="sender",
     description="Delivers SQS batches of messages to their endpoints",
-    timeout_s=60,
+    # An endpoint may be given a timeout of up to 60 s (the API's limit); the records of a batch
+    # go out concurrently, so one slow endpoint plus the database writes must still fit.
+    timeout_s=90,
     memory_mb=512,
     sends_to_queue=True,
     reaches_endpoints=True,
