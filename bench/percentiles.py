@@ -126,7 +126,7 @@ def main() -> None:
         initial_build_s = time.perf_counter() - started
         # Steady state, as hours after a rebuild: autovacuum has been through the freshly
         # filled histograms (here at once, so it does not run during the timed refreshes).
-        with db.cursor() as cur:
+        with db.connection.cursor() as cur:
             cur.execute(
                 "VACUUM ANALYZE tidings.latency_buckets, tidings.latency_window,"
                 " tidings.latency_window_coarse"
