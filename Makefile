@@ -50,8 +50,12 @@ synth: $(STAMP)
 	CDK_OUTDIR=cdk.out $(BIN)/python -m infra.app -c stage=$(STAGE)
 	$(BIN)/cfn-lint cdk.out/*.template.json
 
+# Every benchmark; each prints a JSON line with its ratio against a baseline of the same run.
 bench: $(STAMP)
 	$(BIN)/python bench/claim.py
+	$(BIN)/python bench/sender.py
+	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/percentiles.py
 
 clean:
 	rm -rf $(VENV) cdk.out build .pytest_cache .mypy_cache .ruff_cache
