@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/python -m infra.build_layers
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -42,11 +43,19 @@ check: lint typecheck test
 demo: $(STAMP)
 	$(BIN)/tidings demo
 
+# Synthesizes the CDK app with Python alone (no CDK CLI, no Docker): `make synth STAGE=prod`.
+# The layers are built by `make install`, so synth itself needs no network.
+STAGE ?= dev
 synth: $(STAMP)
-	$(BIN)/cdk synth 2>/dev/null || npx --yes aws-cdk@2 synth
+	CDK_OUTDIR=cdk.out $(BIN)/python -m infra.app -c stage=$(STAGE)
+	$(BIN)/cfn-lint cdk.out/*.template.json
 
+# Every benchmark; each prints a JSON line with its ratio against a baseline of the same run.
 bench: $(STAMP)
 	$(BIN)/python bench/claim.py
+	$(BIN)/python bench/sender.py
+	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/percentiles.py
 
 clean:
 	rm -rf $(VENV) cdk.out build .pytest_cache .mypy_cache .ruff_cache

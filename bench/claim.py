@@ -30,7 +30,8 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
 def seed(db: Database, endpoints: int, rows: int, *, status: str = "pending") -> None:
-    with db.cursor() as cur:
+    # Seeding statements may run longer than a statement timeout allows.
+    with db.connection.cursor() as cur:
         cur.execute(
             "INSERT INTO tidings.endpoints (url, secret)"
             " SELECT 'https://receiver.example/' || g, %s FROM generate_series(1, %s) g",
@@ -58,7 +59,7 @@ def seed(db: Database, endpoints: int, rows: int, *, status: str = "pending") ->
 
 
 def vacuum(db: Database) -> None:
-    with db.cursor() as cur:
+    with db.connection.cursor() as cur:
         cur.execute("VACUUM ANALYZE tidings.messages")
         cur.execute("VACUUM ANALYZE tidings.events")
         cur.execute("VACUUM ANALYZE tidings.endpoint_health")
@@ -109,7 +110,7 @@ def bare_update(db: Database, batch: int) -> tuple[int, float]:
 
 
 def reset_to_pending(db: Database) -> None:
-    with db.cursor() as cur:
+    with db.connection.cursor() as cur:
         cur.execute(
             "UPDATE tidings.messages SET status = 'pending', lease_token = NULL, attempts = 0,"
             " delivered_at = NULL, next_attempt_at = now() - interval '1 s'"
@@ -191,7 +192,7 @@ def main() -> None:
 def seed_history(db: Database, rows: int) -> None:
     """Delivered rows, in chunks so that no single statement holds too much in memory."""
     chunk = 1_000_000
-    with db.cursor() as cur:
+    with db.connection.cursor() as cur:
         cur.execute("SELECT min(id), count(*) FROM tidings.endpoints")
         first_endpoint, endpoints = cur.fetchone()
         for start in range(0, rows, chunk):

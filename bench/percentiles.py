@@ -33,7 +33,7 @@ SCHEDULE = timedelta(minutes=5)
 
 def seed_attempts(db: Database, count: int, start: datetime, end: datetime) -> None:
     """``count`` attempts spread evenly over the endpoints and over [start, end)."""
-    with db.cursor() as cur:
+    with db.connection.cursor() as cur:
         cur.execute(
             """
             INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, attempted_at,
@@ -126,7 +126,7 @@ def main() -> None:
         initial_build_s = time.perf_counter() - started
         # Steady state, as hours after a rebuild: autovacuum has been through the freshly
         # filled histograms (here at once, so it does not run during the timed refreshes).
-        with db.cursor() as cur:
+        with db.connection.cursor() as cur:
             cur.execute(
                 "VACUUM ANALYZE tidings.latency_buckets, tidings.latency_window,"
                 " tidings.latency_window_coarse"

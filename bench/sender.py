@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from tidings import signing, wiring
 from tidings.claiming import Claimer
 from tidings.config import Settings
+from tidings.dal import connection as connection_module
 from tidings.dal.connection import Database
 from tidings.queue import LocalQueue, consume_once
 
@@ -114,10 +115,18 @@ class CountingCursor(psycopg2.extensions.cursor):
         super().execute(query, vars)
 
 
+class CountingBoundedCursor(connection_module.BoundedCursor):
+    # A bounded statement and its timeout travel in one query string: one round trip.
+    def execute(self, query: Any, vars: Any = None) -> None:
+        _Counter.executes += 1
+        super().execute(query, vars)
+
+
 @contextlib.contextmanager
 def counting_connections() -> Iterator[None]:
     """Every connection opened inside the block counts its cursors' round trips."""
     real_connect = psycopg2.connect
+    real_bounded = connection_module.BoundedCursor
 
     def connect(*args: Any, **kwargs: Any) -> Any:
         conn = real_connect(*args, **kwargs)
@@ -125,10 +134,12 @@ def counting_connections() -> Iterator[None]:
         return conn
 
     psycopg2.connect = connect
+    connection_module.BoundedCursor = CountingBoundedCursor  # type: ignore[misc]
     try:
         yield
     finally:
         psycopg2.connect = real_connect
+        connection_module.BoundedCursor = real_bounded  # type: ignore[misc]
 
 
 # ---------------------------------------------------------------- seeding

@@ -34,14 +34,16 @@ def insert_attempts(
     status_code: int | None = 200,
     error_class: str | None = None,
 ) -> None:
-    """Attempts of one endpoint at the given times with the given latencies."""
+    """Attempts of one endpoint at the given times with the given latencies, each for a message
+    id of its own (below every id used so far, so no real message is meant)."""
     assert len(attempted_at) == len(response_ms)
     cur.execute(
         """
         INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, attempted_at,
                                       status_code, response_ms, error_class)
-        SELECT 0, %(endpoint_id)s, 1, t, %(status_code)s, ms, %(error_class)s
-        FROM unnest(%(times)s::timestamptz[], %(ms)s::integer[]) AS a(t, ms)
+        SELECT (SELECT least(min(message_id), 0) FROM tidings.attempts) - n,
+               %(endpoint_id)s, 1, t, %(status_code)s, ms, %(error_class)s
+        FROM unnest(%(times)s::timestamptz[], %(ms)s::integer[]) WITH ORDINALITY AS a(t, ms, n)
         """,
         {
             "endpoint_id": endpoint_id,

@@ -134,7 +134,16 @@ def test_a_stale_lease_cannot_overwrite_a_newer_outcome(db: Database) -> None:
         )
         older = delivery.record_outcomes(
             cur,
-            [AttemptOutcome(stale.lease, stale.endpoint_id, OutcomeKind.DELIVERED, 1, now, 200)],
+            [
+                AttemptOutcome(
+                    stale.lease,
+                    stale.endpoint_id,
+                    OutcomeKind.DELIVERED,
+                    1,
+                    now - timedelta(seconds=70),
+                    200,
+                )
+            ],
             **COOLDOWNS,
         )
         assert newer.written_ids == {fresh.message_id}
@@ -268,3 +277,37 @@ def test_unknown_lease_is_ignored(db: Database) -> None:
         bogus = Lease(1, uuid.uuid4())
         assert delivery.begin_attempts(cur, [AttemptRequest(bogus)], lease_s=60) == []
         assert delivery.release_leases(cur, [bogus]) == []
+
+
+def test_outcomes_written_twice_count_once(db: Database) -> None:
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur)
+        seed_messages(cur, endpoint_id, 2)
+        rows = delivery.claim_due(cur, batch_size=10, lease_s=60)
+    now = datetime.now(UTC)
+    outcomes = [
+        AttemptOutcome(r.lease, r.endpoint_id, OutcomeKind.RETRY, 1, now, 503, retry_at=now)
+        for r in rows
+    ]
+    summary = [delivery.HealthSummary(endpoint_id, False, 2, None, now)]
+    for _ in range(2):  # as after a connection lost once the first write had committed
+        with db.cursor() as cur:
+            delivery.record_outcomes(cur, outcomes, summary, **COOLDOWNS)
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM tidings.attempts")
+        assert cur.fetchone() == (2,)
+        cur.execute("SELECT consecutive_failures FROM tidings.endpoint_health")
+        assert cur.fetchone() == (2,)
+        cur.execute("SELECT attempts FROM tidings.messages ORDER BY id")
+        assert cur.fetchall() == [(1,), (1,)]
+
+
+def test_claims_stop_at_the_in_flight_cap(db: Database) -> None:
+    with db.cursor() as cur:
+        seed_messages(cur, make_endpoint(cur), 50)
+        first = delivery.claim_due(cur, batch_size=30, lease_s=60, max_in_flight=40)
+        second = delivery.claim_due(cur, batch_size=30, lease_s=60, max_in_flight=40)
+        third = delivery.claim_due(cur, batch_size=30, lease_s=60, max_in_flight=40)
+        assert (len(first), len(second), third) == (30, 10, [])
+        deliver(db, first)
+        assert len(delivery.claim_due(cur, batch_size=30, lease_s=60, max_in_flight=40)) == 10

@@ -140,6 +140,7 @@ class Claimer:
                 batch_size=self.settings.claim_batch_size,
                 lease_s=self.settings.lease_s,
                 inline_payload_bytes=INLINE_PAYLOAD_BYTES,
+                max_in_flight=self.settings.claim_max_in_flight,
             )
         )
         if not rows:

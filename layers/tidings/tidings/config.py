@@ -31,6 +31,10 @@ class Settings:
     database_secret_arn: str = ""
     database_host: str = ""
     database_name: str = "tidings"
+    # Bounds on every statement and on an open transaction's idle time, so that no invocation
+    # can hold the queue's vacuum horizon for long.
+    statement_timeout_ms: int = 30_000
+    idle_in_transaction_timeout_ms: int = 10_000
     delivery_queue_url: str = ""
     alerts_topic_arn: str = ""
     aws_endpoint_url: str = ""
@@ -40,6 +44,9 @@ class Settings:
     lease_s: float = 120.0
     claim_idle_poll_s: float = 1.0
     claim_stop_before_timeout_s: float = 10.0
+    # At most this many rows leased and not yet answered: the queue never holds more than
+    # the senders can work through before the leases expire.
+    claim_max_in_flight: int = 5000
 
     # Attempts
     http_timeout_s: float = 15.0
@@ -117,6 +124,7 @@ class Settings:
     def validate(self) -> None:
         positive = (
             "claim_batch_size",
+            "claim_max_in_flight",
             "lease_s",
             "http_timeout_s",
             "max_attempts",

@@ -252,12 +252,16 @@ def counts(db: Database) -> dict[str, int]:
         return found
 
 
-def check_reply(method: str, template: str, path_params: dict[str, str], response: dict) -> int:
+def check_reply(
+    method: str, template: str, path_params: dict[str, str], response: dict, sent: str = ""
+) -> int:
     status = int(response["statusCode"])
     raw = response.get("body") or ""
     assert status < 500, raw
     for leak in LEAKS:
-        assert leak not in raw, raw
+        # A reply may echo what the caller sent, SQL-looking text included; nothing else.
+        if leak not in sent:
+            assert leak not in raw, raw
     documented = DOC["paths"][template][method.lower()]["responses"]
     if status == 404 and any(not v.isdigit() for v in path_params.values()):
         documented = {**documented, "404": {}}
@@ -300,7 +304,13 @@ def test_no_input_breaks_the_api(api: Api, db: Database, data: st.DataObject) ->
             raw = json.dumps(data.draw(bodies, label="body"), allow_nan=True)
     before = counts(db)
     event = api_event(method, path, raw_body=raw, base64_encoded=base64_encoded, query=query)
-    status = check_reply(method, template, params, handle(event, None))  # type: ignore[arg-type]
+    status = check_reply(
+        method,
+        template,
+        params,
+        handle(event, None),  # type: ignore[arg-type]
+        sent=json.dumps(params) + (raw or "") + json.dumps(query or {}),
+    )
     after = counts(db)
     if status >= 400:
         assert after == before, (status, path)

@@ -2,9 +2,11 @@
 invocations and reconnected after the server or RDS Proxy drops it.
 
 The connection runs in autocommit mode: a single statement is its own transaction, which is how
-most queue operations are written (one atomic statement each). ``Database.transaction`` opens an
-explicit transaction and sets its timeouts with ``set_config(..., is_local => true)`` in the same
-round trip as ``BEGIN``; nothing here changes session state, so RDS Proxy never pins the session.
+most queue operations are written (one atomic statement each). Such a statement is sent together
+with ``set_config('statement_timeout', ..., true)`` in one query string, so it runs as one
+implicit transaction bounded by the timeout, in one round trip. ``Database.transaction`` opens an
+explicit transaction and sets its timeouts the same way in the round trip of ``BEGIN``. Nothing
+here changes session state, so RDS Proxy never pins the session.
 """
 
 from __future__ import annotations
@@ -51,6 +53,15 @@ def dsn_from_settings(settings: Settings) -> str:
     )
 
 
+class BoundedCursor(psycopg2.extensions.cursor):
+    """A cursor whose every statement carries its own statement timeout."""
+
+    timeout_prefix = ""
+
+    def execute(self, query: Any, vars: Any = None) -> None:
+        super().execute(self.timeout_prefix + query, vars)
+
+
 def connect(settings: Settings) -> psycopg2.extensions.connection:
     """A new autocommit connection to the configured database."""
     conn = psycopg2.connect(dsn_from_settings(settings))
@@ -78,7 +89,11 @@ class Database:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
-        return cls(lambda: dsn_from_settings(settings))
+        return cls(
+            lambda: dsn_from_settings(settings),
+            statement_timeout_ms=settings.statement_timeout_ms,
+            idle_in_transaction_timeout_ms=settings.idle_in_transaction_timeout_ms,
+        )
 
     @property
     def connection(self) -> psycopg2.extensions.connection:
@@ -96,8 +111,13 @@ class Database:
 
     @contextmanager
     def cursor(self) -> Iterator[Cursor]:
-        """A cursor in autocommit mode: every statement is its own transaction."""
-        with self.connection.cursor() as cur:
+        """A cursor in autocommit mode: every statement is its own transaction, bounded by the
+        statement timeout. (Statements that cannot run in a transaction block, such as VACUUM,
+        need ``connection.cursor()`` instead.)"""
+        with self.connection.cursor(cursor_factory=BoundedCursor) as cur:
+            cur.timeout_prefix = (
+                f"SELECT set_config('statement_timeout', '{int(self.statement_timeout_ms)}', true);"
+            )
             yield cur
 
     @contextmanager

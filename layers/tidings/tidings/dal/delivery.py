@@ -117,13 +117,20 @@ class RecordResult:
 
 
 def claim_due(
-    cur: Cursor, *, batch_size: int, lease_s: float, inline_payload_bytes: int = 0
+    cur: Cursor,
+    *,
+    batch_size: int,
+    lease_s: float,
+    inline_payload_bytes: int = 0,
+    max_in_flight: int = 1_000_000,
 ) -> list[ClaimedMessage]:
-    """Lease up to ``batch_size`` due rows for ``lease_s`` seconds."""
+    """Lease up to ``batch_size`` due rows for ``lease_s`` seconds, fewer when that would put
+    more than ``max_in_flight`` rows in flight."""
     cur.execute(
         sql("claim_due"),
         {
             "batch_size": batch_size,
+            "max_in_flight": max_in_flight,
             "lease_s": lease_s,
             "inline_payload_bytes": inline_payload_bytes,
         },

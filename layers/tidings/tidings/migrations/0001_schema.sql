@@ -129,7 +129,9 @@ CREATE TABLE tidings.attempts (
 ) PARTITION BY RANGE (attempted_at);
 
 CREATE TABLE tidings.attempts_default PARTITION OF tidings.attempts DEFAULT;
-CREATE INDEX attempts_by_message ON tidings.attempts (message_id);
+-- One row per attempt even when a batch's outcomes are written twice (a connection lost after
+-- the commit and the statement sent again); it also serves look-ups by message.
+CREATE UNIQUE INDEX attempts_once ON tidings.attempts (message_id, attempted_at, attempt_number);
 CREATE INDEX attempts_by_endpoint_time ON tidings.attempts (endpoint_id, attempted_at);
 
 -- Creates the daily (UTC) partitions of attempts for [from_day, from_day + days) that do not exist yet.

@@ -5,8 +5,18 @@
 -- gets an equal share of the batch. Skips disabled endpoints and open circuits; an endpoint whose
 -- cooldown has passed (or whose probe went stale) gets one row, the candidate probe. A rate-limited
 -- endpoint gets no more rows than its token bucket holds, and the bucket is debited here; its
--- health row is locked (SKIP LOCKED) so two claimers cannot spend the same tokens.
-WITH unlimited AS (
+-- health row is locked (SKIP LOCKED) so two claimers cannot spend the same tokens. Claims no
+-- more than max_in_flight rows in all: leasing faster than senders deliver would only let leases
+-- expire in the queue and the rows be claimed again.
+WITH capacity AS (
+    SELECT least(%(batch_size)s, greatest(0, %(max_in_flight)s - count(*)))::integer AS n
+    FROM (
+        SELECT 1 FROM tidings.messages
+        WHERE status = 'in_flight' AND next_attempt_at > now()
+        LIMIT %(max_in_flight)s
+    ) leased_now
+),
+unlimited AS (
     SELECT e.id AS endpoint_id, h.state
     FROM tidings.endpoints e
     JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
@@ -51,7 +61,8 @@ active AS (
             AND q.next_attempt_at <= now())
 ),
 share AS (
-    SELECT greatest(1, ceil(%(batch_size)s::numeric / greatest(count(*), 1)))::integer AS per_endpoint
+    SELECT greatest(1, ceil((SELECT n FROM capacity)::numeric / greatest(count(*), 1)))::integer
+               AS per_endpoint
     FROM active
 ),
 picked AS (
@@ -68,7 +79,7 @@ picked AS (
         LIMIT least(s.per_endpoint, a.allowance)
         FOR UPDATE OF q SKIP LOCKED
     ) due
-    LIMIT %(batch_size)s
+    LIMIT (SELECT n FROM capacity)
 ),
 leased AS (
     UPDATE tidings.messages m
@@ -184,6 +195,9 @@ ORDER BY v.id;
 -- sender never overwrites a newer outcome); every attempt logged in one multi-row insert; each
 -- endpoint's circuit updated once, from the batch's summary, with its health row locked in
 -- endpoint order so that concurrent senders cannot deadlock; endpoints that answered 410 disabled.
+-- Safe to send again after a lost connection: attempts already logged are not logged twice and
+-- their endpoints' circuits are not counted twice (health summaries given without any outcome
+-- are always applied).
 -- Returns the rows written, the circuit transitions and the endpoints disabled.
 WITH outcome AS (
     SELECT *
@@ -224,6 +238,8 @@ logged AS (
     SELECT o.id, o.endpoint_id, o.attempt_number, o.attempted_at,
            o.status_code, o.response_ms, o.error_class, o.excerpt
     FROM outcome o
+    ON CONFLICT (message_id, attempted_at, attempt_number) DO NOTHING
+    RETURNING endpoint_id
 ),
 summary AS (
     SELECT *
@@ -238,6 +254,9 @@ before AS (
            h.opened_at, h.probe_token, h.probe_started_at, h.last_success_at, h.last_failure_at
     FROM tidings.endpoint_health h
     WHERE h.endpoint_id IN (SELECT endpoint_id FROM summary)
+      -- A batch written a second time counts once: only endpoints whose attempts were new.
+      AND (h.endpoint_id IN (SELECT endpoint_id FROM logged)
+           OR NOT EXISTS (SELECT 1 FROM outcome))
     ORDER BY h.endpoint_id
     FOR UPDATE
 ),

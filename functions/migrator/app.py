@@ -1,0 +1,45 @@
+"""Migrator: the CloudFormation custom resource that applies the SQL migrations on deploy.
+
+Driven by the CDK custom-resource provider framework, which turns what this returns into the
+CloudFormation response and an exception into a failed deploy that shows its message. It
+connects to the database instance itself, not through RDS Proxy: DDL in one long transaction
+gains nothing from pooling, and a proxy created in the same deploy may not be ready yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidings.config import get_settings
+from tidings.dal.connection import connect
+from tidings.migrations import migrate
+from tidings.observability import logger
+
+PHYSICAL_RESOURCE_ID = "tidings-schema"
+# The database's statement_timeout guards the queue against runaway queries; a migration may
+# legitimately run longer (an index build on a large table), within the function's 10 minutes.
+MIGRATION_STATEMENT_TIMEOUT = "9min"
+
+
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    request_type = event.get("RequestType")
+    if request_type == "Delete":
+        # The schema and its data outlive the custom resource: a deploy never drops them.
+        return {"PhysicalResourceId": event.get("PhysicalResourceId", PHYSICAL_RESOURCE_ID)}
+    if request_type not in {"Create", "Update"}:
+        raise ValueError(f"unknown custom resource RequestType {request_type!r}")
+    conn = connect(get_settings())
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET statement_timeout = %s", (MIGRATION_STATEMENT_TIMEOUT,))
+        applied = migrate(conn)
+    finally:
+        conn.close()
+    logger.info("schema is up to date", extra={"applied_now": applied})
+    # CloudFormation limits a response to 4 KiB; the count always fits, the names usually do.
+    names = ",".join(applied)
+    return {
+        "PhysicalResourceId": PHYSICAL_RESOURCE_ID,
+        "Data": {"AppliedCount": str(len(applied)), "Applied": names[:2048]},
+    }

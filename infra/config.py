@@ -1,0 +1,230 @@
+"""Per-stage deployment settings, read from the CDK context.
+
+``cdk.json`` holds ``stages`` (one block of settings per stage) and ``stage`` (the default).
+``-c stage=prod`` picks a stage; any setting can also be given on its own on the command line
+(``-c alarmEmail=ops@example.com``) and then wins over the stage block.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from constructs import Node
+
+_SCHEDULE = re.compile(r"^(rate\(\d+ (minute|minutes|hour|hours|day|days)\)|cron\(.+\))$")
+_RATE = re.compile(r"^rate\((\d+) (minute|hour|day)s?\)$")
+_UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9]*\.[a-z0-9]+$")
+_SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
+
+SCHEDULED_FUNCTIONS = ("claimer", "percentiles", "health_monitor", "dead_letter_report", "pruner")
+
+
+class StageConfigError(ValueError):
+    """The CDK context does not describe a usable stage; the message names the setting."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageConfig:
+    stage: str
+    # Database
+    instance_type: str
+    allocated_storage_gib: int
+    max_allocated_storage_gib: int
+    multi_az: bool
+    backup_retention_days: int
+    deletion_protection: bool
+    retain_on_delete: bool
+    secret_rotation_days: int
+    # Security groups of producer applications in the VPC that call tidings.enqueue over SQL.
+    producer_security_group_ids: tuple[str, ...]
+    statement_timeout_ms: int
+    idle_in_transaction_timeout_ms: int
+    # Network
+    nat_gateways: int
+    # Functions and queue
+    log_level: str
+    log_retention_days: int
+    sender_max_concurrency: int
+    dlq_max_receive_count: int
+    http_timeout_s: int
+    # TCP ports the sender may open to webhook endpoints on public addresses.
+    endpoint_ports: tuple[int, ...]
+    schedules: Mapping[str, str]
+    # API
+    api_rate_limit: int
+    api_burst_limit: int
+    # Alerts
+    alarm_email: str
+    oldest_message_alarm_s: int
+    free_storage_alarm_gib: int
+    db_connections_alarm: int
+
+    @property
+    def stack_name(self) -> str:
+        return f"Tidings-{self.stage}"
+
+
+def rate_seconds(expression: str) -> int | None:
+    """The period of a ``rate(...)`` schedule in seconds; None for a ``cron(...)`` one."""
+    match = _RATE.match(expression)
+    if match is None:
+        return None
+    return int(match[1]) * _UNIT_SECONDS[match[2]]
+
+
+def stage_config_from_node(node: Node) -> StageConfig:
+    """The stage named by ``-c stage=`` (default: ``cdk.json``), read from a node's context."""
+    return stage_config(node.try_get_context)
+
+
+def stage_config(lookup: Callable[[str], Any]) -> StageConfig:
+    """Build the stage settings from a context look-up function (``node.try_get_context``)."""
+    stage = lookup("stage") or "dev"
+    stages = lookup("stages")
+    if not isinstance(stages, Mapping) or not stages:
+        raise StageConfigError("context 'stages' is missing: cdk.json must define the stages")
+    if stage not in stages:
+        raise StageConfigError(f"stage {stage!r} is not defined; known stages: {sorted(stages)}")
+    block: Mapping[str, Any] = stages[stage]
+
+    def setting(name: str) -> Any:
+        override = lookup(name)
+        if override is not None:
+            return override
+        if name not in block:
+            raise StageConfigError(f"stage {stage!r} lacks the setting {name!r}")
+        return block[name]
+
+    schedules = dict(block.get("schedules", {}))
+    override_schedules = lookup("schedules")
+    if isinstance(override_schedules, Mapping):
+        schedules.update(override_schedules)
+
+    config = StageConfig(
+        stage=str(stage),
+        instance_type=_text(setting, "instanceType"),
+        allocated_storage_gib=_integer(setting, "allocatedStorageGiB", minimum=20),
+        max_allocated_storage_gib=_integer(setting, "maxAllocatedStorageGiB", minimum=20),
+        multi_az=_flag(setting, "multiAz"),
+        backup_retention_days=_integer(setting, "backupRetentionDays", minimum=1, maximum=35),
+        deletion_protection=_flag(setting, "deletionProtection"),
+        retain_on_delete=_flag(setting, "retainOnDelete"),
+        secret_rotation_days=_integer(setting, "secretRotationDays", minimum=1, maximum=365),
+        producer_security_group_ids=_id_list(setting, "producerSecurityGroupIds"),
+        statement_timeout_ms=_integer(setting, "statementTimeoutMs", minimum=1000),
+        idle_in_transaction_timeout_ms=_integer(
+            setting, "idleInTransactionTimeoutMs", minimum=1000
+        ),
+        nat_gateways=_integer(setting, "natGateways", minimum=1, maximum=3),
+        log_level=_text(setting, "logLevel").upper(),
+        log_retention_days=_integer(setting, "logRetentionDays", minimum=1),
+        sender_max_concurrency=_integer(setting, "senderMaxConcurrency", minimum=2, maximum=1000),
+        dlq_max_receive_count=_integer(setting, "dlqMaxReceiveCount", minimum=1, maximum=1000),
+        http_timeout_s=_integer(setting, "httpTimeoutS", minimum=1, maximum=60),
+        endpoint_ports=_ports(setting, "endpointPorts"),
+        schedules=schedules,
+        api_rate_limit=_integer(setting, "apiRateLimit", minimum=1),
+        api_burst_limit=_integer(setting, "apiBurstLimit", minimum=1),
+        alarm_email=str(setting("alarmEmail") or ""),
+        oldest_message_alarm_s=_integer(setting, "oldestMessageAlarmS", minimum=60),
+        free_storage_alarm_gib=_integer(setting, "freeStorageAlarmGiB", minimum=1),
+        db_connections_alarm=_integer(setting, "dbConnectionsAlarm", minimum=1),
+    )
+    _validate(config)
+    return config
+
+
+def _validate(config: StageConfig) -> None:
+    if not _INSTANCE_TYPE.match(config.instance_type):
+        raise StageConfigError(
+            f"instanceType {config.instance_type!r} is not an instance type like 't4g.micro'"
+        )
+    if config.max_allocated_storage_gib < config.allocated_storage_gib:
+        raise StageConfigError("maxAllocatedStorageGiB is below allocatedStorageGiB")
+    if config.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+        raise StageConfigError(f"logLevel {config.log_level!r} is not a Python logging level")
+    for group_id in config.producer_security_group_ids:
+        if not _SECURITY_GROUP_ID.match(group_id):
+            raise StageConfigError(
+                f"producerSecurityGroupIds: {group_id!r} is not a security group id (sg-...)"
+            )
+    if config.alarm_email and not _EMAIL.match(config.alarm_email):
+        raise StageConfigError(f"alarmEmail {config.alarm_email!r} is not an email address")
+    unknown = sorted(set(config.schedules) - set(SCHEDULED_FUNCTIONS))
+    if unknown:
+        raise StageConfigError(
+            f"schedules name unknown functions {unknown}; scheduled: {list(SCHEDULED_FUNCTIONS)}"
+        )
+    for name in SCHEDULED_FUNCTIONS:
+        expression = config.schedules.get(name)
+        if expression is None:
+            raise StageConfigError(f"schedules lacks an entry for {name!r}")
+        if not _SCHEDULE.match(expression):
+            raise StageConfigError(
+                f"schedule for {name!r} is {expression!r}; "
+                "expected 'rate(N minutes)' or 'cron(...)'"
+            )
+
+
+def _text(setting: Callable[[str], Any], name: str) -> str:
+    value = setting(name)
+    if not isinstance(value, str) or not value:
+        raise StageConfigError(f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _id_list(setting: Callable[[str], Any], name: str) -> tuple[str, ...]:
+    value = setting(name)
+    # A list in cdk.json, a comma-separated string with -c on the command line.
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise StageConfigError(f"{name} must be a list of strings, got {value!r}")
+    return tuple(item.strip() for item in items if item.strip())
+
+
+def _ports(setting: Callable[[str], Any], name: str) -> tuple[int, ...]:
+    value = setting(name)
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items:
+        raise StageConfigError(f"{name} must be a non-empty list of ports, got {value!r}")
+    ports = []
+    for item in items:
+        try:
+            port = int(str(item).strip())
+        except ValueError as exc:
+            raise StageConfigError(f"{name}: {item!r} is not a port number") from exc
+        if not 1 <= port <= 65535:
+            raise StageConfigError(f"{name}: {port} is not within 1..65535")
+        ports.append(port)
+    return tuple(sorted(set(ports)))
+
+
+def _flag(setting: Callable[[str], Any], name: str) -> bool:
+    value = setting(name)
+    # Values given with -c on the command line arrive as strings.
+    if isinstance(value, str) and value.lower() in {"true", "false"}:
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise StageConfigError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def _integer(
+    setting: Callable[[str], Any], name: str, minimum: int, maximum: int | None = None
+) -> int:
+    value = setting(name)
+    try:
+        number = int(value)
+    except (TypeError, ValueError) as exc:
+        raise StageConfigError(f"{name} must be an integer, got {value!r}") from exc
+    if isinstance(value, bool) or str(number) != str(value).strip():
+        raise StageConfigError(f"{name} must be an integer, got {value!r}")
+    if number < minimum or (maximum is not None and number > maximum):
+        bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+        raise StageConfigError(f"{name} must be {bound}, got {number}")
+    return number

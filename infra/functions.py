@@ -1,0 +1,229 @@
+"""The Lambda functions, one per entry of ``FUNCTION_SPECS``, each with its own role and
+security group.
+
+Every role starts with only what any function here needs (writing its own log group, the
+network interfaces Lambda manages in the VPC, X-Ray segments) and gains the grants its spec
+asks for: reading the database secret, sending to the delivery queue, publishing alerts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.build_layers import BuiltLayers, LambdaPlatform
+from infra.common import acknowledge, log_retention
+from infra.config import StageConfig, rate_seconds
+from infra.database import DATABASE_NAME, Database
+from infra.function_specs import DEAD_LETTER_REPORT, FUNCTION_SPECS, FunctionSpec
+
+FUNCTIONS_ROOT = Path(__file__).resolve().parent.parent / "functions"
+HANDLER = "app.handler"
+RUNTIME = lambda_.Runtime.PYTHON_3_12
+ARCHITECTURE = lambda_.Architecture.ARM_64
+# The layers are built for exactly this runtime; the two must move together.
+LAYER_PLATFORM = LambdaPlatform(python_version="3.12")
+METRICS_NAMESPACE = "Tidings"
+# One service name for every function: Powertools adds it as the ``service`` dimension of each
+# metric, so the dashboard finds a metric by name whichever function emitted it.
+SERVICE_NAME = "tidings"
+
+# Lambda creates and removes network interfaces in the VPC on the function's behalf; EC2 offers
+# no resource-level permissions for these calls.
+_VPC_ACCESS_ACTIONS = [
+    "ec2:CreateNetworkInterface",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:DeleteNetworkInterface",
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:UnassignPrivateIpAddresses",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DeployedFunction:
+    spec: FunctionSpec
+    function: lambda_.Function
+    role: iam.Role
+    security_group: ec2.SecurityGroup
+    log_group: logs.LogGroup
+
+
+class Functions(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StageConfig,
+        layers: BuiltLayers,
+        vpc: ec2.IVpc,
+        function_subnets: ec2.SubnetSelection,
+        database: Database,
+        delivery_queue: sqs.IQueue,
+        alerts_topic: sns.ITopic,
+        functions_root: Path = FUNCTIONS_ROOT,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._config = config
+        self._vpc = vpc
+        self._function_subnets = function_subnets
+        self._database = database
+        self._queue = delivery_queue
+        self._topic = alerts_topic
+        self._functions_root = functions_root
+        self.dependencies_layer = lambda_.LayerVersion(
+            self,
+            "DependenciesLayer",
+            code=lambda_.Code.from_asset(str(layers.dependencies)),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description="Tidings runtime dependencies (psycopg2, requests, Powertools, pydantic)",
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.tidings_layer = lambda_.LayerVersion(
+            self,
+            "TidingsLayer",
+            code=lambda_.Code.from_asset(str(layers.tidings)),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description="The tidings package",
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.by_name: dict[str, DeployedFunction] = {
+            spec.name: self._function(spec) for spec in FUNCTION_SPECS
+        }
+
+    def __getitem__(self, name: str) -> lambda_.Function:
+        return self.by_name[name].function
+
+    def _function(self, spec: FunctionSpec) -> DeployedFunction:
+        scope = Construct(self, spec.construct_id)
+        code_dir = self._functions_root / spec.name
+        if not (code_dir / "app.py").is_file():
+            raise FileNotFoundError(
+                f"function {spec.name!r} has no entry point: {code_dir / 'app.py'} is missing"
+            )
+        log_group = logs.LogGroup(
+            scope,
+            "Logs",
+            retention=log_retention(self._config.log_retention_days),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        role = iam.Role(
+            scope,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Tidings {spec.name} function",
+            inline_policies={
+                "Runtime": iam.PolicyDocument(
+                    statements=[
+                        iam.PolicyStatement(
+                            actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                            resources=[log_group.log_group_arn],
+                        ),
+                        iam.PolicyStatement(actions=_VPC_ACCESS_ACTIONS, resources=["*"]),
+                    ]
+                )
+            },
+        )
+        acknowledge(
+            scope,
+            "AwsSolutions-IAM5[Resource::*]",
+            "EC2 network-interface actions for Lambda in a VPC and X-Ray PutTraceSegments / "
+            "PutTelemetryRecords support no resource-level permissions.",
+        )
+        acknowledge(
+            scope,
+            "AwsSolutions-L1",
+            f"Pinned to {RUNTIME.name}: the dependencies layer is built for exactly this Python "
+            "version (binary wheels such as psycopg2), so the runtime moves only with the layer.",
+        )
+        security_group = ec2.SecurityGroup(
+            scope,
+            "SecurityGroup",
+            vpc=self._vpc,
+            description=f"Tidings {spec.name} function",
+            allow_all_outbound=False,
+        )
+        security_group.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS: AWS APIs and webhook endpoints"
+        )
+        if spec.reaches_endpoints:
+            for port in self._config.endpoint_ports:
+                if port != 443:
+                    security_group.add_egress_rule(
+                        ec2.Peer.any_ipv4(), ec2.Port.tcp(port), f"Webhook endpoints on {port}"
+                    )
+        if spec.connects_directly:
+            self._database.allow_direct_from(security_group, f"{spec.name} to PostgreSQL")
+            database_host = self._database.instance.db_instance_endpoint_address
+        else:
+            self._database.allow_from(security_group, f"{spec.name} to RDS Proxy")
+            database_host = self._database.proxy.endpoint
+
+        function = lambda_.Function(
+            scope,
+            "Function",
+            description=spec.description,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            handler=HANDLER,
+            code=lambda_.Code.from_asset(str(code_dir), exclude=["__pycache__", "*.pyc"]),
+            layers=[self.dependencies_layer, self.tidings_layer],
+            timeout=Duration.seconds(spec.timeout_s),
+            memory_size=spec.memory_mb,
+            role=role,
+            log_group=log_group,
+            vpc=self._vpc,
+            vpc_subnets=self._function_subnets,
+            security_groups=[security_group],
+            tracing=lambda_.Tracing.ACTIVE,
+            environment=self._environment(spec, database_host),
+        )
+        self._database.secret.grant_read(role)
+        if spec.sends_to_queue:
+            self._queue.grant_send_messages(role)
+        if spec.publishes_alerts:
+            self._topic.grant_publish(role)
+            acknowledge(
+                role,
+                "AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
+                "Publishing to the encrypted alerts topic needs data keys from its one KMS key; "
+                "the grant is limited to that key.",
+            )
+        return DeployedFunction(spec, function, role, security_group, log_group)
+
+    def _environment(self, spec: FunctionSpec, database_host: str) -> dict[str, str]:
+        environment = {
+            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            "LOG_LEVEL": self._config.log_level,
+            # Handler responses can hold endpoint signing secrets (the ingest API returns a new
+            # endpoint's secret once); they must not be copied into X-Ray trace metadata.
+            "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
+            "TIDINGS_DATABASE_SECRET_ARN": self._database.secret.secret_arn,
+            "TIDINGS_DATABASE_HOST": database_host,
+            "TIDINGS_DATABASE_NAME": DATABASE_NAME,
+        }
+        if spec.sends_to_queue:
+            environment["TIDINGS_DELIVERY_QUEUE_URL"] = self._queue.queue_url
+        if spec.publishes_alerts:
+            environment["TIDINGS_ALERTS_TOPIC_ARN"] = self._topic.topic_arn
+        if spec.reaches_endpoints:
+            environment["TIDINGS_HTTP_TIMEOUT_S"] = str(self._config.http_timeout_s)
+        if spec is DEAD_LETTER_REPORT:
+            # Each report covers the time since the previous one.
+            period = rate_seconds(self._config.schedules[spec.name])
+            if period is not None:
+                environment["TIDINGS_DEAD_LETTER_REPORT_WINDOW_S"] = str(period)
+        return environment

@@ -1,0 +1,127 @@
+"""The Tidings stack: every construct of the deployment, wired together."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Stack
+from aws_cdk.aws_lambda_event_sources import SqsEventSource
+from constructs import Construct
+
+from infra.alarms import Alarms
+from infra.alerts import Alerts
+from infra.api import IngestApi
+from infra.build_layers import BuiltLayers
+from infra.config import SCHEDULED_FUNCTIONS, StageConfig
+from infra.dashboard import Dashboard
+from infra.database import Database
+from infra.delivery_queue import DeliveryQueue
+from infra.function_specs import SENDER
+from infra.functions import Functions
+from infra.migrations import SchemaMigrations
+from infra.network import Network
+from infra.schedules import Schedules
+
+SENDER_BATCH_SIZE = 10
+
+
+class TidingsStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StageConfig,
+        layers: BuiltLayers,
+        migrations_run_token: str = "",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.config = config
+        network = Network(
+            self,
+            "Network",
+            nat_gateways=config.nat_gateways,
+            log_retention_days=config.log_retention_days,
+            retain_egress_ips=config.retain_on_delete,
+        )
+        self.database = Database(
+            self,
+            "Database",
+            vpc=network.vpc,
+            database_subnets=network.database_subnets,
+            rotation_subnets=network.function_subnets,
+            config=config,
+        )
+        self.delivery = DeliveryQueue(
+            self,
+            "Delivery",
+            sender_timeout_s=SENDER.timeout_s,
+            max_receive_count=config.dlq_max_receive_count,
+        )
+        self.alerts = Alerts(self, "Alerts", email=config.alarm_email)
+        self.functions = Functions(
+            self,
+            "Functions",
+            config=config,
+            layers=layers,
+            vpc=network.vpc,
+            function_subnets=network.function_subnets,
+            database=self.database,
+            delivery_queue=self.delivery.queue,
+            alerts_topic=self.alerts.topic,
+        )
+        self.functions["sender"].add_event_source(
+            SqsEventSource(
+                self.delivery.queue,
+                batch_size=SENDER_BATCH_SIZE,
+                report_batch_item_failures=True,
+                max_concurrency=config.sender_max_concurrency,
+            )
+        )
+        self.migrations = SchemaMigrations(
+            self,
+            "Migrations",
+            migrator=self.functions["migrator"],
+            log_retention_days=config.log_retention_days,
+            run_token=migrations_run_token,
+        )
+        # The migrator reads the secret and connects to the instance: both must be in place,
+        # with its role's grants, before the first run.
+        self.migrations.resource.node.add_dependency(self.database.instance)
+        self.migrations.resource.node.add_dependency(self.functions.by_name["migrator"].role)
+
+        self.schedules = Schedules(
+            self,
+            "Schedules",
+            functions={name: self.functions[name] for name in SCHEDULED_FUNCTIONS},
+            expressions=config.schedules,
+        )
+        self.api = IngestApi(
+            self,
+            "Ingest",
+            handler=self.functions["ingest"],
+            stage_name=config.stage,
+            rate_limit=config.api_rate_limit,
+            burst_limit=config.api_burst_limit,
+            log_retention_days=config.log_retention_days,
+        )
+        monitored = {name: deployed.function for name, deployed in self.functions.by_name.items()}
+        self.alarms = Alarms(
+            self,
+            "Alarms",
+            config=config,
+            topic=self.alerts.topic,
+            queue=self.delivery.queue,
+            dead_letter_queue=self.delivery.dead_letter_queue,
+            functions=monitored,
+            database=self.database.instance,
+        )
+        self.dashboard = Dashboard(
+            self,
+            "Dashboard",
+            dashboard_name=f"Tidings-{config.stage}",
+            queue=self.delivery.queue,
+            dead_letter_queue=self.delivery.dead_letter_queue,
+            functions=monitored,
+        )

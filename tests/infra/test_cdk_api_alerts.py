@@ -1,0 +1,155 @@
+"""Ingest API, alerts topic, alarms and dashboard."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_cdk.assertions import Match
+
+from tests.infra.conftest import Synthesized
+
+
+def _single(synth: Synthesized, resource_type: str) -> tuple[str, dict[str, Any]]:
+    (item,) = synth.resources(resource_type).items()
+    return item
+
+
+def test_api_proxies_v1_to_ingest_with_a_required_key_and_validation(dev: Synthesized) -> None:
+    api_id, _ = _single(dev, "AWS::ApiGateway::RestApi")
+    resources = dev.resources("AWS::ApiGateway::Resource")
+    paths = {logical_id: r["Properties"]["PathPart"] for logical_id, r in resources.items()}
+    assert sorted(paths.values()) == ["v1", "{proxy+}"]
+    (proxy_id,) = [logical_id for logical_id, part in paths.items() if part == "{proxy+}"]
+    validator_id, validator = _single(dev, "AWS::ApiGateway::RequestValidator")
+    assert validator["Properties"]["ValidateRequestParameters"] is True
+    assert validator["Properties"]["ValidateRequestBody"] is True
+    _, method = _single(dev, "AWS::ApiGateway::Method")
+    properties = method["Properties"]
+    assert properties["ResourceId"] == {"Ref": proxy_id}
+    assert properties["HttpMethod"] == "ANY"
+    assert properties["ApiKeyRequired"] is True
+    assert properties["RequestValidatorId"] == {"Ref": validator_id}
+    assert properties["Integration"]["Type"] == "AWS_PROXY"
+    ingest_id = dev.logical_id(dev.stack.functions["ingest"])
+    assert ingest_id in json.dumps(properties["Integration"]["Uri"])
+    url = json.dumps(dev.raw["Outputs"]["IngestApiUrl"]["Value"])
+    assert api_id in url and url.endswith('"/v1/"]]}')
+
+
+def test_usage_plan_throttles_and_holds_the_api_key(dev: Synthesized) -> None:
+    plan_id, plan = _single(dev, "AWS::ApiGateway::UsagePlan")
+    assert plan["Properties"]["Throttle"] == {
+        "RateLimit": dev.config.api_rate_limit,
+        "BurstLimit": dev.config.api_burst_limit,
+    }
+    key_id, _ = _single(dev, "AWS::ApiGateway::ApiKey")
+    assert dev.raw["Outputs"]["IngestApiKeyId"]["Value"] == {"Ref": key_id}
+    dev.template.has_resource_properties(
+        "AWS::ApiGateway::UsagePlanKey",
+        {"KeyId": {"Ref": key_id}, "UsagePlanId": {"Ref": plan_id}, "KeyType": "API_KEY"},
+    )
+
+
+def test_stage_writes_access_logs_and_throttles(dev: Synthesized) -> None:
+    _, stage = _single(dev, "AWS::ApiGateway::Stage")
+    properties = stage["Properties"]
+    assert properties["StageName"] == dev.config.stage
+    assert "DestinationArn" in properties["AccessLogSetting"]
+    assert "$context.requestId" in properties["AccessLogSetting"]["Format"]
+    (settings,) = properties["MethodSettings"]
+    assert settings["ThrottlingRateLimit"] == dev.config.api_rate_limit
+    assert settings["LoggingLevel"] == "ERROR"
+    assert properties["TracingEnabled"] is True
+
+
+def test_alerts_topic_is_encrypted_refuses_plain_http_and_lets_cloudwatch_use_the_key(
+    dev: Synthesized,
+) -> None:
+    topic_id, topic = _single(dev, "AWS::SNS::Topic")
+    key_id, key = _single(dev, "AWS::KMS::Key")
+    assert topic["Properties"]["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    assert key["Properties"]["EnableKeyRotation"] is True
+    assert any(
+        s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+        for s in key["Properties"]["KeyPolicy"]["Statement"]
+    )
+    _, policy = _single(dev, "AWS::SNS::TopicPolicy")
+    assert {"Ref": topic_id} in policy["Properties"]["Topics"]
+    assert dev.raw["Outputs"]["AlertsTopicArn"]["Value"] == {"Ref": topic_id}
+    assert any(
+        s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+    )
+
+
+def test_alarm_email_subscribes_only_when_given(dev: Synthesized, prod: Synthesized) -> None:
+    dev.template.resource_count_is("AWS::SNS::Subscription", 0)
+    prod.template.has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"}
+    )
+
+
+def _alarms_by_metric(synth: Synthesized) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for alarm in synth.resources("AWS::CloudWatch::Alarm").values():
+        found.setdefault(alarm["Properties"]["MetricName"], []).append(alarm["Properties"])
+    return found
+
+
+def test_alarms_cover_queue_age_dead_letters_functions_and_database(dev: Synthesized) -> None:
+    alarms = _alarms_by_metric(dev)
+    topic = {"Ref": dev.logical_id(dev.stack.alerts.topic)}
+    queue_id = dev.logical_id(dev.stack.delivery.queue)
+    dlq_id = dev.logical_id(dev.stack.delivery.dead_letter_queue)
+
+    (age,) = alarms["ApproximateAgeOfOldestMessage"]
+    assert age["Dimensions"][0]["Value"] == {"Fn::GetAtt": [queue_id, "QueueName"]}
+    assert age["Threshold"] == dev.config.oldest_message_alarm_s
+    (dead,) = alarms["ApproximateNumberOfMessagesVisible"]
+    assert dead["Dimensions"][0]["Value"] == {"Fn::GetAtt": [dlq_id, "QueueName"]}
+    assert dead["Threshold"] == 1
+
+    function_ids = {dev.logical_id(fn.function) for fn in dev.stack.functions.by_name.values()}
+    for metric in ("Errors", "Throttles"):
+        watched = {alarm["Dimensions"][0]["Value"]["Ref"] for alarm in alarms[metric]}
+        assert watched == function_ids, metric
+    for metric in ("CPUUtilization", "DatabaseConnections", "FreeStorageSpace"):
+        (alarm,) = alarms[metric]
+        assert alarm["Namespace"] == "AWS/RDS"
+    (storage,) = alarms["FreeStorageSpace"]
+    assert storage["ComparisonOperator"] == "LessThanThreshold"
+    assert storage["Threshold"] == dev.config.free_storage_alarm_gib * 1024**3
+
+    for alarm_list in alarms.values():
+        for alarm in alarm_list:
+            assert alarm["AlarmActions"] == [topic]
+            assert alarm["OKActions"] == [topic]
+
+
+def test_dashboard_shows_throughput_depth_age_dead_letters_and_latency(dev: Synthesized) -> None:
+    _, dashboard = _single(dev, "AWS::CloudWatch::Dashboard")
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in (
+        "NumberOfMessagesSent",
+        "NumberOfMessagesDeleted",
+        "ApproximateNumberOfMessagesVisible",
+        "ApproximateAgeOfOldestMessage",
+        "DeliveryLatency",
+        "Delivered",
+        "Failed",
+        "DeadLettered",
+        "OldestUndeliveredAge",
+        "DeadLetters",
+        "Pending",
+        "AwaitingRetry",
+    ):
+        assert f'\\"{metric}\\"' in body, metric
+    # The namespace and dimension the functions' Powertools metrics carry.
+    assert '\\"Tidings\\",\\"DeliveryLatency\\",\\"service\\",\\"tidings\\"' in body
+    for percentile in ("p50", "p95", "p99"):
+        assert f'\\"stat\\":\\"{percentile}\\"' in body, percentile
+    assert dev.logical_id(dev.stack.delivery.dead_letter_queue) in body
+    dev.template.has_resource_properties(
+        "AWS::CloudWatch::Dashboard", {"DashboardName": Match.string_like_regexp("Tidings-dev")}
+    )

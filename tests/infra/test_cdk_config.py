@@ -1,0 +1,141 @@
+"""Stage settings from the CDK context, and the layer build's inputs and cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.app import cdk_json_context, main
+from infra.build_layers import (
+    PROVIDED_BY_RUNTIME,
+    LayerBuildError,
+    build_tidings_layer,
+    runtime_requirements,
+)
+from infra.config import StageConfigError, rate_seconds, stage_config
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _lookup(context: dict[str, Any]) -> Any:
+    return context.get
+
+
+def test_cdk_json_runs_the_python_app_with_dev_as_default() -> None:
+    cdk_json = json.loads((REPO_ROOT / "cdk.json").read_text())
+    assert cdk_json["app"] == ".venv/bin/python -m infra.app"
+    assert cdk_json["context"]["stage"] == "dev"
+    assert set(cdk_json["context"]["stages"]) == {"dev", "prod"}
+
+
+def test_stage_comes_from_the_context_and_single_settings_override_it() -> None:
+    context = cdk_json_context()
+    assert stage_config(_lookup(context)).stage == "dev"
+    prod = stage_config(_lookup({**context, "stage": "prod"}))
+    assert prod.deletion_protection and prod.multi_az and prod.nat_gateways == 2
+    overridden = stage_config(
+        _lookup({**context, "stage": "prod", "natGateways": "1", "multiAz": "false"})
+    )
+    assert overridden.nat_gateways == 1 and overridden.multi_az is False
+    producers = stage_config(
+        _lookup({**context, "producerSecurityGroupIds": "sg-0123456789abcdef0, sg-89abcdef"})
+    )
+    assert producers.producer_security_group_ids == ("sg-0123456789abcdef0", "sg-89abcdef")
+    assert stage_config(_lookup(context)).endpoint_ports == (80, 443)
+    ports = stage_config(_lookup({**context, "endpointPorts": "443, 8443,443"})).endpoint_ports
+    assert ports == (443, 8443)
+
+
+def test_schedules_can_be_overridden_one_at_a_time() -> None:
+    context = {**cdk_json_context(), "schedules": {"pruner": "rate(6 hours)"}}
+    config = stage_config(_lookup(context))
+    assert config.schedules["pruner"] == "rate(6 hours)"
+    assert config.schedules["claimer"] == "rate(1 minute)"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"stage": "staging"}, "stage 'staging' is not defined"),
+        ({"natGateways": "0"}, "natGateways must be 1..3"),
+        ({"senderMaxConcurrency": "ten"}, "senderMaxConcurrency must be an integer"),
+        ({"deletionProtection": "maybe"}, "deletionProtection must be true or false"),
+        ({"alarmEmail": "not-an-address"}, "alarmEmail 'not-an-address' is not an email"),
+        ({"logLevel": "LOUD"}, "logLevel 'LOUD'"),
+        ({"schedules": {"claimer": "every minute"}}, "schedule for 'claimer'"),
+        ({"schedules": {"sender": "rate(1 minute)"}}, "unknown functions ['sender']"),
+        ({"instanceType": "large"}, "instanceType 'large'"),
+        ({"producerSecurityGroupIds": "sg-1,db"}, "'sg-1' is not a security group id"),
+        ({"endpointPorts": "443,http"}, "endpointPorts: 'http' is not a port number"),
+        ({"endpointPorts": [443, 70000]}, "endpointPorts: 70000 is not within 1..65535"),
+    ],
+)
+def test_bad_settings_are_refused_with_their_name(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(StageConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        stage_config(_lookup({**cdk_json_context(), **overrides}))
+
+
+def test_missing_stages_are_reported() -> None:
+    with pytest.raises(StageConfigError, match="context 'stages' is missing"):
+        stage_config(_lookup({"stage": "dev"}))
+
+
+def test_runtime_requirements_leave_out_what_lambda_provides() -> None:
+    requirements = runtime_requirements()
+    names = {r.split("==")[0].split("[")[0].lower() for r in requirements}
+    assert names == {"psycopg2-binary", "requests", "aws-lambda-powertools", "pydantic"}
+    assert not names & PROVIDED_BY_RUNTIME
+
+
+def test_unreadable_pyproject_is_a_clear_error(tmp_path: Path) -> None:
+    broken = tmp_path / "pyproject.toml"
+    broken.write_text("[project]\nname = 'x'\n")
+    with pytest.raises(LayerBuildError, match="dependencies"):
+        runtime_requirements(broken)
+
+
+def test_tidings_layer_is_cached_by_content(tmp_path: Path) -> None:
+    source = tmp_path / "src" / "tidings"
+    source.mkdir(parents=True)
+    (source / "__init__.py").write_text("VERSION = 1\n")
+    build_root = tmp_path / "build"
+    first = build_tidings_layer(build_root, source)
+    assert (first / "python" / "tidings" / "__init__.py").read_text() == "VERSION = 1\n"
+    assert build_tidings_layer(build_root, source) == first
+    (source / "__init__.py").write_text("VERSION = 2\n")
+    second = build_tidings_layer(build_root, source)
+    assert second != first
+    assert (second / "python" / "tidings" / "__init__.py").read_text() == "VERSION = 2\n"
+
+
+def test_missing_tidings_package_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(LayerBuildError, match="tidings package is missing"):
+        build_tidings_layer(tmp_path / "build", tmp_path / "nowhere")
+
+
+def test_the_app_refuses_a_context_argument_without_a_value(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CDK_CONTEXT_JSON", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["-c", "stage"])
+    assert exit_info.value.code == 2
+    assert "context 'stage' is not KEY=VALUE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("expression", "seconds"),
+    [
+        ("rate(1 minute)", 60),
+        ("rate(5 minutes)", 300),
+        ("rate(1 hour)", 3600),
+        ("rate(6 hours)", 21600),
+        ("rate(1 day)", 86400),
+        ("cron(0 * * * ? *)", None),
+    ],
+)
+def test_rate_seconds(expression: str, seconds: int | None) -> None:
+    assert rate_seconds(expression) == seconds

@@ -1,0 +1,206 @@
+"""Delivery queue, sender event source, functions, roles and schedules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infra.function_specs import FUNCTION_SPECS, SENDER
+from tests.infra.conftest import Synthesized
+
+REQUIRED_ENVIRONMENT = {
+    "POWERTOOLS_SERVICE_NAME",
+    "POWERTOOLS_METRICS_NAMESPACE",
+    "LOG_LEVEL",
+    "TIDINGS_DATABASE_SECRET_ARN",
+    "TIDINGS_DATABASE_HOST",
+    "TIDINGS_DATABASE_NAME",
+}
+
+
+def _function(synth: Synthesized, name: str) -> dict[str, Any]:
+    deployed = synth.stack.functions.by_name[name]
+    return synth.raw["Resources"][synth.logical_id(deployed.function)]
+
+
+def _function_id(synth: Synthesized, name: str) -> str:
+    return synth.logical_id(synth.stack.functions.by_name[name].function)
+
+
+def _queue_ids(synth: Synthesized) -> tuple[str, str]:
+    return (
+        synth.logical_id(synth.stack.delivery.queue),
+        synth.logical_id(synth.stack.delivery.dead_letter_queue),
+    )
+
+
+def _statements_of_role(synth: Synthesized, role_id: str) -> list[dict[str, Any]]:
+    statements: list[dict[str, Any]] = []
+    role = synth.raw["Resources"][role_id]
+    for policy in role["Properties"].get("Policies", []):
+        statements.extend(policy["PolicyDocument"]["Statement"])
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        if {"Ref": role_id} in policy["Properties"]["Roles"]:
+            statements.extend(policy["Properties"]["PolicyDocument"]["Statement"])
+    return statements
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _actions_on(statements: list[dict[str, Any]], resource: Any) -> set[str]:
+    return {
+        action
+        for statement in statements
+        if statement["Effect"] == "Allow" and resource in _as_list(statement["Resource"])
+        for action in _as_list(statement["Action"])
+    }
+
+
+def test_queue_has_a_dead_letter_queue_and_outlasts_six_sender_timeouts(
+    dev: Synthesized,
+) -> None:
+    queue_id, dlq_id = _queue_ids(dev)
+    queue = dev.raw["Resources"][queue_id]["Properties"]
+    sender_timeout = _function(dev, "sender")["Properties"]["Timeout"]
+    assert sender_timeout == SENDER.timeout_s
+    assert queue["VisibilityTimeout"] >= 6 * sender_timeout
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]},
+        "maxReceiveCount": dev.config.dlq_max_receive_count,
+    }
+
+
+def test_queues_are_encrypted_and_refuse_plain_http(dev: Synthesized) -> None:
+    for queue_id in _queue_ids(dev):
+        assert dev.raw["Resources"][queue_id]["Properties"]["SqsManagedSseEnabled"] is True
+        (policy,) = [
+            policy["Properties"]["PolicyDocument"]
+            for policy in dev.resources("AWS::SQS::QueuePolicy").values()
+            if {"Ref": queue_id} in policy["Properties"]["Queues"]
+        ]
+        denies = [s for s in policy["Statement"] if s["Effect"] == "Deny"]
+        assert any(s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in denies), (
+            queue_id
+        )
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_sender_reads_the_queue_with_partial_batch_failures_and_bounded_concurrency(
+    stage: str, request: pytest.FixtureRequest
+) -> None:
+    synth: Synthesized = request.getfixturevalue(stage)
+    queue_id, _ = _queue_ids(synth)
+    (mapping,) = synth.resources("AWS::Lambda::EventSourceMapping").values()
+    properties = mapping["Properties"]
+    assert properties["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
+    assert properties["FunctionName"] == {"Ref": _function_id(synth, "sender")}
+    assert properties["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert properties["BatchSize"] == 10
+    assert properties["ScalingConfig"] == {
+        "MaximumConcurrency": synth.config.sender_max_concurrency
+    }
+
+
+def test_every_function_is_python_on_arm64_with_both_layers(dev: Synthesized) -> None:
+    layer_ids = set(dev.resources("AWS::Lambda::LayerVersion"))
+    assert len(layer_ids) == 2
+    for spec in FUNCTION_SPECS:
+        properties = _function(dev, spec.name)["Properties"]
+        assert properties["Runtime"] in {"python3.12", "python3.13"}, spec.name
+        assert properties["Architectures"] == ["arm64"], spec.name
+        assert properties["Handler"] == "app.handler", spec.name
+        assert properties["Timeout"] == spec.timeout_s, spec.name
+        assert properties["TracingConfig"] == {"Mode": "Active"}, spec.name
+        assert {layer["Ref"] for layer in properties["Layers"]} == layer_ids, spec.name
+    for layer in dev.resources("AWS::Lambda::LayerVersion").values():
+        assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
+
+
+def test_environment_follows_the_contract(dev: Synthesized) -> None:
+    proxy_id = dev.logical_id(dev.stack.database.proxy)
+    instance_id = dev.logical_id(dev.stack.database.instance)
+    (secret_attachment,) = dev.resources("AWS::SecretsManager::SecretTargetAttachment")
+    queue_id, _ = _queue_ids(dev)
+    topic_id = dev.logical_id(dev.stack.alerts.topic)
+    for spec in FUNCTION_SPECS:
+        environment = _function(dev, spec.name)["Properties"]["Environment"]["Variables"]
+        assert set(environment) >= REQUIRED_ENVIRONMENT, spec.name
+        assert environment["POWERTOOLS_METRICS_NAMESPACE"] == "Tidings"
+        assert environment["LOG_LEVEL"] == dev.config.log_level
+        assert environment["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false"
+        assert environment["TIDINGS_DATABASE_SECRET_ARN"] == {"Ref": secret_attachment}
+        assert environment["TIDINGS_DATABASE_NAME"] == "tidings"
+        expected_host = (
+            {"Fn::GetAtt": [instance_id, "Endpoint.Address"]}
+            if spec.connects_directly
+            else {"Fn::GetAtt": [proxy_id, "Endpoint"]}
+        )
+        assert environment["TIDINGS_DATABASE_HOST"] == expected_host, spec.name
+        assert ("TIDINGS_DELIVERY_QUEUE_URL" in environment) is spec.sends_to_queue
+        if spec.sends_to_queue:
+            assert environment["TIDINGS_DELIVERY_QUEUE_URL"] == {"Ref": queue_id}
+        assert ("TIDINGS_ALERTS_TOPIC_ARN" in environment) is spec.publishes_alerts
+        if spec.publishes_alerts:
+            assert environment["TIDINGS_ALERTS_TOPIC_ARN"] == {"Ref": topic_id}
+        assert ("TIDINGS_HTTP_TIMEOUT_S" in environment) is spec.reaches_endpoints
+        report_window = environment.get("TIDINGS_DEAD_LETTER_REPORT_WINDOW_S")
+        assert report_window == ("3600" if spec.name == "dead_letter_report" else None)
+    assert [s.name for s in FUNCTION_SPECS if s.connects_directly] == ["migrator"]
+
+
+def test_each_function_has_its_own_role_granting_what_its_spec_needs(dev: Synthesized) -> None:
+    queue_id, _ = _queue_ids(dev)
+    queue_arn = {"Fn::GetAtt": [queue_id, "Arn"]}
+    topic = {"Ref": dev.logical_id(dev.stack.alerts.topic)}
+    (secret,) = dev.resources("AWS::SecretsManager::SecretTargetAttachment")
+    roles = [_function(dev, spec.name)["Properties"]["Role"] for spec in FUNCTION_SPECS]
+    assert len({str(role) for role in roles}) == len(FUNCTION_SPECS)
+    for spec, role in zip(FUNCTION_SPECS, roles, strict=True):
+        statements = _statements_of_role(dev, role["Fn::GetAtt"][0])
+        assert "secretsmanager:GetSecretValue" in _actions_on(statements, {"Ref": secret})
+        queue_actions = _actions_on(statements, queue_arn)
+        assert ("sqs:SendMessage" in queue_actions) is spec.sends_to_queue, spec.name
+        assert ("sqs:ReceiveMessage" in queue_actions) is (spec is SENDER), spec.name
+        assert ("sns:Publish" in _actions_on(statements, topic)) is spec.publishes_alerts
+
+
+def test_no_policy_allows_every_action_or_every_service_action_on_everything(
+    dev: Synthesized,
+) -> None:
+    documents = [
+        p["Properties"]["PolicyDocument"] for p in dev.resources("AWS::IAM::Policy").values()
+    ]
+    for role in dev.resources("AWS::IAM::Role").values():
+        documents.extend(p["PolicyDocument"] for p in role["Properties"].get("Policies", []))
+    assert documents
+    for document in documents:
+        for statement in document["Statement"]:
+            actions = _as_list(statement["Action"])
+            assert "*" not in actions, statement
+            if "*" in _as_list(statement.get("Resource", [])):
+                assert not [a for a in actions if a.endswith(":*")], statement
+    for role in dev.resources("AWS::IAM::Role").values():
+        for arn in role["Properties"].get("ManagedPolicyArns", []):
+            assert "AdministratorAccess" not in str(arn) and "FullAccess" not in str(arn)
+
+
+def test_schedules_start_the_scheduled_functions(dev: Synthesized) -> None:
+    rules = dev.resources("AWS::Events::Rule").values()
+    targets = {
+        rule["Properties"]["Targets"][0]["Arn"]["Fn::GetAtt"][0]: rule["Properties"]
+        for rule in rules
+    }
+    scheduled = [spec for spec in FUNCTION_SPECS if spec.scheduled]
+    assert len(targets) == len(scheduled) == 5
+    for spec in scheduled:
+        rule = targets[_function_id(dev, spec.name)]
+        assert rule["ScheduleExpression"] == dev.config.schedules[spec.name]
+        assert rule["State"] == "ENABLED"
+    assert dev.config.schedules["claimer"] == "rate(1 minute)"
+    assert dev.config.schedules["percentiles"] == "rate(5 minutes)"
+    assert dev.config.schedules["health_monitor"] == "rate(5 minutes)"
+    assert dev.config.schedules["dead_letter_report"] == "rate(1 hour)"
+    assert dev.config.schedules["pruner"] == "rate(1 hour)"
