@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/sender.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/percentiles.py
+	$(BIN)/python bench/e2e.py
 
 clean:
 	rm -rf $(VENV) cdk.out build .pytest_cache .mypy_cache .ruff_cache

@@ -38,8 +38,11 @@ QUEUE_NAME = "tidings-delivery"
 TOPIC_NAME = "tidings-alerts"
 # The queue's maxReceiveCount before a message moves to the dead-letter queue.
 MAX_RECEIVE_COUNT = 5
-# What the deployed sender function may run for.
-SENDER_TIMEOUT_S = 60.0
+# What the deployed sender function may run for, and the visibility timeout of its queue as a
+# multiple of it (AWS's advice for queues that trigger functions), as the stack sets them.
+SENDER_TIMEOUT_S = 90.0
+VISIBILITY_TIMEOUT_FACTOR = 6
+QUEUE_VISIBILITY_TIMEOUT_S = VISIBILITY_TIMEOUT_FACTOR * SENDER_TIMEOUT_S
 _IDLE_WAIT_S = 0.05
 _FAILURE_WAIT_S = 1.0
 
@@ -127,7 +130,7 @@ def aws_collaborators(settings: Settings) -> tuple[SqsQueue, str, SnsNotifier]:
         queue_url = sqs.create_queue(
             QueueName=QUEUE_NAME,
             Attributes={
-                "VisibilityTimeout": str(int(_visibility_timeout_s(settings))),
+                "VisibilityTimeout": str(int(QUEUE_VISIBILITY_TIMEOUT_S)),
                 "RedrivePolicy": (
                     f'{{"deadLetterTargetArn":"{dead_letter_arn}",'
                     f'"maxReceiveCount":"{MAX_RECEIVE_COUNT}"}}'
@@ -140,11 +143,6 @@ def aws_collaborators(settings: Settings) -> tuple[SqsQueue, str, SnsNotifier]:
     if not topic_arn:
         topic_arn = sns.create_topic(Name=TOPIC_NAME)["TopicArn"]
     return queue, queue.queue_arn(), SnsNotifier(topic_arn, client=sns)
-
-
-def _visibility_timeout_s(settings: Settings) -> float:
-    # Longer than a sender can take over one batch (its records are sent concurrently).
-    return max(30.0, settings.http_timeout_s * 2 + 5)
 
 
 class DevRuntime:
@@ -219,7 +217,7 @@ class DevRuntime:
         else:
             self.dead_letter_queue = LocalQueue(visibility_timeout_s=30)
             self.queue = LocalQueue(
-                visibility_timeout_s=_visibility_timeout_s(settings),
+                visibility_timeout_s=QUEUE_VISIBILITY_TIMEOUT_S,
                 max_receive_count=MAX_RECEIVE_COUNT,
                 dead_letter=self.dead_letter_queue,
             )
