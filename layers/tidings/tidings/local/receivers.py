@@ -71,6 +71,8 @@ class Tally:
     """What one receiver saw."""
 
     requests: int = 0
+    # Every webhook-id that arrived, and those answered with a 2xx.
+    seen: Counter[str] = field(default_factory=Counter)
     accepted: Counter[str] = field(default_factory=Counter)
     bad_signatures: int = 0
     unsigned: int = 0
@@ -214,6 +216,7 @@ class Receivers:
             return {
                 kind: Tally(
                     requests=t.requests,
+                    seen=Counter(t.seen),
                     accepted=Counter(t.accepted),
                     bad_signatures=t.bad_signatures,
                     unsigned=t.unsigned,
@@ -231,6 +234,7 @@ class Receivers:
         with self._lock:
             tally = self.tallies[kind]
             tally.requests += 1
+            tally.seen[headers.get("webhook-id", "")] += 1
             if not secrets:
                 tally.unsigned += 1
             elif not verified:
