@@ -1,0 +1,83 @@
+"""``tidings dev`` as a user runs it: ready line, the real ingest API over HTTP, clean SIGINT."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from tests.e2e.conftest import count_where, wait_until
+from tidings.dal.connection import Database
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def test_dev_serves_the_api_and_stops_cleanly_on_sigint(database_url: str, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "PYTHONPATH": str(REPOSITORY / "layers" / "tidings"),
+        "TIDINGS_FUNCTIONS_DIR": str(REPOSITORY / "functions"),
+    }
+    env.pop("AWS_ENDPOINT_URL", None)
+    out = (tmp_path / "out.log").open("w+")
+    err = (tmp_path / "err.log").open("w+")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from tidings.cli import main; sys.exit(main())",
+            "dev",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        env=env,
+        stdout=out,
+        stderr=err,
+    )
+    try:
+        ready = re.compile(r"tidings dev: ready\s+api=(http://127\.0\.0\.1:\d+)")
+        wait_until(
+            lambda: ready.search((tmp_path / "out.log").read_text()) is not None,
+            60,
+            "the ready line",
+            lambda: (tmp_path / "err.log").read_text()[-2000:],
+        )
+        match = ready.search((tmp_path / "out.log").read_text())
+        assert match is not None
+        api = match.group(1)
+
+        created = requests.post(
+            f"{api}/v1/endpoints",
+            json={"url": "http://127.0.0.1:9/hook", "event_types": ["order.created"]},
+            timeout=30,
+        )
+        assert created.status_code == 201, created.text
+        assert created.json()["secret"].startswith("whsec_")
+        sent = requests.post(
+            f"{api}/v1/events",
+            json={"event_type": "order.created", "payload": {"id": 1}, "event_id": "o-1"},
+            timeout=30,
+        )
+        assert sent.status_code in (200, 201, 202), sent.text
+        db = Database(database_url)
+        assert count_where(db, "true") == 1
+        db.close()
+
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(60) == 0
+        assert time.monotonic() - started < 60
+        assert "tidings dev: stopped" in (tmp_path / "err.log").read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
