@@ -57,10 +57,11 @@ INGEST = FunctionSpec(
 PERCENTILES = FunctionSpec(
     name="percentiles",
     description="Refreshes per-endpoint latency percentiles and reports slow endpoints",
-    timeout_s=120,
+    # A rebuild of the histograms (first run, changed window) may take minutes on a large
+    # deployment; its statements may run 600 s, so the function outlives them.
+    timeout_s=900,
     memory_mb=256,
     scheduled=True,
-    publishes_alerts=True,
 )
 HEALTH_MONITOR = FunctionSpec(
     name="health_monitor",

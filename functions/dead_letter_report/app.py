@@ -12,9 +12,9 @@ from tidings.dead_letter_report import PatternRules, build_report, publish_repor
 from tidings.observability import logger, metrics, tracer
 
 
-@metrics.log_metrics
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
+@metrics.log_metrics
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     settings = wiring.settings()
     rules = PatternRules.from_settings(settings)

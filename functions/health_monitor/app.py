@@ -10,9 +10,9 @@ from tidings.health import emit_metrics, run_monitor
 from tidings.observability import logger, metrics, tracer
 
 
-@metrics.log_metrics
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
+@metrics.log_metrics
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     result = run_monitor(wiring.database(), wiring.notifier(), wiring.settings())
     emit_metrics(result.summary)

@@ -12,9 +12,9 @@ from tidings.observability import logger, metrics, tracer
 from tidings.pruning import prune
 
 
-@metrics.log_metrics
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
+@metrics.log_metrics
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     result = prune(wiring.database(), wiring.settings())
     metrics.add_metric(

@@ -106,7 +106,9 @@ def test_ten_concurrent_senders_on_a_half_open_endpoint_get_exactly_one_probe(
         try:
             barrier.wait()
             with db.cursor() as cur:
-                started = delivery.begin_attempts(cur, [AttemptRequest(row.lease)], lease_s=60)
+                started = delivery.begin_attempts(
+                    cur, [AttemptRequest(row.lease, row.attempts + 1)], lease_s=60
+                )
             permitted.extend(s.message_id for s in started if s.permitted)
         except BaseException as exc:
             errors.append(exc)
@@ -134,7 +136,9 @@ def _probe(db: Database, endpoint_id: int) -> delivery.ClaimedMessage:
     open_circuit_past_cooldown(db, endpoint_id)
     with db.cursor() as cur:
         (row,) = delivery.claim_due(cur, batch_size=10, lease_s=60)
-        (started,) = delivery.begin_attempts(cur, [AttemptRequest(row.lease)], lease_s=60)
+        (started,) = delivery.begin_attempts(
+            cur, [AttemptRequest(row.lease, row.attempts + 1)], lease_s=60
+        )
     assert started.permitted
     return row
 

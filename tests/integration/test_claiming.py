@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+
+import psycopg2
 
 from tests.support.seed import make_endpoint, seed_messages
 from tidings.dal import delivery
@@ -155,7 +158,7 @@ def test_a_stale_lease_cannot_overwrite_a_newer_outcome(db: Database) -> None:
         assert cur.fetchone() == (2,)
         # Nor can the stale holder release or restart the row.
         assert delivery.release_leases(cur, [stale.lease]) == []
-        assert delivery.begin_attempts(cur, [AttemptRequest(stale.lease)], lease_s=60) == []
+        assert delivery.begin_attempts(cur, [AttemptRequest(stale.lease, 1)], lease_s=60) == []
 
 
 def test_claims_are_fair_across_endpoints(db: Database) -> None:
@@ -242,7 +245,7 @@ def test_retry_through_the_queue_keeps_the_lease_until_the_retry_arrives(db: Dat
         )
         # Not claimable meanwhile: the delayed queue message is on its way.
         assert delivery.claim_due(cur, batch_size=1, lease_s=60) == []
-        (started,) = delivery.begin_attempts(cur, [AttemptRequest(row.lease)], lease_s=60)
+        (started,) = delivery.begin_attempts(cur, [AttemptRequest(row.lease, 2)], lease_s=60)
         assert started.permitted
         assert started.attempts == 1
         assert started.payload == '{"n": 1}'
@@ -261,7 +264,7 @@ def test_begin_attempts_returns_what_sending_needs(db: Database) -> None:
         seed_messages(cur, endpoint_id, 1)
         (row,) = delivery.claim_due(cur, batch_size=1, lease_s=60)
         (started,) = delivery.begin_attempts(
-            cur, [AttemptRequest(row.lease, want_payload=False)], lease_s=60
+            cur, [AttemptRequest(row.lease, 1, want_payload=False)], lease_s=60
         )
     assert started.url == "https://hooks.example/in"
     assert started.secrets[1] == "whsec_b2xk"
@@ -275,7 +278,7 @@ def test_unknown_lease_is_ignored(db: Database) -> None:
         seed_messages(cur, make_endpoint(cur), 1)
         delivery.claim_due(cur, batch_size=1, lease_s=60)
         bogus = Lease(1, uuid.uuid4())
-        assert delivery.begin_attempts(cur, [AttemptRequest(bogus)], lease_s=60) == []
+        assert delivery.begin_attempts(cur, [AttemptRequest(bogus, 1)], lease_s=60) == []
         assert delivery.release_leases(cur, [bogus]) == []
 
 
@@ -311,3 +314,76 @@ def test_claims_stop_at_the_in_flight_cap(db: Database) -> None:
         assert (len(first), len(second), third) == (30, 10, [])
         deliver(db, first)
         assert len(delivery.claim_due(cur, batch_size=30, lease_s=60, max_in_flight=40)) == 10
+
+
+def test_a_stale_copy_of_an_earlier_queue_message_is_not_sent(db: Database) -> None:
+    with db.cursor() as cur:
+        seed_messages(cur, make_endpoint(cur), 1)
+        (row,) = delivery.claim_due(cur, batch_size=1, lease_s=60)
+        now = datetime.now(UTC)
+        delivery.record_outcomes(
+            cur,
+            [
+                AttemptOutcome(
+                    row.lease,
+                    row.endpoint_id,
+                    OutcomeKind.RETRY,
+                    1,
+                    now,
+                    500,
+                    retry_at=now + timedelta(seconds=900),
+                    keep_lease=True,
+                )
+            ],
+            **COOLDOWNS,
+        )
+        # The queue hands out the first message again: same token, an attempt already made.
+        assert delivery.begin_attempts(cur, [AttemptRequest(row.lease, 1)], lease_s=60) == []
+        # The delayed retry message, for attempt 2, still goes through.
+        (started,) = delivery.begin_attempts(cur, [AttemptRequest(row.lease, 2)], lease_s=60)
+        assert started.permitted
+
+
+def test_a_row_leased_anew_while_begin_waits_is_left_to_its_new_holder(database_url: str) -> None:
+    db = Database(database_url)
+    with db.cursor() as cur:
+        seed_messages(cur, make_endpoint(cur), 1)
+        (row,) = delivery.claim_due(cur, batch_size=1, lease_s=60)
+    # A claimer re-leasing the row (its lease expired) holds the row lock, not yet committed.
+    claimer = psycopg2.connect(database_url)
+    new_token = uuid.uuid4()
+    with claimer.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.messages SET lease_token = %s WHERE id = %s",
+            (str(new_token), row.message_id),
+        )
+    result: list[list[delivery.StartedAttempt]] = []
+
+    def stale_sender() -> None:
+        sender = Database(database_url)
+        with sender.cursor() as cur:
+            result.append(delivery.begin_attempts(cur, [AttemptRequest(row.lease, 1)], lease_s=60))
+        sender.close()
+
+    thread = threading.Thread(target=stale_sender)
+    thread.start()
+    deadline = time.monotonic() + 10
+    with db.cursor() as cur:
+        while time.monotonic() < deadline:
+            cur.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            if cur.fetchone()[0] > 0:
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError("the sender never waited for the row")
+    claimer.commit()
+    thread.join(timeout=10)
+    claimer.close()
+    assert result == [[]]
+    with db.cursor() as cur:
+        cur.execute("SELECT lease_token FROM tidings.messages")
+        assert cur.fetchone() == (new_token,)
+    db.close()

@@ -158,7 +158,7 @@ def test_published_report_is_readable_and_carries_json(db: Database, inbox: SnsI
     text, marker, structured = notification["Message"].partition(f"\n\n{JSON_MARKER}\n")
     assert marker
     assert (
-        f"Endpoint {endpoint} (https://creds.example/hook): 2 dead letter(s), credentials changed"
+        f"Endpoint {endpoint} (https://creds.example): 2 dead letter(s), credentials changed"
         in text
     )
     assert "signing secret" in text

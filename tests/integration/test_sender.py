@@ -24,6 +24,7 @@ from tests.integration.delivery_harness import (
 from tests.support.receivers import Receiver, running_receiver
 from tests.support.seed import TEST_SECRET, make_endpoint, seed_messages
 from tidings.dal.connection import Database
+from tidings.queue import LocalQueue
 from tidings.sending import QueueRecord, Sender, webhook_id
 from tidings.signing import generate_secret
 
@@ -103,12 +104,19 @@ def test_500_retries_through_the_queue_with_the_backoff_delay_and_keeps_the_leas
 def test_a_queued_retry_comes_back_under_the_same_lease_and_delivers(
     db: Database, pipeline: Pipeline, receiver: Receiver
 ) -> None:
+    clock = [0.0]
+    pipeline.queue.inner = LocalQueue(visibility_timeout_s=30, clock=lambda: clock[0])
     endpoint_id = one_message_to(db, receiver.url("retry-after/429/0"))
     pipeline.claim_and_deliver()
     with db.cursor() as cur:
         cur.execute(
             "UPDATE tidings.endpoints SET url = %s WHERE id = %s", (receiver.url("ok"), endpoint_id)
         )
+    # "Retry-After: 0" does not shorten the backoff: the retry waits its delay in the queue.
+    retry = pipeline.queue.sent[1]
+    assert retry.delay_s >= 1
+    assert pipeline.deliver_queued().delivered == 0
+    clock[0] += retry.delay_s
 
     report = pipeline.deliver_queued()
 
@@ -118,9 +126,9 @@ def test_a_queued_retry_comes_back_under_the_same_lease_and_delivers(
     assert [a["status_code"] for a in attempt_rows(db, row["id"])] == [429, 200]
 
 
-def test_429_honours_retry_after_within_the_queue_delay(
-    db: Database, pipeline: Pipeline, receiver: Receiver
-) -> None:
+def test_429_honours_retry_after_within_the_queue_delay(db: Database, receiver: Receiver) -> None:
+    # A backoff shorter than the receiver's Retry-After, so the header decides.
+    pipeline = make_pipeline(db, lease_s=LEASE_S, backoff_base_s=1.0)
     one_message_to(db, receiver.url("retry-after/429/7"))
     pipeline.claim_and_deliver()
 

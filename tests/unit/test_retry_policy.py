@@ -237,7 +237,7 @@ def test_exhausted_attempts_dead_letter() -> None:
     assert _decide(RETRY, 4).action is NextAction.RETRY_VIA_QUEUE
 
 
-def test_retry_after_replaces_the_jittered_delay() -> None:
+def test_a_longer_retry_after_replaces_the_jittered_delay() -> None:
     verdict = _classify(429, retry_after="600")
     step = _decide(verdict, 1, rng=random.Random(0))
     assert step == NextStep(NextAction.RETRY_VIA_QUEUE, 600.0)
@@ -255,9 +255,11 @@ def test_retry_after_is_bounded_by_max_delay() -> None:
     assert step.delay_s == 3600.0
 
 
-def test_retry_after_zero_retries_at_once() -> None:
-    step = _decide(_classify(503, retry_after="-3"), 2)
-    assert step == NextStep(NextAction.RETRY_VIA_QUEUE, 0.0)
+def test_a_shorter_retry_after_does_not_shorten_the_backoff() -> None:
+    for header in ("-3", "0", "1"):
+        step = _decide(_classify(503, retry_after=header), 2, rng=random.Random(7))
+        backoff = _decide(RETRY, 2, rng=random.Random(7))
+        assert step == NextStep(NextAction.RETRY_VIA_QUEUE, max(backoff.delay_s, float(header)))
 
 
 def test_retry_after_does_not_extend_the_attempt_budget() -> None:
@@ -306,7 +308,8 @@ def test_retry_steps_respect_every_bound(
     if retry_after is None:
         assert step.delay_s <= cap_s(failed, base_s=30, max_s=3600)
     else:
-        assert step.delay_s == min(retry_after, 3600)
+        assert min(retry_after, 3600) <= step.delay_s
+        assert step.delay_s <= max(min(retry_after, 3600), cap_s(failed, base_s=30, max_s=3600))
     expected = (
         NextAction.RETRY_VIA_QUEUE if step.delay_s <= sqs_max else NextAction.RETRY_VIA_DATABASE
     )

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidings import ssrf
 from tidings.ssrf import (
     BlockedTarget,
     InvalidTargetUrl,
@@ -392,3 +393,15 @@ def test_bad_allowed_network_is_named(bad: str) -> None:
 def test_a_single_str_is_not_a_list_of_networks() -> None:
     with pytest.raises(TypeError, match="not a single str"):
         parse_allowed_networks("127.0.0.0/8")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://hooks.example.com/in?token=s3cret", "https://hooks.example.com"),
+        ("http://user:pw@10.0.0.1:8080/a/b", "http://10.0.0.1:8080"),
+        ("https://[2001:db8::1]:8443/x", "https://[2001:db8::1]:8443"),
+    ],
+)
+def test_display_origin_keeps_paths_queries_and_credentials_out(url: str, shown: str) -> None:
+    assert ssrf.display_origin(url) == shown

@@ -22,6 +22,7 @@ from tidings.dal.connection import Cursor
 from tidings.dal.reports import EndpointAttention, StoredAlert
 from tidings.notify import Notifier
 from tidings.observability import logger
+from tidings.ssrf import display_origin
 
 
 class AlertKind(enum.StrEnum):
@@ -111,7 +112,7 @@ def current_conditions(
 
 def _endpoint_conditions(e: EndpointAttention, settings: Settings) -> list[Condition]:
     found: list[Condition] = []
-    where = f"endpoint {e.endpoint_id} ({e.url})"
+    where = f"endpoint {e.endpoint_id} ({display_origin(e.url)})"
     if not e.enabled:
         found.append(
             Condition(
@@ -120,7 +121,8 @@ def _endpoint_conditions(e: EndpointAttention, settings: Settings) -> list[Condi
                 headline=f"endpoint {e.endpoint_id} disabled",
                 explanation=(
                     f"{where} is disabled: {e.disabled_reason or 'no reason recorded'}. "
-                    "Nothing is sent to it until it is enabled again."
+                    "Messages already queued for it wait until it is enabled again; events sent "
+                    "while it is disabled are not queued for it."
                 ),
                 details={"endpoint_id": e.endpoint_id, "reason": e.disabled_reason},
             )

@@ -35,6 +35,8 @@ class Settings:
     # can hold the queue's vacuum horizon for long.
     statement_timeout_ms: int = 30_000
     idle_in_transaction_timeout_ms: int = 10_000
+    # Runs of a transaction after a deadlock, a serialization failure or a lost connection.
+    database_max_retries: int = 5
     delivery_queue_url: str = ""
     alerts_topic_arn: str = ""
     aws_endpoint_url: str = ""
@@ -72,7 +74,6 @@ class Settings:
 
     # Ingest
     max_payload_bytes: int = 262144
-    ingest_max_retries: int = 5
 
     # Measuring, alerting, pruning
     latency_window_s: float = 86400.0

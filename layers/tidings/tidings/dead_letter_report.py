@@ -22,6 +22,7 @@ from tidings.dal import reports
 from tidings.dal.connection import Cursor
 from tidings.dal.reports import DeadLetterStats
 from tidings.notify import Notifier
+from tidings.ssrf import display_origin
 
 
 class Pattern(enum.StrEnum):
@@ -99,7 +100,7 @@ class EndpointDeadLetters:
         s = self.stats
         return {
             "endpoint_id": s.endpoint_id,
-            "url": s.url,
+            "url": display_origin(s.url),
             "dead_letters": s.dead_letters,
             "top_error": s.top_error,
             "top_status_code": s.top_status_code,
@@ -146,7 +147,8 @@ class DeadLetterReport:
             s = e.stats
             lines += [
                 "",
-                f"Endpoint {s.endpoint_id} ({s.url}): {s.dead_letters} dead letter(s), "
+                f"Endpoint {s.endpoint_id} ({display_origin(s.url)}): "
+                f"{s.dead_letters} dead letter(s), "
                 f"{e.pattern.value.replace('_', ' ')}",
                 f"  most common error: {s.top_error or 'none recorded'}; "
                 f"most common status: {s.top_status_code or 'none'}",

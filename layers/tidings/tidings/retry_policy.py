@@ -141,10 +141,11 @@ def decide_next(
         return NextStep(NextAction.DEAD_LETTER_AND_DISABLE)
     if verdict.kind is VerdictKind.PERMANENT or failed_attempts >= max_attempts:
         return NextStep(NextAction.DEAD_LETTER)
+    delay = retry_delay_s(failed_attempts, base_s=base_s, max_s=max_s, rng=rng)
     if verdict.retry_after_s is not None:
-        delay = min(verdict.retry_after_s, max_s)
-    else:
-        delay = retry_delay_s(failed_attempts, base_s=base_s, max_s=max_s, rng=rng)
+        # The receiver's "not before" is honoured, but never shortens the backoff: an endpoint
+        # answering "Retry-After: 0" would otherwise use up every attempt within seconds.
+        delay = min(max(verdict.retry_after_s, delay), max_s)
     if delay <= sqs_max_delay_s:
         return NextStep(NextAction.RETRY_VIA_QUEUE, delay)
     return NextStep(NextAction.RETRY_VIA_DATABASE, delay)

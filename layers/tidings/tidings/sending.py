@@ -112,7 +112,7 @@ class Sender:
         if not envelopes:
             return BatchReport(failed_record_ids=frozenset(poison))
         requests = [
-            delivery.AttemptRequest(env.lease, want_payload=env.payload is None)
+            delivery.AttemptRequest(env.lease, env.attempt, want_payload=env.payload is None)
             for env in envelopes.values()
         ]
         try:
@@ -291,8 +291,7 @@ def webhook_id(message_id: int) -> str:
 
 def _parse(records: Sequence[QueueRecord]) -> tuple[dict[str, DeliveryEnvelope], set[str]]:
     """Envelopes by record id (one per row), and the ids of records that are not envelopes."""
-    envelopes: dict[str, DeliveryEnvelope] = {}
-    seen_rows: set[int] = set()
+    latest: dict[int, tuple[str, DeliveryEnvelope]] = {}
     poison: set[str] = set()
     for record in records:
         try:
@@ -305,11 +304,12 @@ def _parse(records: Sequence[QueueRecord]) -> tuple[dict[str, DeliveryEnvelope],
             )
             poison.add(record.record_id)
             continue
-        if envelope.message_id in seen_rows:
-            # Queues deliver at least once: the same row twice in a batch is sent once.
-            continue
-        seen_rows.add(envelope.message_id)
-        envelopes[record.record_id] = envelope
+        # Queues deliver at least once: the same row twice in a batch is sent once, for the
+        # latest of its attempts (an earlier one is stale and would be refused).
+        kept = latest.get(envelope.message_id)
+        if kept is None or envelope.attempt > kept[1].attempt:
+            latest[envelope.message_id] = (record.record_id, envelope)
+    envelopes = dict(latest.values())
     return envelopes, poison
 
 

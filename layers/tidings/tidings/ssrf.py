@@ -253,3 +253,17 @@ def parse_allowed_networks(items: Sequence[str]) -> tuple[IPNetwork, ...]:
         except ValueError as exc:
             raise ValueError(f"allowed network {item!r} is not a valid network: {exc}") from exc
     return tuple(networks)
+
+
+def display_origin(url: str) -> str:
+    """Scheme, host and port of a target, for alerts and reports that leave the system: a path
+    or query may carry a receiver's token and is never shown."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or "?"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}" + (f":{port}" if port else "")

@@ -93,6 +93,7 @@ class Database:
             lambda: dsn_from_settings(settings),
             statement_timeout_ms=settings.statement_timeout_ms,
             idle_in_transaction_timeout_ms=settings.idle_in_transaction_timeout_ms,
+            max_retries=settings.database_max_retries,
         )
 
     @property

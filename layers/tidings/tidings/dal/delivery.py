@@ -44,6 +44,8 @@ class ClaimedMessage:
 @dataclass(frozen=True, slots=True)
 class AttemptRequest:
     lease: Lease
+    # The attempt the queue message is for (the row's attempts so far + 1).
+    attempt: int
     # False when the queue message already carries the payload.
     want_payload: bool = True
 
@@ -169,7 +171,8 @@ def begin_attempts(
 ) -> list[StartedAttempt]:
     """Renew the leases of the rows still held and let the circuit breakers decide on each.
 
-    Rows whose lease was lost are absent from the result (another worker owns them now).
+    Rows whose lease was lost, and requests for an attempt already made (a stale copy of a queue
+    message), are absent from the result.
     """
     if not requests:
         return []
@@ -178,6 +181,7 @@ def begin_attempts(
         {
             "ids": [r.lease.message_id for r in requests],
             "tokens": [r.lease.token for r in requests],
+            "attempts": [r.attempt for r in requests],
             "want_payload": [r.want_payload for r in requests],
             "lease_s": lease_s,
             "hold_back_s": hold_back_s,

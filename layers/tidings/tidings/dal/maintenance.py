@@ -239,6 +239,12 @@ def prune_delivered_messages(cur: Cursor, *, cutoff: datetime, batch_size: int) 
     return _pruned(cur)
 
 
+def dead_letter_orphaned_messages(cur: Cursor, *, batch_size: int) -> int:
+    """Dead-letter a batch of undelivered messages of deleted endpoints; returns how many."""
+    cur.execute(sql("dead_letter_orphaned_messages"), {"batch_size": batch_size})
+    return len(cur.fetchall())
+
+
 def prune_dead_letters(cur: Cursor, *, cutoff: datetime, batch_size: int) -> PrunedBatch:
     cur.execute(sql("prune_dead_letters"), {"cutoff": cutoff, "batch_size": batch_size})
     return _pruned(cur)

@@ -161,7 +161,9 @@ def update_endpoint(
 def delete_endpoint(db: Database, endpoint_id: int) -> None:
     """Soft delete: the endpoint stops receiving and disappears; its history stays."""
     check_id(endpoint_id, "endpoint_id")
-    if not db.run(lambda cur: dal.soft_delete_endpoint(cur, endpoint_id)):
+    # In a transaction: a connection lost before COMMIT is retried, one lost during COMMIT is
+    # not (run twice after it committed, the delete would answer 404).
+    if not db.run(lambda cur: dal.soft_delete_endpoint(cur, endpoint_id), transaction=True):
         raise NotFound("endpoint", endpoint_id)
 
 
@@ -172,10 +174,13 @@ def rotate_secret(
     check_id(endpoint_id, "endpoint_id")
     cfg = settings or get_settings()
     secret = signing.generate_secret()
+    # In a transaction: run twice after a commit, a rotation would push the new secret into
+    # the previous slot and end the old secret's overlap at once.
     expires = db.run(
         lambda cur: dal.rotate_secret(
             cur, endpoint_id, secret=secret, overlap_s=cfg.secret_rotation_overlap_s
-        )
+        ),
+        transaction=True,
     )
     if expires is None:
         raise NotFound("endpoint", endpoint_id)

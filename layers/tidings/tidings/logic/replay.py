@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from pydantic import BaseModel
 
@@ -53,6 +53,8 @@ def replay_dead_letters(
             raise InvalidInput("invalid_value", f"{name} must carry a time zone", name)
     if since is not None and until is not None and since >= until:
         raise InvalidInput("invalid_value", "since must be before until", "since")
+    # Rows dead-lettered again while the replay runs are not replayed a second time.
+    until = until or datetime.now(UTC)
     if batch_size < 1:
         raise InvalidInput("invalid_value", "batch_size must be positive", "batch_size")
 

@@ -121,20 +121,24 @@ WHERE m.id = r.id
 RETURNING m.id;
 
 -- name: begin_attempts
--- A sender starts work on queued rows: keeps the rows it still holds (lease token matches),
--- decides per row whether the endpoint's circuit lets it through, and returns what it needs to
--- send. Exactly one probe per half-open endpoint: the probe slot is taken by an atomic update of
--- the health row, so of many senders racing for it only one wins. Rows the circuit holds back
--- return to the database queue, due when the cooldown ends, without counting an attempt.
+-- A sender starts work on queued rows: keeps the rows it still holds (lease token matches, and
+-- the queue message is for the row's next attempt: a copy of an earlier message, which a queue
+-- may deliver again, is stale), decides per row whether the endpoint's circuit lets it through,
+-- and returns what it needs to send. Exactly one probe per half-open endpoint: the probe slot is
+-- taken by an atomic update of the health row, so of many senders racing for it only one wins.
+-- Rows the circuit holds back return to the database queue, due when the cooldown ends, without
+-- counting an attempt. The updates check the lease again: a row leased anew while this statement
+-- waited for it is left to its new holder and absent from the result.
 WITH request AS (
-    SELECT r.id, r.token, r.want_payload
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(want_payload)s::boolean[])
-        AS r(id, token, want_payload)
+    SELECT r.id, r.token, r.attempt, r.want_payload
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(attempts)s::integer[],
+                %(want_payload)s::boolean[])
+        AS r(id, token, attempt, want_payload)
 ),
 held AS (
-    SELECT m.id, m.endpoint_id, r.token, r.want_payload
+    SELECT m.id, m.endpoint_id, r.token, r.attempt, r.want_payload
     FROM tidings.messages m
-    JOIN request r ON r.id = m.id AND m.lease_token = r.token
+    JOIN request r ON r.id = m.id AND m.lease_token = r.token AND m.attempts = r.attempt - 1
     WHERE m.status IN ('in_flight', 'failed')
 ),
 probe AS (
@@ -148,7 +152,7 @@ probe AS (
     RETURNING h.endpoint_id, h.probe_token
 ),
 verdict AS (
-    SELECT held.id, held.endpoint_id, held.want_payload,
+    SELECT held.id, held.endpoint_id, held.token, held.attempt, held.want_payload,
            coalesce(e.enabled AND e.deleted_at IS NULL
                     AND (h.state = 'closed'
                          OR (h.state = 'half_open' AND h.probe_token = held.token)
@@ -166,6 +170,7 @@ started AS (
     SET status = 'in_flight', next_attempt_at = now() + %(lease_s)s * interval '1 second'
     FROM verdict v
     WHERE m.id = v.id AND v.permitted
+      AND m.lease_token = v.token AND m.attempts = v.attempt - 1
     RETURNING m.id
 ),
 held_back AS (
@@ -176,9 +181,11 @@ held_back AS (
                                    now() + %(hold_back_s)s * interval '1 second')
     FROM verdict v
     WHERE m.id = v.id AND NOT v.permitted
+      AND m.lease_token = v.token AND m.attempts = v.attempt - 1
     RETURNING m.id
 )
-SELECT v.id, v.endpoint_id, v.permitted, m.event_type, ev.event_id, m.attempts,
+SELECT v.id, v.endpoint_id, v.id IN (SELECT id FROM started) AS permitted,
+       m.event_type, ev.event_id, m.attempts,
        coalesce(m.max_attempts, e.max_attempts) AS max_attempts,
        e.url, e.timeout_ms, e.secret,
        CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END AS previous_secret,
@@ -187,6 +194,7 @@ FROM verdict v
 JOIN tidings.messages m ON m.id = v.id
 JOIN tidings.endpoints e ON e.id = v.endpoint_id
 JOIN tidings.events ev ON ev.id = m.event_ref
+WHERE v.id IN (SELECT id FROM started) OR v.id IN (SELECT id FROM held_back)
 ORDER BY v.id;
 
 -- name: record_outcomes

@@ -336,3 +336,23 @@ orphaned AS (
     RETURNING ev.id
 )
 SELECT (SELECT count(*) FROM gone) AS messages, (SELECT count(*) FROM orphaned) AS events;
+
+-- name: dead_letter_orphaned_messages
+-- Dead-letters up to batch_size undelivered messages of deleted endpoints ("endpoint deleted").
+-- Deleting an endpoint does this in the same statement, but a producer's transaction that was
+-- still open then commits its messages afterwards; this catches those. Rows a sender holds under
+-- a live lease are left to it (the circuit gate holds them back at once).
+UPDATE tidings.messages m
+SET status = 'dead_letter', dead_lettered_at = now(), lease_token = NULL,
+    last_error = 'endpoint deleted'
+WHERE m.id IN (
+    SELECT q.id
+    FROM tidings.endpoints e
+    JOIN tidings.messages q ON q.endpoint_id = e.id
+    WHERE e.deleted_at IS NOT NULL
+      AND q.status IN ('pending', 'failed', 'in_flight')
+      AND (q.status <> 'in_flight' OR q.next_attempt_at <= now())
+    LIMIT %(batch_size)s
+    FOR UPDATE OF q SKIP LOCKED
+)
+RETURNING m.id;
