@@ -407,3 +407,44 @@ def test_handler_emits_metrics_and_alerts(
     assert document["OpenCircuits"] == [1.0]
     names = {m["Name"] for m in document["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
     assert {"Pending", "AwaitingRetry", "InFlight", "DeadLetters", "OldestUndeliveredAge"} <= names
+
+
+def test_queued_messages_of_deleted_and_disabled_endpoints_become_dead_letters(
+    db: Database, database_url: str
+) -> None:
+    import psycopg2
+
+    from tidings.logic.endpoints import delete_endpoint
+    from tidings.notify import MemoryNotifier
+
+    with db.cursor() as cur:
+        deleted = make_endpoint(cur, event_types=["order.paid"])
+        gone = make_endpoint(cur, event_types=["user.new"])
+        kept = make_endpoint(cur, event_types=["user.new"])
+        cur.execute("SELECT * FROM tidings.enqueue('user.new', '{}'::jsonb, 'before-410')")
+        cur.execute(
+            "UPDATE tidings.endpoints SET enabled = false, disabled_reason = '410 Gone'"
+            " WHERE id = %s",
+            (gone,),
+        )
+    # A producer's transaction enqueues, and stays open while the endpoint is deleted: the
+    # deletion cannot see that message, so it would be left pending for good.
+    producer = psycopg2.connect(database_url)
+    with producer.cursor() as cur:
+        cur.execute("SELECT * FROM tidings.enqueue('order.paid', '{}'::jsonb, 'late-1')")
+    delete_endpoint(db, deleted)
+    producer.commit()
+    producer.close()
+
+    result = run_monitor(db, MemoryNotifier(), SETTINGS, datetime.now(UTC))
+
+    assert result.unreachable_dead_lettered == 2
+    with db.cursor() as cur:
+        cur.execute("SELECT endpoint_id, status::text, last_error FROM tidings.messages ORDER BY 1")
+        assert cur.fetchall() == [
+            (deleted, "dead_letter", "endpoint deleted"),
+            (gone, "dead_letter", "endpoint disabled: 410 Gone"),
+            (kept, "pending", None),
+        ]
+    again = run_monitor(db, MemoryNotifier(), SETTINGS, datetime.now(UTC))
+    assert again.unreachable_dead_lettered == 0

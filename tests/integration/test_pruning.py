@@ -222,30 +222,3 @@ def test_handler_prunes(database_url: str) -> None:
 def test_bad_settings_are_refused(value: int) -> None:
     with pytest.raises(ValueError, match="TIDINGS_PRUNE_MAX_BATCHES"):
         SETTINGS.replace(prune_max_batches=value)
-
-
-def test_messages_committed_for_an_endpoint_deleted_meanwhile_become_dead_letters(
-    db: Database, database_url: str
-) -> None:
-    from tidings.logic.endpoints import delete_endpoint
-
-    with db.cursor() as cur:
-        endpoint_id = make_endpoint(cur)
-    # A producer's transaction enqueues, and stays open while the endpoint is deleted.
-    producer = psycopg2.connect(database_url)
-    with producer.cursor() as cur:
-        cur.execute("SELECT * FROM tidings.enqueue('order.paid', '{}'::jsonb, 'late-1')")
-    delete_endpoint(db, endpoint_id)
-    producer.commit()
-    producer.close()
-    with db.cursor() as cur:
-        cur.execute("SELECT status::text FROM tidings.messages")
-        assert cur.fetchall() == [("pending",)]  # nothing would ever take it
-
-    result = prune(db, Settings())
-
-    assert result.orphans_dead_lettered == 1
-    with db.cursor() as cur:
-        cur.execute("SELECT status::text, last_error FROM tidings.messages")
-        assert cur.fetchall() == [("dead_letter", "endpoint deleted")]
-    assert prune(db, Settings()).orphans_dead_lettered == 0

@@ -121,8 +121,8 @@ def _endpoint_conditions(e: EndpointAttention, settings: Settings) -> list[Condi
                 headline=f"endpoint {e.endpoint_id} disabled",
                 explanation=(
                     f"{where} is disabled: {e.disabled_reason or 'no reason recorded'}. "
-                    "Messages already queued for it wait until it is enabled again; events sent "
-                    "while it is disabled are not queued for it."
+                    "Its undelivered messages become dead letters (replay them once it is "
+                    "enabled again); events sent while it is disabled are not queued for it."
                 ),
                 details={"endpoint_id": e.endpoint_id, "reason": e.disabled_reason},
             )

@@ -91,6 +91,8 @@ def emit_metrics(summary: HealthSummary) -> None:
 class MonitorResult:
     summary: HealthSummary
     disabled_endpoint_ids: tuple[int, ...]
+    # Undelivered messages of deleted or disabled endpoints turned into dead letters.
+    unreachable_dead_lettered: int
     fired: tuple[str, ...]
     resolved: tuple[str, ...]
 
@@ -98,6 +100,7 @@ class MonitorResult:
         return {
             "summary": self.summary.to_dict(),
             "disabled_endpoint_ids": list(self.disabled_endpoint_ids),
+            "unreachable_dead_lettered": self.unreachable_dead_lettered,
             "fired": list(self.fired),
             "resolved": list(self.resolved),
         }
@@ -106,8 +109,9 @@ class MonitorResult:
 def run_monitor(
     db: Database, notifier: Notifier, settings: Settings, now: datetime | None = None
 ) -> MonitorResult:
-    """One monitor run: disable endpoints that have failed without a success for too long, take
-    the summary, and send the alerts that start and the resolutions of those that stopped."""
+    """One monitor run: disable endpoints that have failed without a success for too long,
+    dead-letter what deleted and disabled endpoints still have queued, take the summary, and send
+    the alerts that start and the resolutions of those that stopped."""
     moment = now or datetime.now(UTC)
     with db.cursor() as cur:
         maintenance.track_failing_streaks(cur)
@@ -126,6 +130,14 @@ def run_monitor(
                     "failing_since": endpoint.failing_since,
                 },
             )
+        unreachable = 0
+        for _ in range(settings.prune_max_batches):
+            done = maintenance.dead_letter_unreachable_messages(
+                cur, batch_size=settings.prune_batch_size
+            )
+            unreachable += done
+            if done < settings.prune_batch_size:
+                break
         summary = health_summary(cur, settings, moment)
         checkpoint = reports.monitor_checkpoint(cur)
         new_dead_letters = (
@@ -155,6 +167,7 @@ def run_monitor(
     return MonitorResult(
         summary=summary,
         disabled_endpoint_ids=tuple(e.endpoint_id for e in disabled),
+        unreachable_dead_lettered=unreachable,
         fired=dispatched.fired,
         resolved=dispatched.resolved,
     )

@@ -36,8 +36,6 @@ class PruneResult:
     delivered_deleted: int
     dead_letters_deleted: int
     events_deleted: int
-    # Undelivered messages of deleted endpoints turned into dead letters.
-    orphans_dead_lettered: int
     # False when some table still had rows due after prune_max_batches batches.
     complete: bool
 
@@ -50,7 +48,6 @@ class PruneResult:
             "delivered_deleted": self.delivered_deleted,
             "dead_letters_deleted": self.dead_letters_deleted,
             "events_deleted": self.events_deleted,
-            "orphans_dead_lettered": self.orphans_dead_lettered,
             "complete": self.complete,
         }
 
@@ -90,12 +87,6 @@ def prune(db: Database, settings: Settings, now: datetime | None = None) -> Prun
         deferred = True
 
     batch = settings.prune_batch_size
-    orphans, orphans_done = _in_batches(
-        db,
-        lambda cur: maintenance.dead_letter_orphaned_messages(cur, batch_size=batch),
-        batch,
-        settings.prune_max_batches,
-    )
     default_deleted, default_done = _in_batches(
         db,
         lambda cur: maintenance.prune_default_attempts(
@@ -132,8 +123,7 @@ def prune(db: Database, settings: Settings, now: datetime | None = None) -> Prun
         delivered_deleted=delivered.messages,
         dead_letters_deleted=dead.messages,
         events_deleted=delivered.events + dead.events,
-        orphans_dead_lettered=orphans,
-        complete=orphans_done and default_done and delivered_done and dead_done,
+        complete=default_done and delivered_done and dead_done,
     )
 
 

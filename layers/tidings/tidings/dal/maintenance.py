@@ -239,9 +239,10 @@ def prune_delivered_messages(cur: Cursor, *, cutoff: datetime, batch_size: int) 
     return _pruned(cur)
 
 
-def dead_letter_orphaned_messages(cur: Cursor, *, batch_size: int) -> int:
-    """Dead-letter a batch of undelivered messages of deleted endpoints; returns how many."""
-    cur.execute(sql("dead_letter_orphaned_messages"), {"batch_size": batch_size})
+def dead_letter_unreachable_messages(cur: Cursor, *, batch_size: int) -> int:
+    """Dead-letter a batch of undelivered messages of deleted or disabled endpoints; returns
+    how many."""
+    cur.execute(sql("dead_letter_unreachable_messages"), {"batch_size": batch_size})
     return len(cur.fetchall())
 
 

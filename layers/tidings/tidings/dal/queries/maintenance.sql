@@ -337,22 +337,27 @@ orphaned AS (
 )
 SELECT (SELECT count(*) FROM gone) AS messages, (SELECT count(*) FROM orphaned) AS events;
 
--- name: dead_letter_orphaned_messages
--- Dead-letters up to batch_size undelivered messages of deleted endpoints ("endpoint deleted").
--- Deleting an endpoint does this in the same statement, but a producer's transaction that was
--- still open then commits its messages afterwards; this catches those. Rows a sender holds under
--- a live lease are left to it (the circuit gate holds them back at once).
+-- name: dead_letter_unreachable_messages
+-- Dead-letters up to batch_size undelivered messages of deleted or disabled endpoints, with the
+-- reason ("endpoint deleted", "endpoint disabled: 410 Gone"), so every message still ends
+-- delivered or dead-lettered and can be replayed once its endpoint is enabled again. Catches
+-- what a disabling path left behind: messages held back from a sender, and those a producer's
+-- transaction committed after the endpoint was deleted. Rows a sender holds under a live lease
+-- are left to it (the circuit gate holds them back at once).
 UPDATE tidings.messages m
 SET status = 'dead_letter', dead_lettered_at = now(), lease_token = NULL,
-    last_error = 'endpoint deleted'
-WHERE m.id IN (
-    SELECT q.id
+    last_error = CASE WHEN u.deleted_at IS NOT NULL THEN 'endpoint deleted'
+                      ELSE 'endpoint disabled: ' || coalesce(u.disabled_reason, 'no reason given')
+                 END
+FROM (
+    SELECT q.id, e.deleted_at, e.disabled_reason
     FROM tidings.endpoints e
     JOIN tidings.messages q ON q.endpoint_id = e.id
-    WHERE e.deleted_at IS NOT NULL
+    WHERE (e.deleted_at IS NOT NULL OR NOT e.enabled)
       AND q.status IN ('pending', 'failed', 'in_flight')
       AND (q.status <> 'in_flight' OR q.next_attempt_at <= now())
     LIMIT %(batch_size)s
     FOR UPDATE OF q SKIP LOCKED
-)
+) u
+WHERE m.id = u.id
 RETURNING m.id;
