@@ -114,7 +114,8 @@ def test_every_message_ends_as_its_receiver_dictates(
         by_kind[kind_of[row["endpoint_id"]]][row["status"]] += 1
 
     # A gone endpoint is disabled by its first 410; events after that create no message, and
-    # messages created before wait (never attempted) for the endpoint to come back.
+    # messages created before are held back, never attempted, until the health monitor turns
+    # them into dead letters.
     assert by_kind[Kind.GONE]["dead_letter"] >= 1
     assert set(by_kind[Kind.GONE]) <= {"dead_letter", "pending"}
     assert {row["enabled"] for row in states if kind_of[row["endpoint_id"]] is Kind.GONE} == {False}
