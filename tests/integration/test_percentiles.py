@@ -16,7 +16,6 @@ from tidings import wiring
 from tidings.config import Settings
 from tidings.dal.connection import Database
 from tidings.percentiles import (
-    GROUP_SIZE,
     MAX_RELATIVE_ERROR,
     PercentileRefresh,
     bucket_of,
@@ -157,20 +156,22 @@ def test_incremental_runs_keep_matching_as_the_window_moves(db: Database) -> Non
         )
         histogram = dict(cur.fetchall())
         cur.execute(
-            "SELECT grp, n FROM tidings.latency_window_coarse WHERE endpoint_id = %s",
+            "SELECT percentile_buckets, percentile_below, percentile_at"
+            " FROM tidings.endpoint_health WHERE endpoint_id = %s",
             (endpoint,),
         )
-        groups = dict(cur.fetchall())
+        positions = cur.fetchone()
         cur.execute("SELECT min(minute) FROM tidings.latency_buckets")
         oldest_minute = cur.fetchone()
     expected: dict[int, int] = {}
     for ms in in_window(rows, now, window_s):
         expected[bucket_of(ms)] = expected.get(bucket_of(ms), 0) + 1
     assert histogram == expected
-    expected_groups: dict[int, int] = {}
-    for bucket, n in expected.items():
-        expected_groups[bucket // GROUP_SIZE] = expected_groups.get(bucket // GROUP_SIZE, 0) + n
-    assert {g: n for g, n in groups.items() if n} == expected_groups
+    # Each kept position agrees with the histogram: the counts before and in its bucket.
+    assert positions is not None
+    for bucket, below, at in zip(*positions, strict=True):
+        assert below == sum(n for b, n in expected.items() if b < bucket)
+        assert at == expected.get(bucket, 0)
     assert oldest_minute is not None and oldest_minute[0] == window_start(now, window_s)
 
 
