@@ -51,7 +51,9 @@ SELECT endpoint_id, bucket, sum(n) FROM fresh GROUP BY endpoint_id, bucket;
 -- counts that changed, so re-reading never double counts), then moves the window histogram
 -- forward: adds what changed in the minutes from window_from on, and subtracts (and deletes) the
 -- minutes before window_from, which left the window. Returns each window bucket's change and
--- whether the change emptied it.
+-- whether the change emptied it. The minute histograms take plain inserts and updates, cheaper
+-- than upserts: runs take turns under the percentiles state lock, so the counts read stay true
+-- until they are written.
 WITH fresh AS (
     SELECT a.endpoint_id,
            date_trunc('minute', a.attempted_at) AS minute,
@@ -66,17 +68,24 @@ WITH fresh AS (
     GROUP BY 1, 2, 3
 ),
 changed AS (
-    SELECT f.endpoint_id, f.minute, f.bucket, f.n, f.n - coalesce(p.n, 0) AS delta
+    SELECT f.endpoint_id, f.minute, f.bucket, f.n, p.n AS stored_n,
+           f.n - coalesce(p.n, 0) AS delta
     FROM fresh f
     LEFT JOIN tidings.latency_buckets p
         ON p.minute = f.minute AND p.endpoint_id = f.endpoint_id AND p.bucket = f.bucket
            AND p.minute >= %(reroll_from)s
     WHERE f.n IS DISTINCT FROM p.n
 ),
-stored AS (
-    INSERT INTO tidings.latency_buckets AS b (minute, endpoint_id, bucket, n)
-    SELECT minute, endpoint_id, bucket, n FROM changed
-    ON CONFLICT (minute, endpoint_id, bucket) DO UPDATE SET n = excluded.n
+stored_new AS (
+    INSERT INTO tidings.latency_buckets (minute, endpoint_id, bucket, n)
+    SELECT minute, endpoint_id, bucket, n FROM changed WHERE stored_n IS NULL
+),
+stored_changed AS (
+    UPDATE tidings.latency_buckets b
+    SET n = c.n
+    FROM changed c
+    WHERE c.stored_n IS NOT NULL
+      AND b.minute = c.minute AND b.endpoint_id = c.endpoint_id AND b.bucket = c.bucket
 ),
 -- The table holds only the window's minutes, so what is older than its new start is what leaves.
 leaving AS (
