@@ -29,7 +29,7 @@ from tidings.circuit_breaker import threshold_for
 from tidings.config import Settings
 from tidings.dal import maintenance
 from tidings.dal.connection import Cursor
-from tidings.dal.maintenance import EndpointPercentiles, PercentilesState, WindowChange
+from tidings.dal.maintenance import EndpointPercentiles, PercentilesState, WindowChanges
 
 BUCKET_GROWTH = 1.02
 MAX_RELATIVE_ERROR = (BUCKET_GROWTH - 1) / (BUCKET_GROWTH + 1)
@@ -133,7 +133,7 @@ def refresh_percentiles(cur: Cursor, settings: Settings, now: datetime) -> Perce
         window_s=settings.latency_window_s,
         margin_s=settings.percentiles_rollup_margin_s,
     )
-    changes: list[WindowChange] = []
+    changes = WindowChanges()
     if plan.rebuild:
         maintenance.allow_large_rollup(cur)
         maintenance.reset_latency_window(cur)

@@ -8,7 +8,7 @@ transaction (``lock_percentiles_state`` first); the pruning functions each in th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -40,12 +40,21 @@ class EndpointPercentiles:
 
 
 @dataclass(frozen=True, slots=True)
-class WindowChange:
-    """How much one bucket of an endpoint's window histogram changed in a roll-up."""
+class WindowChanges:
+    """How much buckets of the endpoints' window histograms changed in a roll-up: bucket
+    ``buckets[i]`` of endpoint ``endpoint_ids[i]`` by ``counts[i]`` (columns, since a roll-up
+    changes thousands of buckets)."""
 
-    endpoint_id: int
-    bucket: int
-    n: int
+    endpoint_ids: tuple[int, ...] = ()
+    buckets: tuple[int, ...] = ()
+    counts: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not len(self.endpoint_ids) == len(self.buckets) == len(self.counts):
+            raise ValueError("window changes need as many buckets and counts as endpoints")
+
+    def __len__(self) -> int:
+        return len(self.endpoint_ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +101,7 @@ def advance_latency_window(
     reroll_from: datetime,
     window_from: datetime,
     growth: float,
-) -> list[WindowChange]:
+) -> WindowChanges:
     """Roll up and move the window (deleting the minutes that left it and the window buckets it
     emptied); returns every window bucket's change."""
     cur.execute(
@@ -114,7 +123,10 @@ def advance_latency_window(
                 "buckets": [bucket for _, bucket in emptied],
             },
         )
-    return [WindowChange(endpoint_id, bucket, n) for endpoint_id, bucket, n, _ in rows]
+    if not rows:
+        return WindowChanges()
+    endpoint_ids, buckets, counts, _ = zip(*rows, strict=True)
+    return WindowChanges(endpoint_ids, buckets, counts)
 
 
 def allow_large_rollup(
@@ -149,7 +161,7 @@ def update_endpoint_percentiles(
     cur: Cursor,
     *,
     now: datetime,
-    changes: Sequence[WindowChange],
+    changes: WindowChanges,
     rebuilt: bool,
     growth: float,
     slow_p95_ms: float,
@@ -165,9 +177,9 @@ def update_endpoint_percentiles(
         sql("update_endpoint_percentiles"),
         {
             "now": now,
-            "change_endpoint_ids": _array_literal(change.endpoint_id for change in changes),
-            "change_buckets": _array_literal(change.bucket for change in changes),
-            "change_counts": _array_literal(change.n for change in changes),
+            "change_endpoint_ids": _array_literal(changes.endpoint_ids),
+            "change_buckets": _array_literal(changes.buckets),
+            "change_counts": _array_literal(changes.counts),
             "rebuilt": rebuilt,
             "growth": growth,
             "slow_p95_ms": slow_p95_ms,
@@ -193,7 +205,7 @@ def update_endpoint_percentiles(
 def _array_literal(values: Iterable[int]) -> str:
     # One text literal, not an ARRAY[...] constructor with an element per value: planning a
     # constructor of thousands of constants takes longer than running the whole statement.
-    return "{" + ",".join(str(value) for value in values) + "}"
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def track_failing_streaks(cur: Cursor) -> int:

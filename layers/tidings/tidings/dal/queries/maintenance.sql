@@ -162,37 +162,43 @@ WITH RECURSIVE change AS (
                 %(change_counts)s::integer[]) AS c(endpoint_id, bucket, n)
 ),
 kept AS (
-    SELECT h.endpoint_id, h.failure_threshold AS previous_threshold, q.i, q.pct,
+    SELECT h.endpoint_id, h.failure_threshold AS previous_threshold,
            h.percentile_buckets IS NOT NULL AND NOT %(rebuilt)s AS placed,
            h.sample_count AS total,
-           h.percentile_buckets[q.i] AS bucket,
-           h.percentile_below[q.i] AS below,
-           h.percentile_at[q.i] AS at
+           h.percentile_buckets AS buckets,
+           h.percentile_below AS below,
+           h.percentile_at AS at
     FROM tidings.endpoint_health h
-    CROSS JOIN (VALUES (1, 50), (2, 95), (3, 99)) AS q(i, pct)
 ),
+-- Per placed endpoint, what changed in all, and before and in each percentile's bucket.
 applied AS (
-    SELECT k.endpoint_id, k.i,
+    SELECT k.endpoint_id,
            sum(c.n) AS total,
-           coalesce(sum(c.n) FILTER (WHERE c.bucket < k.bucket), 0) AS below,
-           coalesce(sum(c.n) FILTER (WHERE c.bucket = k.bucket), 0) AS at
+           ARRAY[coalesce(sum(c.n) FILTER (WHERE c.bucket < k.buckets[1]), 0),
+                 coalesce(sum(c.n) FILTER (WHERE c.bucket < k.buckets[2]), 0),
+                 coalesce(sum(c.n) FILTER (WHERE c.bucket < k.buckets[3]), 0)] AS below,
+           ARRAY[coalesce(sum(c.n) FILTER (WHERE c.bucket = k.buckets[1]), 0),
+                 coalesce(sum(c.n) FILTER (WHERE c.bucket = k.buckets[2]), 0),
+                 coalesce(sum(c.n) FILTER (WHERE c.bucket = k.buckets[3]), 0)] AS at
     FROM kept k
     JOIN change c USING (endpoint_id)
     WHERE k.placed
-    GROUP BY k.endpoint_id, k.i
+    GROUP BY k.endpoint_id, k.buckets
 ),
 -- Placed positions with the changes applied; the others placed from the whole histogram (an
 -- endpoint without samples sits before every bucket).
 current AS (
-    SELECT k.endpoint_id, k.previous_threshold, k.i, k.pct,
+    SELECT k.endpoint_id, k.previous_threshold, q.i, q.pct,
            CASE WHEN k.placed THEN k.total + coalesce(a.total, 0)
                 ELSE coalesce(s.total, 0) END AS total,
-           CASE WHEN k.placed THEN k.bucket ELSE coalesce(f.bucket, -32768) END AS bucket,
-           CASE WHEN k.placed THEN k.below + coalesce(a.below, 0)
+           CASE WHEN k.placed THEN k.buckets[q.i] ELSE coalesce(f.bucket, -32768) END AS bucket,
+           CASE WHEN k.placed THEN k.below[q.i] + coalesce(a.below[q.i], 0)
                 ELSE coalesce(f.below, 0) END AS below,
-           CASE WHEN k.placed THEN k.at + coalesce(a.at, 0) ELSE coalesce(f.at, 0) END AS at
+           CASE WHEN k.placed THEN k.at[q.i] + coalesce(a.at[q.i], 0)
+                ELSE coalesce(f.at, 0) END AS at
     FROM kept k
-    LEFT JOIN applied a USING (endpoint_id, i)
+    CROSS JOIN (VALUES (1, 50), (2, 95), (3, 99)) AS q(i, pct)
+    LEFT JOIN applied a USING (endpoint_id)
     LEFT JOIN LATERAL (
         SELECT sum(w.n) AS total
         FROM tidings.latency_window w
@@ -203,7 +209,7 @@ current AS (
         FROM (SELECT bucket, n, sum(n) OVER (ORDER BY bucket) AS running
               FROM tidings.latency_window
               WHERE endpoint_id = k.endpoint_id AND NOT k.placed) w
-        WHERE w.running * 100 >= s.total * k.pct
+        WHERE w.running * 100 >= s.total * q.pct
         ORDER BY w.bucket
         LIMIT 1
     ) f ON true
