@@ -33,8 +33,8 @@ from tidings.dal.maintenance import EndpointPercentiles, PercentilesState, Windo
 
 BUCKET_GROWTH = 1.02
 MAX_RELATIVE_ERROR = (BUCKET_GROWTH - 1) / (BUCKET_GROWTH + 1)
-# The percentiles whose positions in the window histogram each endpoint keeps between runs, in
-# the order the update query stores them.
+# The percentiles the update query places (its p50/p95/p99), whose positions in the window
+# histogram each endpoint keeps between runs, in the order they are stored.
 PERCENTILES = (50, 95, 99)
 # Stored with the histograms: histograms and positions built otherwise are rebuilt, not mixed.
 LAYOUT = {"growth": BUCKET_GROWTH, "percentiles": list(PERCENTILES)}

@@ -53,9 +53,6 @@ class WindowChanges:
         if not len(self.endpoint_ids) == len(self.buckets) == len(self.counts):
             raise ValueError("window changes need as many buckets and counts as endpoints")
 
-    def __len__(self) -> int:
-        return len(self.endpoint_ids)
-
 
 @dataclass(frozen=True, slots=True)
 class DisabledEndpoint:
