@@ -16,7 +16,6 @@ from tidings import wiring
 from tidings.config import Settings
 from tidings.dal.connection import Database
 from tidings.percentiles import (
-    GROUP_SIZE,
     MAX_RELATIVE_ERROR,
     PercentileRefresh,
     bucket_of,
@@ -157,20 +156,22 @@ def test_incremental_runs_keep_matching_as_the_window_moves(db: Database) -> Non
         )
         histogram = dict(cur.fetchall())
         cur.execute(
-            "SELECT grp, n FROM tidings.latency_window_coarse WHERE endpoint_id = %s",
+            "SELECT percentile_buckets, percentile_below, percentile_at"
+            " FROM tidings.endpoint_health WHERE endpoint_id = %s",
             (endpoint,),
         )
-        groups = dict(cur.fetchall())
+        positions = cur.fetchone()
         cur.execute("SELECT min(minute) FROM tidings.latency_buckets")
         oldest_minute = cur.fetchone()
     expected: dict[int, int] = {}
     for ms in in_window(rows, now, window_s):
         expected[bucket_of(ms)] = expected.get(bucket_of(ms), 0) + 1
     assert histogram == expected
-    expected_groups: dict[int, int] = {}
-    for bucket, n in expected.items():
-        expected_groups[bucket // GROUP_SIZE] = expected_groups.get(bucket // GROUP_SIZE, 0) + n
-    assert {g: n for g, n in groups.items() if n} == expected_groups
+    # Each kept position agrees with the histogram: the counts before and in its bucket.
+    assert positions is not None
+    for bucket, below, at in zip(*positions, strict=True):
+        assert below == sum(n for b, n in expected.items() if b < bucket)
+        assert at == expected.get(bucket, 0)
     assert oldest_minute is not None and oldest_minute[0] == window_start(now, window_s)
 
 
@@ -302,3 +303,44 @@ def test_an_attempt_committed_after_the_margin_is_left_out_cleanly(db: Database)
             smallest, total = cur.fetchone() or (None, None)
         assert total == len(window)
         assert smallest is None or smallest >= 0
+
+
+def test_kept_positions_follow_shifts_both_ways_and_new_or_idle_endpoints(db: Database) -> None:
+    """A short window with latencies jumping between fast and slow, so that percentiles step far
+    up and down between runs; an endpoint goes idle and comes back, another appears midway."""
+    rng = random.Random(23)
+    window_s = 1800.0
+    settings = SETTINGS.replace(latency_window_s=window_s, percentiles_rollup_margin_s=300)
+    with db.cursor() as cur:
+        jumpy, fading = make_endpoint(cur, "https://jumpy.example/"), make_endpoint(cur)
+    rows: dict[int, list[tuple[datetime, int]]] = {
+        jumpy: random_attempts(rng, 400, NOW - timedelta(minutes=40), NOW, 50),
+        fading: random_attempts(rng, 100, NOW - timedelta(minutes=40), NOW, 400),
+    }
+    for endpoint, endpoint_rows in rows.items():
+        add(db, endpoint, endpoint_rows)
+    assert refresh(db, NOW, settings).rebuilt
+
+    now = NOW
+    for step, median_ms in enumerate((4000, 30, 9000, 60, 15, 2500, 700, 20, 5000, 90)):
+        later = now + timedelta(minutes=10)
+        if step == 3:
+            with db.cursor() as cur:
+                rows[make_endpoint(cur, "https://newcomer.example/")] = []
+        for endpoint in rows:
+            # The fading endpoint sends nothing for a while (its samples all leave), then resumes.
+            if endpoint == fading and 1 <= step <= 5:
+                continue
+            fresh = random_attempts(rng, 150, now, later, median_ms * (1 + endpoint % 3))
+            add(db, endpoint, fresh)
+            rows[endpoint] += fresh
+        now = later
+        refreshed = refresh(db, now, settings)
+        assert not refreshed.rebuilt
+        for endpoint, endpoint_rows in rows.items():
+            samples = in_window(endpoint_rows, now, window_s)
+            if samples:
+                assert_close(refreshed, endpoint, samples)
+            else:
+                figures = next(e for e in refreshed.endpoints if e.endpoint_id == endpoint)
+                assert (figures.sample_count, figures.p50_ms, figures.p99_ms) == (0, None, None)

@@ -75,7 +75,9 @@ def test_the_reread_never_starts_before_the_window() -> None:
     [
         PercentilesState(NOW, NOW - timedelta(hours=6), 6 * 3600.0, LAYOUT),  # another window
         PercentilesState(NOW, NOW + timedelta(hours=1), DAY, LAYOUT),  # time went backwards
-        PercentilesState(NOW, NOW - timedelta(days=1), DAY, {"growth": 1.05, "group_size": 16}),
+        PercentilesState(NOW, NOW - timedelta(days=1), DAY, {**LAYOUT, "growth": 1.05}),
+        # Histograms from before the kept percentile positions: the positions must be placed.
+        PercentilesState(NOW, NOW - timedelta(days=1), DAY, {"growth": 1.02, "group_size": 16}),
     ],
 )
 def test_a_changed_window_or_clock_rebuilds(state: PercentilesState) -> None:

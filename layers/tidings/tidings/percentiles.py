@@ -12,6 +12,11 @@ The window is whole minutes: a refresh at ``now`` covers the attempts made from
 ``floor_minute(floor_minute(now) - window)`` until ``now``. Each run re-reads the attempts of the
 last ``percentiles_rollup_margin_s`` before the previous run, because attempts made earlier may
 commit later; counts are stored idempotently, so re-reading never double counts.
+
+Each endpoint keeps, per percentile, the bucket holding it and the counts before and in that
+bucket. A run applies the window's changes to those counts and steps to a neighbouring bucket only
+where the percentile left its bucket, so its cost follows the few buckets that changed, not the
+size of the histograms.
 """
 
 from __future__ import annotations
@@ -24,15 +29,15 @@ from tidings.circuit_breaker import threshold_for
 from tidings.config import Settings
 from tidings.dal import maintenance
 from tidings.dal.connection import Cursor
-from tidings.dal.maintenance import EndpointPercentiles, PercentilesState
+from tidings.dal.maintenance import EndpointPercentiles, PercentilesState, WindowChanges
 
 BUCKET_GROWTH = 1.02
 MAX_RELATIVE_ERROR = (BUCKET_GROWTH - 1) / (BUCKET_GROWTH + 1)
-# Buckets are also summed in groups of this many, so that finding a percentile reads the few
-# group sums of an endpoint and then one group's buckets, not every bucket.
-GROUP_SIZE = 16
-# Stored with the histograms: histograms built with other constants are rebuilt, not mixed.
-LAYOUT = {"growth": BUCKET_GROWTH, "group_size": GROUP_SIZE}
+# The percentiles the update query places (its p50/p95/p99), whose positions in the window
+# histogram each endpoint keeps between runs, in the order they are stored.
+PERCENTILES = (50, 95, 99)
+# Stored with the histograms: histograms and positions built otherwise are rebuilt, not mixed.
+LAYOUT = {"growth": BUCKET_GROWTH, "percentiles": list(PERCENTILES)}
 
 
 def bucket_of(latency_ms: int) -> int:
@@ -128,20 +133,20 @@ def refresh_percentiles(cur: Cursor, settings: Settings, now: datetime) -> Perce
         window_s=settings.latency_window_s,
         margin_s=settings.percentiles_rollup_margin_s,
     )
+    changes = WindowChanges()
     if plan.rebuild:
         maintenance.allow_large_rollup(cur)
         maintenance.reset_latency_window(cur)
         maintenance.rebuild_latency_window(
-            cur, now=now, window_from=plan.window_from, growth=BUCKET_GROWTH, group_size=GROUP_SIZE
+            cur, now=now, window_from=plan.window_from, growth=BUCKET_GROWTH
         )
     else:
-        maintenance.advance_latency_window(
+        changes = maintenance.advance_latency_window(
             cur,
             now=now,
             reroll_from=plan.reroll_from,
             window_from=plan.window_from,
             growth=BUCKET_GROWTH,
-            group_size=GROUP_SIZE,
         )
     maintenance.save_percentiles_state(
         cur,
@@ -153,8 +158,9 @@ def refresh_percentiles(cur: Cursor, settings: Settings, now: datetime) -> Perce
     endpoints = maintenance.update_endpoint_percentiles(
         cur,
         now=now,
+        changes=changes,
+        rebuilt=plan.rebuild,
         growth=BUCKET_GROWTH,
-        group_size=GROUP_SIZE,
         slow_p95_ms=settings.circuit_slow_p95_ms,
         slow_threshold=settings.circuit_slow_failure_threshold,
         normal_threshold=settings.circuit_failure_threshold,

@@ -8,7 +8,7 @@ transaction (``lock_percentiles_state`` first); the pruning functions each in th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -24,7 +24,7 @@ class PercentilesState:
     rolled_to: datetime | None
     window_from: datetime | None
     window_s: float | None
-    # The histograms' layout ({"growth": ..., "group_size": ...}); empty before the first run.
+    # The histograms' layout ({"growth": ..., "percentiles": ...}); empty before the first run.
     layout: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -37,6 +37,21 @@ class EndpointPercentiles:
     sample_count: int
     failure_threshold: int
     previous_threshold: int
+
+
+@dataclass(frozen=True, slots=True)
+class WindowChanges:
+    """How much buckets of the endpoints' window histograms changed in a roll-up: bucket
+    ``buckets[i]`` of endpoint ``endpoint_ids[i]`` by ``counts[i]`` (columns, since a roll-up
+    changes thousands of buckets)."""
+
+    endpoint_ids: tuple[int, ...] = ()
+    buckets: tuple[int, ...] = ()
+    counts: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not len(self.endpoint_ids) == len(self.buckets) == len(self.counts):
+            raise ValueError("window changes need as many buckets and counts as endpoints")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +80,11 @@ def reset_latency_window(cur: Cursor) -> None:
 
 
 def rebuild_latency_window(
-    cur: Cursor, *, now: datetime, window_from: datetime, growth: float, group_size: int
+    cur: Cursor, *, now: datetime, window_from: datetime, growth: float
 ) -> None:
     cur.execute(
         sql("rebuild_latency_window"),
-        {
-            "now": now,
-            "reroll_from": window_from,
-            "growth": growth,
-            "group_size": group_size,
-        },
+        {"now": now, "reroll_from": window_from, "growth": growth},
     )
     # The roll-ups that follow find their rows by minute; without fresh statistics the planner
     # would take a day of rows for a few minutes and scan them all.
@@ -88,10 +98,9 @@ def advance_latency_window(
     reroll_from: datetime,
     window_from: datetime,
     growth: float,
-    group_size: int,
-) -> int:
-    """Roll up and move the window (deleting the minutes that left it); returns how many window
-    rows it emptied (and deleted)."""
+) -> WindowChanges:
+    """Roll up and move the window (deleting the minutes that left it and the window buckets it
+    emptied); returns every window bucket's change."""
     cur.execute(
         sql("advance_latency_window"),
         {
@@ -99,23 +108,22 @@ def advance_latency_window(
             "reroll_from": reroll_from,
             "window_from": window_from,
             "growth": growth,
-            "group_size": group_size,
         },
     )
-    emptied = cur.fetchall()
+    rows = cur.fetchall()
+    emptied = [(endpoint_id, bucket) for endpoint_id, bucket, _, gone in rows if gone]
     if emptied:
-        fine = [(endpoint_id, key) for level, endpoint_id, key in emptied if level == "fine"]
-        coarse = [(endpoint_id, key) for level, endpoint_id, key in emptied if level == "coarse"]
         cur.execute(
             sql("delete_emptied_latency_window"),
             {
-                "endpoint_ids": [endpoint_id for endpoint_id, _ in fine],
-                "buckets": [bucket for _, bucket in fine],
-                "group_endpoint_ids": [endpoint_id for endpoint_id, _ in coarse],
-                "groups": [group for _, group in coarse],
+                "endpoint_ids": [endpoint_id for endpoint_id, _ in emptied],
+                "buckets": [bucket for _, bucket in emptied],
             },
         )
-    return len(emptied)
+    if not rows:
+        return WindowChanges()
+    endpoint_ids, buckets, counts, _ = zip(*rows, strict=True)
+    return WindowChanges(endpoint_ids, buckets, counts)
 
 
 def allow_large_rollup(
@@ -150,20 +158,27 @@ def update_endpoint_percentiles(
     cur: Cursor,
     *,
     now: datetime,
+    changes: WindowChanges,
+    rebuilt: bool,
     growth: float,
-    group_size: int,
     slow_p95_ms: float,
     slow_threshold: int,
     normal_threshold: int,
 ) -> list[EndpointPercentiles]:
-    """Write every endpoint's percentiles and failure threshold (health rows locked first)."""
+    """Write every endpoint's percentiles and failure threshold (health rows locked first).
+
+    ``changes`` are the window's changes since the last run placed the percentiles (none after a
+    rebuild, which places them all afresh: ``rebuilt``)."""
     cur.execute(sql("lock_endpoint_health"))
     cur.execute(
         sql("update_endpoint_percentiles"),
         {
             "now": now,
+            "change_endpoint_ids": _array_literal(changes.endpoint_ids),
+            "change_buckets": _array_literal(changes.buckets),
+            "change_counts": _array_literal(changes.counts),
+            "rebuilt": rebuilt,
             "growth": growth,
-            "group_size": group_size,
             "slow_p95_ms": slow_p95_ms,
             "slow_threshold": slow_threshold,
             "normal_threshold": normal_threshold,
@@ -182,6 +197,12 @@ def update_endpoint_percentiles(
         )
         for row in rows
     ]
+
+
+def _array_literal(values: Iterable[int]) -> str:
+    # One text literal, not an ARRAY[...] constructor with an element per value: planning a
+    # constructor of thousands of constants takes longer than running the whole statement.
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def track_failing_streaks(cur: Cursor) -> int:
