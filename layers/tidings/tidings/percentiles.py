@@ -24,12 +24,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
 
 from tidings.circuit_breaker import threshold_for
 from tidings.config import Settings
 from tidings.dal import maintenance
-from tidings.dal.connection import Cursor
+from tidings.dal.connection import Cursor, Database
 from tidings.dal.maintenance import EndpointPercentiles, PercentilesState, WindowChanges
+from tidings.observability import logger, metrics
 
 BUCKET_GROWTH = 1.02
 MAX_RELATIVE_ERROR = (BUCKET_GROWTH - 1) / (BUCKET_GROWTH + 1)
@@ -166,3 +170,41 @@ def refresh_percentiles(cur: Cursor, settings: Settings, now: datetime) -> Perce
         normal_threshold=settings.circuit_failure_threshold,
     )
     return PercentileRefresh(tuple(endpoints), plan.rebuild)
+
+
+def run_scheduled_refresh(db: Database, settings: Settings, now: datetime) -> dict[str, Any]:
+    """The scheduled job: refresh in one transaction, log threshold changes and slow endpoints,
+    count the slow ones as a metric, and describe the run."""
+    refresh = db.run(lambda cur: refresh_percentiles(cur, settings, now), transaction=True)
+    slow = refresh.slow(
+        p95_ms=settings.slow_endpoint_p95_ms, min_samples=settings.slow_endpoint_min_samples
+    )
+    for change in refresh.threshold_changes():
+        logger.info(
+            "failure threshold changed",
+            extra={
+                "endpoint_id": change.endpoint_id,
+                "p95_ms": change.p95_ms,
+                "from": change.previous_threshold,
+                "to": change.failure_threshold,
+            },
+        )
+    for endpoint in slow:
+        logger.warning(
+            "slow endpoint",
+            extra={
+                "endpoint_id": endpoint.endpoint_id,
+                "p95_ms": endpoint.p95_ms,
+                "sample_count": endpoint.sample_count,
+            },
+        )
+    metrics.add_metric(name="SlowEndpoints", unit=MetricUnit.Count, value=len(slow))
+    return {
+        "endpoints": len(refresh.endpoints),
+        "rebuilt": refresh.rebuilt,
+        "threshold_changes": [c.endpoint_id for c in refresh.threshold_changes()],
+        "slow_endpoints": [
+            {"endpoint_id": e.endpoint_id, "p95_ms": e.p95_ms, "sample_count": e.sample_count}
+            for e in slow
+        ],
+    }
