@@ -23,13 +23,19 @@ RULES = PatternRules()
 
 
 def stats(
-    count: int, *, auth: int = 0, limited: int = 0, span_s: float = 0, endpoint_id: int = 1
+    count: int,
+    *,
+    auth: int = 0,
+    limited: int = 0,
+    span_s: float = 0,
+    endpoint_id: int = 1,
+    top_error: str = "http_500",
 ) -> DeadLetterStats:
     return DeadLetterStats(
         endpoint_id=endpoint_id,
         url="https://r.example/",
         dead_letters=count,
-        top_error="http_500",
+        top_error=top_error,
         top_status_code=500,
         auth_refusals=auth,
         rate_limited=limited,
@@ -50,6 +56,8 @@ def stats(
         (stats(5, span_s=901), Pattern.SLOW_ACCUMULATION),
         (stats(4, span_s=10), Pattern.SLOW_ACCUMULATION),
         (stats(1), Pattern.SLOW_ACCUMULATION),
+        (stats(10, span_s=60, top_error="endpoint disabled: 410 Gone"), Pattern.ENDPOINT_DISABLED),
+        (stats(3, auth=3, top_error="endpoint deleted"), Pattern.ENDPOINT_DISABLED),
     ],
 )
 def test_patterns(figures: DeadLetterStats, pattern: Pattern) -> None:

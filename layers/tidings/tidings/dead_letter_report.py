@@ -26,13 +26,23 @@ from tidings.ssrf import display_origin
 
 
 class Pattern(enum.StrEnum):
+    ENDPOINT_DISABLED = "endpoint_disabled"
     CREDENTIALS_CHANGED = "credentials_changed"
     RATE_LIMITED = "rate_limited"
     OUTAGE_CLUSTER = "outage_cluster"
     SLOW_ACCUMULATION = "slow_accumulation"
 
 
+# The reasons the health monitor writes when it dead-letters what a disabled or deleted
+# endpoint still had queued (dal/queries/maintenance.sql, dead_letter_unreachable_messages).
+UNREACHABLE_REASONS = ("endpoint disabled", "endpoint deleted")
+
 ACTIONS = {
+    Pattern.ENDPOINT_DISABLED: (
+        "The endpoint was disabled or deleted (the reason is in the top error) and its queued "
+        "messages became dead letters. If the receiver is back, enable the endpoint again and "
+        "replay them; if it is gone for good, there is nothing to do."
+    ),
     Pattern.CREDENTIALS_CHANGED: (
         "The receiver refuses our requests (401/403): its credentials or signature verification "
         "changed. Check the endpoint's signing secret with its owner, then replay the dead letters."
@@ -77,6 +87,8 @@ class PatternRules:
 
 def classify(stats: DeadLetterStats, rules: PatternRules) -> Pattern:
     """The pattern an endpoint's dead letters match."""
+    if (stats.top_error or "").startswith(UNREACHABLE_REASONS):
+        return Pattern.ENDPOINT_DISABLED
     if stats.auth_refusals >= rules.share * stats.dead_letters:
         return Pattern.CREDENTIALS_CHANGED
     if stats.rate_limited >= rules.share * stats.dead_letters:
