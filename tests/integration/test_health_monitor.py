@@ -448,3 +448,20 @@ def test_queued_messages_of_deleted_and_disabled_endpoints_become_dead_letters(
         ]
     again = run_monitor(db, MemoryNotifier(), SETTINGS, datetime.now(UTC))
     assert again.unreachable_dead_lettered == 0
+
+
+def test_dead_letters_recorded_by_a_statement_that_began_before_the_last_run_count(
+    db: Database, inbox: SnsInbox
+) -> None:
+    now = datetime.now(UTC)
+    with db.cursor() as cur:
+        endpoint = make_endpoint(cur)
+    assert monitor(db, inbox, now) == []
+    # Committed after that run, but stamped when its statement began, just before it.
+    with db.cursor() as cur:
+        make_messages(
+            cur, endpoint, 1, status="dead_letter", dead_lettered_at=now - timedelta(seconds=5)
+        )
+    assert monitor(db, inbox, now + timedelta(minutes=5)) == [
+        "[Tidings] ALERT dead letters growing: 1 new, 1 in all"
+    ]

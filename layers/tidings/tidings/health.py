@@ -140,10 +140,18 @@ def run_monitor(
                 break
         summary = health_summary(cur, settings, moment)
         checkpoint = reports.monitor_checkpoint(cur)
+        # A row's dead_lettered_at is when its recording statement began; the statement may
+        # commit up to a statement timeout later, after the previous run had looked. Looking
+        # back that much further never misses one (at worst it counts one twice, and the alert
+        # resolves a run later).
         new_dead_letters = (
             None
             if checkpoint is None
-            else reports.count_dead_lettered_between(cur, since=checkpoint, now=moment)
+            else reports.count_dead_lettered_between(
+                cur,
+                since=checkpoint - timedelta(milliseconds=settings.statement_timeout_ms),
+                now=moment,
+            )
         )
         attention = reports.endpoints_needing_attention(
             cur,
