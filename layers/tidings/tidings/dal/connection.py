@@ -143,13 +143,16 @@ class Database:
         """Run ``work`` with a cursor (in a transaction if asked) and return its result.
 
         Runs it again, up to ``max_retries`` times with growing jittered waits, when PostgreSQL
-        reports a deadlock or serialization failure, or when the connection was lost before the
-        work finished. A connection lost during COMMIT is not retried: the outcome is unknown,
-        so the error surfaces. ``work`` must therefore be safe to run again from the start.
+        reports a deadlock or serialization failure (waits under a second), or when the
+        connection was lost before the work finished (waits long enough, about 8 to 15 s in all,
+        to ride out a server restart or a failover). A connection lost during COMMIT is not
+        retried: the outcome is unknown, so the error surfaces. ``work`` must therefore be safe
+        to run again from the start.
         """
         attempt = 0
         while True:
             committing = False
+            lost = False
             try:
                 if transaction:
                     with self.transaction() as cur:
@@ -174,12 +177,18 @@ class Database:
                 if exc.pgcode not in RETRYABLE_SQLSTATES or attempt >= self.max_retries:
                     raise
             attempt += 1
-            time.sleep(_retry_wait_s(attempt))
+            time.sleep(_reconnect_wait_s(attempt) if lost else _retry_wait_s(attempt))
 
 
 def _retry_wait_s(attempt: int) -> float:
     # Growing, jittered waits so that sessions that collided do not collide again in lockstep.
     return random.uniform(0, min(1.0, 0.01 * 2**attempt))  # noqa: S311 - jitter, not security
+
+
+def _reconnect_wait_s(attempt: int) -> float:
+    # 0.25-0.5 s, then doubling up to 4-8 s: a restarting server is back within seconds.
+    ceiling = min(8.0, 0.5 * 2 ** (attempt - 1))
+    return random.uniform(ceiling / 2, ceiling)  # noqa: S311 - jitter, not security
 
 
 def fetch_dicts(cur: Cursor) -> list[dict[str, Any]]:
