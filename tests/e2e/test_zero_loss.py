@@ -66,7 +66,27 @@ class RestartablePostgres:
         )
 
     def stop(self) -> None:
+        # pgserver stops only the postmaster it started; after a restart that one is gone, so
+        # the running one is stopped here before the folder is removed.
+        from pgserver._commands import pg_ctl
+
+        if self._running():
+            pg_ctl(
+                ["-w", "-m", "fast", "stop"],
+                pgdata=self.server.pgdata,
+                user=self.server.system_user,
+                timeout=60,
+            )
         self.server.cleanup()
+
+    def _running(self) -> bool:
+        from pgserver._commands import pg_ctl
+
+        try:
+            pg_ctl(["status"], pgdata=self.server.pgdata, user=self.server.system_user)
+        except subprocess.CalledProcessError:
+            return False  # pg_ctl status exits 3 when no server runs there
+        return True
 
 
 @pytest.fixture
