@@ -7,6 +7,7 @@ and costs one round trip; none holds a lock or a transaction across a network ca
 from __future__ import annotations
 
 import enum
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -222,17 +223,25 @@ def record_outcomes(
             )
     params: dict[str, Any] = {
         "ids": [o.lease.message_id for o in outcomes],
-        "tokens": [o.lease.token for o in outcomes],
-        "endpoint_ids": [o.endpoint_id for o in outcomes],
-        "outcomes": [o.kind.value for o in outcomes],
-        "retry_at": [o.retry_at for o in outcomes],
-        "keep_lease": [o.keep_lease for o in outcomes],
-        "attempt_numbers": [o.attempt_number for o in outcomes],
-        "attempted_at": [o.attempted_at for o in outcomes],
-        "status_codes": [o.status_code for o in outcomes],
-        "response_ms": [o.response_ms for o in outcomes],
-        "error_classes": [o.error_class for o in outcomes],
-        "excerpts": [o.response_excerpt for o in outcomes],
+        "outcomes": json.dumps(
+            [
+                {
+                    "id": o.lease.message_id,
+                    "token": str(o.lease.token),
+                    "endpoint_id": o.endpoint_id,
+                    "outcome": o.kind.value,
+                    "retry_at": o.retry_at.isoformat() if o.retry_at else None,
+                    "keep_lease": o.keep_lease,
+                    "attempt_number": o.attempt_number,
+                    "attempted_at": o.attempted_at.isoformat(),
+                    "status_code": o.status_code,
+                    "response_ms": o.response_ms,
+                    "error_class": o.error_class,
+                    "excerpt": o.response_excerpt,
+                }
+                for o in outcomes
+            ]
+        ),
         "health_endpoint_ids": [h.endpoint_id for h in health],
         "has_success": [h.has_success for h in health],
         "trailing_failures": [h.trailing_failures for h in health],

@@ -208,14 +208,12 @@ ORDER BY v.id;
 -- are always applied).
 -- Returns the rows written, the circuit transitions and the endpoints disabled.
 WITH outcome AS (
+    -- One JSON document rather than a dozen arrays: far cheaper to build and to parse.
     SELECT *
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(endpoint_ids)s::bigint[],
-                %(outcomes)s::text[], %(retry_at)s::timestamptz[], %(keep_lease)s::boolean[],
-                %(attempt_numbers)s::integer[], %(attempted_at)s::timestamptz[],
-                %(status_codes)s::integer[], %(response_ms)s::integer[],
-                %(error_classes)s::text[], %(excerpts)s::text[])
-        AS o(id, token, endpoint_id, outcome, retry_at, keep_lease, attempt_number, attempted_at,
-             status_code, response_ms, error_class, excerpt)
+    FROM jsonb_to_recordset(%(outcomes)s::jsonb)
+        AS o(id bigint, token uuid, endpoint_id bigint, outcome text, retry_at timestamptz,
+             keep_lease boolean, attempt_number integer, attempted_at timestamptz,
+             status_code integer, response_ms integer, error_class text, excerpt text)
 ),
 written AS (
     UPDATE tidings.messages m
