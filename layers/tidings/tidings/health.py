@@ -18,23 +18,11 @@ from tidings.observability import logger, metrics
 
 
 @dataclass(frozen=True, slots=True)
-class HealthSummary:
-    """The queue at ``checked_at``; "recent" means the last ``recent_s`` seconds."""
+class HealthSummary(reports.QueueFigures):
+    """The queue's figures at ``checked_at``; "recent" means the last ``recent_s`` seconds."""
 
     checked_at: datetime
     recent_s: float
-    pending: int
-    awaiting_retry: int
-    in_flight: int
-    dead_letters: int
-    delivered_recently: int
-    failed_attempts_recently: int
-    dead_lettered_recently: int
-    oldest_undelivered_age_s: float | None
-    delivery_mean_ms: float | None
-    delivery_p95_ms: float | None
-    open_circuits: int
-    disabled_endpoints: int
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the moment as ISO 8601, every figure as is (None when unknown)."""

@@ -62,12 +62,17 @@ class BoundedCursor(psycopg2.extensions.cursor):
         super().execute(self.timeout_prefix + query, vars)
 
 
-def connect(settings: Settings) -> psycopg2.extensions.connection:
-    """A new autocommit connection to the configured database."""
-    conn = psycopg2.connect(dsn_from_settings(settings))
+def open_connection(dsn: str) -> psycopg2.extensions.connection:
+    """A new autocommit connection that reads and writes uuid values as ``uuid.UUID``."""
+    conn = psycopg2.connect(dsn)
     conn.autocommit = True
     psycopg2.extras.register_uuid(conn_or_curs=conn)  # type: ignore[no-untyped-call]
     return conn
+
+
+def connect(settings: Settings) -> psycopg2.extensions.connection:
+    """A new autocommit connection to the configured database."""
+    return open_connection(dsn_from_settings(settings))
 
 
 class Database:
@@ -99,10 +104,7 @@ class Database:
     @property
     def connection(self) -> psycopg2.extensions.connection:
         if self._conn is None or self._conn.closed:
-            dsn = self._dsn() if callable(self._dsn) else self._dsn
-            self._conn = psycopg2.connect(dsn)
-            self._conn.autocommit = True
-            psycopg2.extras.register_uuid(conn_or_curs=self._conn)  # type: ignore[no-untyped-call]
+            self._conn = open_connection(self._dsn() if callable(self._dsn) else self._dsn)
         return self._conn
 
     def close(self) -> None:

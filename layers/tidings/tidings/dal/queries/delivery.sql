@@ -16,39 +16,38 @@ WITH capacity AS (
         LIMIT %(max_in_flight)s
     ) leased_now
 ),
-unlimited AS (
-    SELECT e.id AS endpoint_id, h.state
+candidate AS (
+    -- Enabled endpoints whose circuit lets something through: closed, cooled down after opening,
+    -- or half open with a probe gone stale.
+    SELECT e.id AS endpoint_id, e.rate_limit_per_s, h.state
     FROM tidings.endpoints e
     JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
-    WHERE e.enabled AND e.deleted_at IS NULL AND e.rate_limit_per_s IS NULL
+    WHERE e.enabled AND e.deleted_at IS NULL
       AND (h.state = 'closed'
            OR (h.state = 'open' AND h.opened_at + h.cooldown_s * interval '1 second' <= now())
            OR (h.state = 'half_open'
                AND h.probe_started_at + %(lease_s)s * interval '1 second' <= now()))
 ),
-limited AS (
-    SELECT e.id AS endpoint_id, h.state,
-           least(greatest(e.rate_limit_per_s, 1),
+bucket AS (
+    -- The token buckets of rate-limited candidates, read under a lock (SKIP LOCKED: a bucket
+    -- another claimer holds is skipped this round).
+    SELECT h.endpoint_id,
+           least(greatest(c.rate_limit_per_s, 1),
                  h.rate_tokens
-                 + extract(epoch FROM now() - h.rate_refilled_at) * e.rate_limit_per_s) AS tokens
-    FROM tidings.endpoints e
-    JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
-    WHERE e.enabled AND e.deleted_at IS NULL AND e.rate_limit_per_s IS NOT NULL
-      AND (h.state = 'closed'
-           OR (h.state = 'open' AND h.opened_at + h.cooldown_s * interval '1 second' <= now())
-           OR (h.state = 'half_open'
-               AND h.probe_started_at + %(lease_s)s * interval '1 second' <= now()))
+                 + extract(epoch FROM now() - h.rate_refilled_at) * c.rate_limit_per_s) AS tokens
+    FROM candidate c
+    JOIN tidings.endpoint_health h ON h.endpoint_id = c.endpoint_id
+    WHERE c.rate_limit_per_s IS NOT NULL
     FOR UPDATE OF h SKIP LOCKED
 ),
 eligible AS (
-    SELECT endpoint_id,
-           CASE WHEN state = 'closed' THEN %(batch_size)s ELSE 1 END AS allowance
-    FROM unlimited
-    UNION ALL
-    SELECT endpoint_id,
-           CASE WHEN state = 'closed' THEN floor(tokens)::integer
-                ELSE least(1, floor(tokens)::integer) END AS allowance
-    FROM limited
+    SELECT c.endpoint_id,
+           least(CASE WHEN c.state = 'closed' THEN %(batch_size)s ELSE 1 END,
+                 CASE WHEN c.rate_limit_per_s IS NULL THEN %(batch_size)s
+                      ELSE floor(b.tokens)::integer END) AS allowance
+    FROM candidate c
+    LEFT JOIN bucket b ON b.endpoint_id = c.endpoint_id
+    WHERE c.rate_limit_per_s IS NULL OR b.endpoint_id IS NOT NULL
 ),
 active AS (
     SELECT g.endpoint_id, g.allowance
@@ -93,7 +92,7 @@ leased AS (
 spent AS (
     UPDATE tidings.endpoint_health h
     SET rate_tokens = l.tokens - c.taken, rate_refilled_at = now()
-    FROM limited l
+    FROM bucket l
     JOIN (SELECT endpoint_id, count(*) AS taken FROM picked GROUP BY endpoint_id) c
         USING (endpoint_id)
     WHERE h.endpoint_id = l.endpoint_id
