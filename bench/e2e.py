@@ -62,6 +62,8 @@ def seed(url: str, endpoints: int, events: int, receiver_url: str) -> None:
                 enqueue_events(cur, batch)
                 batch = []
         enqueue_events(cur, batch)
+    # VACUUM cannot run in the transaction that the bounded cursor's timeout prefix opens.
+    with db.connection.cursor() as cur:
         cur.execute("VACUUM ANALYZE tidings.messages")
     db.close()
 
