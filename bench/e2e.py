@@ -275,18 +275,20 @@ def main() -> None:
     )
     receiver.start()
     receiver_url = port_queue.get(timeout=30)
+    receiver_pid = receiver.pid
+    assert receiver_pid is not None
     try:
         with server_dsn() as dsn:
             with fresh_database(dsn) as url:
                 seed(url, args.endpoints, args.events, receiver_url)
-                before = CpuClock.read(receiver.pid)
+                before = CpuClock.read(receiver_pid)
                 baseline_per_s = run_baseline(url, args.events)
-                cpu = cpu_per_delivery("baseline", before, CpuClock.read(receiver.pid), args.events)
+                cpu = cpu_per_delivery("baseline", before, CpuClock.read(receiver_pid), args.events)
             with fresh_database(dsn) as url:
                 seed(url, args.endpoints, args.events, receiver_url)
-                before = CpuClock.read(receiver.pid)
+                before = CpuClock.read(receiver_pid)
                 e2e_per_s = run_e2e(url, args.events, args.senders, args.processes, args.timeout)
-                cpu |= cpu_per_delivery("e2e", before, CpuClock.read(receiver.pid), args.events)
+                cpu |= cpu_per_delivery("e2e", before, CpuClock.read(receiver_pid), args.events)
     finally:
         stop.set()
         receiver.join(10)
