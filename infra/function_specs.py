@@ -41,9 +41,11 @@ CLAIMER = FunctionSpec(
 SENDER = FunctionSpec(
     name="sender",
     description="Delivers SQS batches of messages to their endpoints",
-    # An endpoint may be given a timeout of up to 60 s (the API's limit); the records of a batch
-    # go out concurrently, so one slow endpoint plus the database writes must still fit.
-    timeout_s=90,
+    # Beginning a batch (one statement, at most the 30 s statement timeout), its requests (sent
+    # concurrently, each at most the endpoint's timeout: 60 s at most, the API's limit) and
+    # recording them (30 s at most) fit; the sender also caps the requests' timeouts by the time
+    # left, so a slow start cannot push the record past the end of the invocation.
+    timeout_s=120,
     memory_mb=512,
     sends_to_queue=True,
     reaches_endpoints=True,

@@ -34,6 +34,7 @@ from tests.support.receivers import Receiver, running_receiver
 from tests.support.seed import make_endpoint, seed_messages
 from tidings import wiring
 from tidings.dal.connection import Database
+from tidings.local.runtime import SENDER_TIMEOUT_S
 from tidings.observability import metrics
 from tidings.queue import ConsumeResult, OutgoingMessage, SqsQueue, consume_once
 from tidings.sending import webhook_id
@@ -103,7 +104,10 @@ def drain(aws: Aws) -> list[ConsumeResult]:
     results = []
     while (
         result := consume_once(
-            aws.queue, sender_app.handler, queue_arn=aws.queue_arn, context=LambdaContext()
+            aws.queue,
+            sender_app.handler,
+            queue_arn=aws.queue_arn,
+            context=LambdaContext(budget_s=SENDER_TIMEOUT_S),
         )
     ).received:
         results.append(result)
@@ -251,7 +255,10 @@ def test_the_sender_handler_returns_the_whole_batch_when_the_database_is_unreach
         settings=pipeline_settings(), queue=aws.queue, database_factory=unreachable
     ):
         result = consume_once(
-            aws.queue, sender_app.handler, queue_arn=aws.queue_arn, context=LambdaContext()
+            aws.queue,
+            sender_app.handler,
+            queue_arn=aws.queue_arn,
+            context=LambdaContext(budget_s=SENDER_TIMEOUT_S),
         )
 
     assert len(result.received) == 3

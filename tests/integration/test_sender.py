@@ -25,7 +25,7 @@ from tests.support.receivers import Receiver, running_receiver
 from tests.support.seed import TEST_SECRET, make_endpoint, seed_messages
 from tidings.dal.connection import Database
 from tidings.queue import LocalQueue
-from tidings.sending import QueueRecord, Sender, webhook_id
+from tidings.sending import ANSWER_MARGIN_S, QueueRecord, Sender, webhook_id
 from tidings.signing import generate_secret
 
 LEASE_S = 120.0
@@ -523,3 +523,45 @@ def test_cookies_set_by_one_receiver_are_never_sent_back(
 
     assert len(receiver.requests) == 2
     assert all("cookie" not in request.headers for request in receiver.requests)
+
+
+def test_requests_are_cut_short_so_that_the_outcomes_are_recorded_in_time(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    message_id = one_message_to(db, receiver.url("slow/4000"))
+    pipeline.claimer.claim_once()
+    [queued] = pipeline.queue.receive()
+    reserve_ms = pipeline.settings.statement_timeout_ms + ANSWER_MARGIN_S * 1000
+    # 1.5 s left for requests, though the endpoint's own timeout (5 s) would wait for the answer.
+    started = datetime.now(UTC)
+
+    report = pipeline.sender.process(
+        [QueueRecord(queued.message_id, queued.body)], lambda: int(reserve_ms + 1500)
+    )
+
+    assert datetime.now(UTC) - started < timedelta(seconds=3)
+    assert report.retried == 1
+    row = message_row(db, message_id)
+    assert (row["status"], row["attempts"], row["last_error"]) == ("failed", 1, "timeout")
+
+
+def test_with_no_time_left_to_send_the_rows_go_back_to_the_database_unsent(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    message_id = one_message_to(db, receiver.url("ok"))
+    pipeline.claimer.claim_once()
+    [queued] = pipeline.queue.receive()
+    reserve_ms = pipeline.settings.statement_timeout_ms + ANSWER_MARGIN_S * 1000
+
+    report = pipeline.sender.process(
+        [QueueRecord(queued.message_id, queued.body)], lambda: int(reserve_ms + 500)
+    )
+
+    assert receiver.requests == []
+    assert report.failed_record_ids == frozenset()
+    assert report.skipped == 1
+    row = message_row(db, message_id)
+    assert (row["status"], row["attempts"], row["lease_token"]) == ("pending", 0, None)
+    assert seconds_until(row) <= 0
+    # The claimer takes it back at once, and it is delivered.
+    assert pipeline.claim_and_deliver().delivered == 1

@@ -14,7 +14,7 @@ import functools
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -83,6 +83,12 @@ class _Decision:
 # trying the batch again later. Any other database error is a defect and propagates.
 _UNAVAILABLE = (psycopg2.OperationalError, psycopg2.InterfaceError)
 
+# After the last request the invocation still needs time to record the outcomes (a statement
+# bounded by the statement timeout) and to answer: requests get what remains beyond that.
+ANSWER_MARGIN_S = 5.0
+# With less time than this left for requests, none is sent: the rows go back to the database.
+MIN_SEND_BUDGET_S = 1.0
+
 
 class RecordFailed(Exception):
     """Marks an SQS record that must be received again."""
@@ -107,7 +113,13 @@ class Sender:
         self._rng = rng
         self._executor = _shared_executor(settings.sender_concurrency)
 
-    def process(self, records: Sequence[QueueRecord]) -> BatchReport:
+    def process(
+        self,
+        records: Sequence[QueueRecord],
+        remaining_ms: Callable[[], int] | None = None,
+    ) -> BatchReport:
+        """Deliver the batch. ``remaining_ms`` (the invocation's time left) caps every request's
+        timeout, so that the outcomes are recorded before the invocation is cut off."""
         envelopes, poison = _parse(records)
         if not envelopes:
             return BatchReport(failed_record_ids=frozenset(poison))
@@ -129,7 +141,13 @@ class Sender:
         skipped = len(envelopes) - len(jobs)
         if not jobs:
             return BatchReport(failed_record_ids=frozenset(poison), skipped=skipped)
-        attempts = self._send_all(jobs)
+        budget_s = self._send_budget_s(remaining_ms)
+        if budget_s is not None and budget_s < MIN_SEND_BUDGET_S:
+            unsent = self._give_back(jobs, budget_s)
+            return BatchReport(
+                failed_record_ids=frozenset(poison | unsent), skipped=skipped + len(jobs)
+            )
+        attempts = self._send_all(jobs, budget_s)
         decisions = [self._decide(attempt) for attempt in attempts]
         try:
             recorded = self._record(decisions)
@@ -153,17 +171,46 @@ class Sender:
             skipped=skipped,
         )
 
-    def _send_all(self, jobs: Sequence[_Job]) -> list[_Attempt]:
+    def _send_budget_s(self, remaining_ms: Callable[[], int] | None) -> float | None:
+        """Seconds the requests may take, or None when the invocation has no deadline."""
+        if remaining_ms is None:
+            return None
+        reserve_s = self.settings.statement_timeout_ms / 1000 + ANSWER_MARGIN_S
+        return remaining_ms() / 1000 - reserve_s
+
+    def _give_back(self, jobs: Sequence[_Job], budget_s: float) -> set[str]:
+        """Return unsent rows to the database, due at once; the record ids that must instead
+        come back from the queue (their rows could not be released)."""
+        logger.warning(
+            "too little of the invocation left to send; the rows return to the database",
+            extra={
+                "message_ids": sorted(job.row.message_id for job in jobs),
+                "send_budget_s": round(budget_s, 3),
+            },
+        )
+        leases = [job.envelope.lease for job in jobs]
+        try:
+            self.db.run(lambda cur: delivery.release_leases(cur, leases))
+        except _UNAVAILABLE:
+            logger.exception("could not release the leases of unsent rows")
+            return {job.record_id for job in jobs}
+        return set()
+
+    def _send_all(self, jobs: Sequence[_Job], budget_s: float | None) -> list[_Attempt]:
         """Send every job concurrently; attempts come back in the order they finished."""
-        futures: list[Future[_Attempt]] = [self._executor.submit(self._send, job) for job in jobs]
+        futures: list[Future[_Attempt]] = [
+            self._executor.submit(self._send, job, budget_s) for job in jobs
+        ]
         return [future.result() for future in as_completed(futures)]
 
-    def _send(self, job: _Job) -> _Attempt:
+    def _send(self, job: _Job, budget_s: float | None) -> _Attempt:
         attempted_at = datetime.now(UTC)
         body = job.payload.encode("utf-8")
         timeout_s = (
             job.row.timeout_ms / 1000 if job.row.timeout_ms else self.settings.http_timeout_s
         )
+        if budget_s is not None:
+            timeout_s = min(timeout_s, budget_s)
         try:
             headers = signing.webhook_headers(
                 webhook_id(job.row.message_id), int(time.time()), body, job.row.secrets
@@ -435,7 +482,8 @@ def handle_sqs_event(
     if not isinstance(raw_records, list):
         raise ValueError("the event has no Records list; is this an SQS event?")
     report = sender.process(
-        [QueueRecord(record["messageId"], record["body"]) for record in raw_records]
+        [QueueRecord(record["messageId"], record["body"]) for record in raw_records],
+        context.get_remaining_time_in_millis,
     )
 
     def record_handler(record: SQSRecord) -> None:

@@ -40,7 +40,7 @@ TOPIC_NAME = "tidings-alerts"
 MAX_RECEIVE_COUNT = 5
 # What the deployed sender function may run for, and the visibility timeout of its queue as a
 # multiple of it (AWS's advice for queues that trigger functions), as the stack sets them.
-SENDER_TIMEOUT_S = 90.0
+SENDER_TIMEOUT_S = 120.0
 VISIBILITY_TIMEOUT_FACTOR = 6
 QUEUE_VISIBILITY_TIMEOUT_S = VISIBILITY_TIMEOUT_FACTOR * SENDER_TIMEOUT_S
 _IDLE_WAIT_S = 0.05
