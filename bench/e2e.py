@@ -134,7 +134,7 @@ def cpu_per_delivery(
     }
 
 
-def runtime_process(url: str, senders: int, ready: Any, stop: Any) -> None:
+def runtime_process(url: str, senders: int, stop: Any) -> None:
     """One dev runtime (claimer, local queue, senders) until ``stop`` is set."""
     from tidings.observability import logger
 
@@ -152,24 +152,19 @@ def runtime_process(url: str, senders: int, ready: Any, stop: Any) -> None:
         ),
     )
     runtime.start()
-    ready.set()
     stop.wait()
     runtime.stop()
 
 
-def run_e2e(url: str, events: int, senders: int, processes: int, timeout_s: float) -> float:
-    """Rows delivered per second by ``processes`` dev runtimes sharing the database (claimers
-    may overlap safely), timed from their start to the last row delivered."""
+def run_e2e(url: str, events: int, senders: int, timeout_s: float) -> float:
+    """Rows delivered per second by a dev runtime in its own process, timed from its start to
+    the last row delivered."""
     context = multiprocessing.get_context("fork")
     stop = context.Event()
-    ready = [context.Event() for _ in range(processes)]
     db = Database(url)
     started = time.perf_counter()
-    workers = [
-        context.Process(target=runtime_process, args=(url, senders, flag, stop)) for flag in ready
-    ]
-    for worker in workers:
-        worker.start()
+    runtime = context.Process(target=runtime_process, args=(url, senders, stop))
+    runtime.start()
     try:
         deadline = started + timeout_s
         while unfinished(db):
@@ -179,8 +174,7 @@ def run_e2e(url: str, events: int, senders: int, processes: int, timeout_s: floa
         elapsed = time.perf_counter() - started
     finally:
         stop.set()
-        for worker in workers:
-            worker.join(120)
+        runtime.join(120)
     done = delivered(db)
     db.close()
     if done != events:
@@ -246,15 +240,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--endpoints", type=int, default=4)
-    parser.add_argument(
-        "--senders", type=int, default=8, help="sender environments per runtime process"
-    )
-    parser.add_argument(
-        "--processes",
-        type=int,
-        default=1,
-        help="dev runtimes sharing the database, each a process (default 1)",
-    )
+    parser.add_argument("--senders", type=int, default=8, help="sender environments")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument(
         "--receiver-latency-ms",
@@ -287,7 +273,7 @@ def main() -> None:
             with fresh_database(dsn) as url:
                 seed(url, args.endpoints, args.events, receiver_url)
                 before = CpuClock.read(receiver_pid)
-                e2e_per_s = run_e2e(url, args.events, args.senders, args.processes, args.timeout)
+                e2e_per_s = run_e2e(url, args.events, args.senders, args.timeout)
                 cpu |= cpu_per_delivery("e2e", before, CpuClock.read(receiver_pid), args.events)
     finally:
         stop.set()
@@ -295,7 +281,6 @@ def main() -> None:
     result: dict[str, Any] = {
         "events": args.events,
         "senders": args.senders,
-        "processes": args.processes,
         "receiver_latency_ms": args.receiver_latency_ms,
         "cores": os.cpu_count(),
         **cpu,
