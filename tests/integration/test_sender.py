@@ -528,7 +528,8 @@ def test_cookies_set_by_one_receiver_are_never_sent_back(
 def test_requests_are_cut_short_so_that_the_outcomes_are_recorded_in_time(
     db: Database, pipeline: Pipeline, receiver: Receiver
 ) -> None:
-    message_id = one_message_to(db, receiver.url("slow/4000"))
+    one_message_to(db, receiver.url("slow/4000"))
+    message_id = only_message_id(db)
     pipeline.claimer.claim_once()
     [queued] = pipeline.queue.receive()
     reserve_ms = pipeline.settings.statement_timeout_ms + ANSWER_MARGIN_S * 1000
@@ -548,7 +549,8 @@ def test_requests_are_cut_short_so_that_the_outcomes_are_recorded_in_time(
 def test_with_no_time_left_to_send_the_rows_go_back_to_the_database_unsent(
     db: Database, pipeline: Pipeline, receiver: Receiver
 ) -> None:
-    message_id = one_message_to(db, receiver.url("ok"))
+    one_message_to(db, receiver.url("ok"))
+    message_id = only_message_id(db)
     pipeline.claimer.claim_once()
     [queued] = pipeline.queue.receive()
     reserve_ms = pipeline.settings.statement_timeout_ms + ANSWER_MARGIN_S * 1000
@@ -565,3 +567,28 @@ def test_with_no_time_left_to_send_the_rows_go_back_to_the_database_unsent(
     assert seconds_until(row) <= 0
     # The claimer takes it back at once, and it is delivered.
     assert pipeline.claim_and_deliver().delivered == 1
+
+
+def test_a_secret_that_cannot_sign_dead_letters_at_once_without_counting_against_the_circuit(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    endpoint_id = one_message_to(db, receiver.url("ok"))
+    with db.cursor() as cur:
+        # Written around the API, which would refuse it: not base64.
+        cur.execute(
+            "UPDATE tidings.endpoints SET secret = 'whsec_not*base64' WHERE id = %s",
+            (endpoint_id,),
+        )
+
+    report = pipeline.claim_and_deliver()
+
+    assert report.dead_lettered == 1
+    assert receiver.requests == []
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["attempts"], row["last_error"]) == (
+        "dead_letter",
+        1,
+        "signing_failed",
+    )
+    health = health_row(db, endpoint_id)
+    assert (health["state"], health["consecutive_failures"]) == ("closed", 0)

@@ -142,6 +142,7 @@ def test_garbage_retry_after_leaves_backoff_in_charge() -> None:
         (AttemptError.OTHER, VerdictKind.RETRY, "other"),
         (AttemptError.BLOCKED_ADDRESS, VerdictKind.PERMANENT, "blocked_address"),
         (AttemptError.INVALID_URL, VerdictKind.PERMANENT, "invalid_url"),
+        (AttemptError.SIGNING_FAILED, VerdictKind.PERMANENT, "signing_failed"),
     ],
 )
 def test_transport_errors(error: AttemptError, kind: VerdictKind, reason: str) -> None:

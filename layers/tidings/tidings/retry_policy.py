@@ -21,6 +21,8 @@ class AttemptError(enum.Enum):
     TLS = "tls"
     BLOCKED_ADDRESS = "blocked_address"
     INVALID_URL = "invalid_url"
+    # The endpoint's stored secret cannot sign (it was written around the API): nothing was sent.
+    SIGNING_FAILED = "signing_failed"
     OTHER = "other"
 
 
@@ -59,8 +61,11 @@ class NextStep:
 # Failures of the receiver's own making that may pass: timeouts, early data, rate limits.
 _RETRYABLE_4XX = frozenset({408, 425, 429})
 _RETRY_AFTER_STATUSES = frozenset({429, 503})
-# The request itself can never succeed, so retrying only burns attempts.
-_PERMANENT_ERRORS = frozenset({AttemptError.BLOCKED_ADDRESS, AttemptError.INVALID_URL})
+# The request itself can never succeed, so retrying only burns attempts; fixing the endpoint
+# (its URL, its secret) and replaying is the way out.
+_PERMANENT_ERRORS = frozenset(
+    {AttemptError.BLOCKED_ADDRESS, AttemptError.INVALID_URL, AttemptError.SIGNING_FAILED}
+)
 
 
 def parse_retry_after(value: str | None, now: datetime) -> float | None:

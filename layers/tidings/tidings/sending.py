@@ -221,7 +221,7 @@ class Sender:
                 "cannot sign the delivery",
                 extra={"message_id": job.row.message_id, "endpoint_id": job.row.endpoint_id},
             )
-            failure = HttpResult(None, AttemptError.OTHER, 0, detail="signing failed")
+            failure = HttpResult(None, AttemptError.SIGNING_FAILED, 0, detail="signing failed")
             return _Attempt(job, attempted_at, failure)
         return _Attempt(
             job, attempted_at, self.transport.post(job.row.url, body, headers, timeout_s)
