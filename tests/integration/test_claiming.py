@@ -293,9 +293,13 @@ def test_outcomes_written_twice_count_once(db: Database) -> None:
         for r in rows
     ]
     summary = [delivery.HealthSummary(endpoint_id, False, 2, None, now)]
+    results = []
     for _ in range(2):  # as after a connection lost once the first write had committed
         with db.cursor() as cur:
-            delivery.record_outcomes(cur, outcomes, summary, **COOLDOWNS)
+            results.append(delivery.record_outcomes(cur, outcomes, summary, **COOLDOWNS))
+    # The second run reports the rows as written too: its caller never saw the first answer
+    # and must still send their retry messages.
+    assert results[0].written_ids == results[1].written_ids == {r.message_id for r in rows}
     with db.cursor() as cur:
         cur.execute("SELECT count(*) FROM tidings.attempts")
         assert cur.fetchone() == (2,)

@@ -204,7 +204,8 @@ ORDER BY v.id;
 -- endpoint order so that concurrent senders cannot deadlock; endpoints that answered 410 disabled.
 -- Safe to send again after a lost connection: attempts already logged are not logged twice and
 -- their endpoints' circuits are not counted twice (health summaries given without any outcome
--- are always applied).
+-- are always applied), and the rows an earlier run of the same outcomes wrote are returned as
+-- written again, so the caller still sends their retry messages.
 -- Returns the rows written, the circuit transitions and the endpoints disabled.
 WITH outcome AS (
     -- One JSON document rather than a dozen arrays: far cheaper to build and to parse.
@@ -236,6 +237,16 @@ written AS (
       -- none and choose a plan that is slow when there are many.
       AND m.status <> 'failed'
     RETURNING m.id
+),
+recorded_before AS (
+    -- This very attempt is already logged (attempted_at is the sender's own clock reading):
+    -- an earlier run of this statement committed, and its answer was lost with the connection.
+    SELECT o.id
+    FROM outcome o
+    WHERE EXISTS (SELECT 1 FROM tidings.attempts a
+                  WHERE a.message_id = o.id
+                    AND a.attempted_at = o.attempted_at
+                    AND a.attempt_number = o.attempt_number)
 ),
 logged AS (
     INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, attempted_at,
@@ -315,7 +326,8 @@ disabled AS (
     WHERE e.id = d.id AND e.enabled
     RETURNING e.id
 )
-SELECT (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM written) AS written_ids,
+SELECT (SELECT coalesce(array_agg(id ORDER BY id), '{}')
+        FROM (SELECT id FROM written UNION SELECT id FROM recorded_before) w) AS written_ids,
        (SELECT coalesce(json_agg(json_build_object(
                     'endpoint_id', h.endpoint_id, 'from', b.state, 'to', h.state,
                     'cooldown_s', h.cooldown_s) ORDER BY h.endpoint_id), '[]')
