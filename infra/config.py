@@ -15,8 +15,6 @@ from typing import Any
 from constructs import Node
 
 _SCHEDULE = re.compile(r"^(rate\(\d+ (minute|minutes|hour|hours|day|days)\)|cron\(.+\))$")
-_RATE = re.compile(r"^rate\((\d+) (minute|hour|day)s?\)$")
-_UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9]*\.[a-z0-9]+$")
 _SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
@@ -67,14 +65,6 @@ class StageConfig:
     @property
     def stack_name(self) -> str:
         return f"Tidings-{self.stage}"
-
-
-def rate_seconds(expression: str) -> int | None:
-    """The period of a ``rate(...)`` schedule in seconds; None for a ``cron(...)`` one."""
-    match = _RATE.match(expression)
-    if match is None:
-        return None
-    return int(match[1]) * _UNIT_SECONDS[match[2]]
 
 
 def stage_config_from_node(node: Node) -> StageConfig:

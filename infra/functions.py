@@ -22,9 +22,9 @@ from constructs import Construct
 
 from infra.build_layers import BuiltLayers, LambdaPlatform
 from infra.common import acknowledge, log_retention
-from infra.config import StageConfig, rate_seconds
+from infra.config import StageConfig
 from infra.database import DATABASE_NAME, Database
-from infra.function_specs import DEAD_LETTER_REPORT, FUNCTION_SPECS, FunctionSpec
+from infra.function_specs import FUNCTION_SPECS, FunctionSpec
 
 FUNCTIONS_ROOT = Path(__file__).resolve().parent.parent / "functions"
 HANDLER = "app.handler"
@@ -221,9 +221,4 @@ class Functions(Construct):
             environment["TIDINGS_ALERTS_TOPIC_ARN"] = self._topic.topic_arn
         if spec.reaches_endpoints:
             environment["TIDINGS_HTTP_TIMEOUT_S"] = str(self._config.http_timeout_s)
-        if spec is DEAD_LETTER_REPORT:
-            # Each report covers the time since the previous one.
-            period = rate_seconds(self._config.schedules[spec.name])
-            if period is not None:
-                environment["TIDINGS_DEAD_LETTER_REPORT_WINDOW_S"] = str(period)
         return environment

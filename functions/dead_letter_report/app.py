@@ -1,5 +1,5 @@
-"""Hourly: the dead-letter report of the last window, per endpoint with its pattern and the
-action to take, published to SNS (nothing is sent when nothing was dead-lettered)."""
+"""Hourly: the dead letters no report has named yet, per endpoint with its pattern and the action
+to take, published to SNS and then marked reported (nothing is sent when there are none)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from tidings import wiring
-from tidings.dead_letter_report import PatternRules, build_report, publish_report
+from tidings.dead_letter_report import run_report
 from tidings.observability import logger, metrics, tracer
 
 
@@ -16,15 +16,19 @@ from tidings.observability import logger, metrics, tracer
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    settings = wiring.settings()
-    rules = PatternRules.from_settings(settings)
-    report = wiring.database().run(
-        lambda cur: build_report(cur, settings.dead_letter_report_window_s, rules=rules)
-    )
-    message_id = publish_report(wiring.notifier(), report)
+    run = run_report(wiring.database(), wiring.notifier(), wiring.settings())
+    report = run.report
     metrics.add_metric(name="DeadLettersReported", unit=MetricUnit.Count, value=report.total)
+    metrics.add_metric(
+        name="DeadLettersAwaitingReport", unit=MetricUnit.Count, value=report.waiting or 0
+    )
     logger.info(
         "dead-letter report",
-        extra={"total": report.total, "endpoints": len(report.endpoints), "sent": bool(message_id)},
+        extra={
+            "total": report.total,
+            "endpoints": len(report.endpoints),
+            "waiting": report.waiting,
+            "sent": bool(run.message_id),
+        },
     )
-    return {"message_id": message_id, "report": report.to_dict()}
+    return {"message_id": run.message_id, "report": report.to_dict()}

@@ -15,7 +15,7 @@ from infra.build_layers import (
     build_tidings_layer,
     runtime_requirements,
 )
-from infra.config import StageConfigError, rate_seconds, stage_config
+from infra.config import StageConfigError, stage_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,18 +124,3 @@ def test_the_app_refuses_a_context_argument_without_a_value(
         main(["-c", "stage"])
     assert exit_info.value.code == 2
     assert "context 'stage' is not KEY=VALUE" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    ("expression", "seconds"),
-    [
-        ("rate(1 minute)", 60),
-        ("rate(5 minutes)", 300),
-        ("rate(1 hour)", 3600),
-        ("rate(6 hours)", 21600),
-        ("rate(1 day)", 86400),
-        ("cron(0 * * * ? *)", None),
-    ],
-)
-def test_rate_seconds(expression: str, seconds: int | None) -> None:
-    assert rate_seconds(expression) == seconds

@@ -120,6 +120,7 @@ def make_messages(
     created_at: datetime | None = None,
     delivered_at: datetime | None = None,
     dead_lettered_at: datetime | None = None,
+    dead_letter_reported_at: datetime | None = None,
     attempts: int = 0,
     last_error: str | None = None,
     last_status_code: int | None = None,
@@ -135,11 +136,13 @@ def make_messages(
             RETURNING id
         )
         INSERT INTO tidings.messages (event_ref, endpoint_id, event_type, status, attempts,
-                                      created_at, delivered_at, dead_lettered_at, last_error,
-                                      last_status_code, lease_token)
+                                      created_at, delivered_at, dead_lettered_at,
+                                      dead_letter_reported_at, last_error, last_status_code,
+                                      lease_token)
         SELECT ev.id, %(endpoint_id)s, 'test.event', %(status)s::tidings.message_status,
                %(attempts)s, coalesce(%(created_at)s, now()), %(delivered_at)s,
-               %(dead_lettered_at)s, %(last_error)s, %(last_status_code)s,
+               %(dead_lettered_at)s, %(dead_letter_reported_at)s, %(last_error)s,
+               %(last_status_code)s,
                CASE WHEN %(status)s = 'in_flight' THEN gen_random_uuid() END
         FROM ev
         RETURNING id
@@ -151,6 +154,7 @@ def make_messages(
             "created_at": created_at,
             "delivered_at": delivered_at,
             "dead_lettered_at": dead_lettered_at,
+            "dead_letter_reported_at": dead_letter_reported_at,
             "attempts": attempts,
             "last_error": last_error,
             "last_status_code": last_status_code,

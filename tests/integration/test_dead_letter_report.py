@@ -1,5 +1,6 @@
 """The dead-letter report: each pattern recognised from crafted data, published readable and as
-JSON, nothing sent when nothing was dead-lettered."""
+JSON, nothing sent when nothing was dead-lettered. (How the scheduled runs claim what they report
+is tested in test_dead_letter_report_runs.py.)"""
 
 from __future__ import annotations
 
@@ -154,7 +155,9 @@ def test_published_report_is_readable_and_carries_json(db: Database, inbox: SnsI
     assert publish_report(SnsNotifier(inbox.topic_arn), report) is not None
 
     (notification,) = inbox.read()
-    assert notification["Subject"] == "[Tidings] 2 dead letters on 1 endpoint in the last 1 h"
+    assert notification["Subject"] == (
+        "[Tidings] 2 dead letters on 1 endpoint since 2026-11-29 11:00 UTC"
+    )
     text, marker, structured = notification["Message"].partition(f"\n\n{JSON_MARKER}\n")
     assert marker
     assert (
@@ -182,12 +185,13 @@ def test_nothing_is_sent_when_nothing_was_dead_lettered(db: Database, inbox: Sns
     assert inbox.read() == []
 
 
-def test_handler_reports_the_last_hour(database_url: str, inbox: SnsInbox) -> None:
+def test_handler_reports_each_dead_letter_once(database_url: str, inbox: SnsInbox) -> None:
     db = Database(database_url)
     with db.cursor() as cur:
         endpoint = make_endpoint(cur)
+    # Dead-lettered long before the run: no window decides what is reported.
     dead_letters(
-        db, endpoint, [datetime.now(UTC) - timedelta(minutes=3)], error="http_429", status=429
+        db, endpoint, [datetime.now(UTC) - timedelta(hours=5)], error="http_429", status=429
     )
     db.close()
     app = load_handler("dead_letter_report")
@@ -197,7 +201,10 @@ def test_handler_reports_the_last_hour(database_url: str, inbox: SnsInbox) -> No
         database_factory=lambda: Database(database_url),
     ):
         result = app.handler({}, LambdaContext())
+        again = app.handler({}, LambdaContext())
     assert result["message_id"]
     assert result["report"]["endpoints"][0]["pattern"] == "rate_limited"
+    assert (result["report"]["total"], result["report"]["waiting"]) == (1, 0)
+    assert again["message_id"] is None and again["report"]["total"] == 0
     (notification,) = inbox.read()
-    assert notification["Subject"].startswith("[Tidings] 1 dead letter on 1 endpoint")
+    assert notification["Subject"].startswith("[Tidings] 1 dead letter on 1 endpoint since ")

@@ -103,6 +103,12 @@ def test_dead_letters_report_and_replay(cli: Any, db: Database) -> None:
     assert "3 dead letter(s)" in out and "http://127.0.0.1:9/hook" in out and "What to do" in out
     code, out, _ = cli("dead-letters", "--json")
     assert _json(out)["total"] == 3
+    with db.cursor() as cur:
+        # A view: the scheduled report still has all three to report.
+        cur.execute(
+            "SELECT count(*) FROM tidings.messages WHERE dead_letter_reported_at IS NOT NULL"
+        )
+        assert cur.fetchone() == (0,)
 
     code, out, _ = cli("status", "--json")
     status = _json(out)

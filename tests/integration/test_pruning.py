@@ -18,6 +18,8 @@ from tests.support.seed import make_endpoint
 from tidings import wiring
 from tidings.config import Settings
 from tidings.dal.connection import Database
+from tidings.dead_letter_report import run_report
+from tidings.notify import MemoryNotifier
 from tidings.pruning import prune
 
 SETTINGS = Settings()
@@ -131,10 +133,24 @@ def test_messages_past_their_retention_go_in_batches_with_their_events(db: Datab
             cur, a, 2, status="delivered", delivered_at=now - timedelta(days=6, hours=23)
         )
         make_messages(
-            cur, a, 3, status="dead_letter", dead_lettered_at=now - timedelta(days=30, minutes=1)
+            cur,
+            a,
+            3,
+            status="dead_letter",
+            dead_lettered_at=now - timedelta(days=30, minutes=1),
+            dead_letter_reported_at=now - timedelta(days=30),
         )
         new_dead = make_messages(
-            cur, a, 2, status="dead_letter", dead_lettered_at=now - timedelta(days=29)
+            cur,
+            a,
+            2,
+            status="dead_letter",
+            dead_lettered_at=now - timedelta(days=29),
+            dead_letter_reported_at=now - timedelta(days=29),
+        )
+        # No report has named this one yet: it stays until one has, however old.
+        unreported_dead = make_messages(
+            cur, a, 1, status="dead_letter", dead_lettered_at=now - timedelta(days=40)
         )
         # Undelivered rows are never pruned, however old.
         waiting = make_messages(cur, a, 2, status="failed", created_at=now - timedelta(days=60))
@@ -162,8 +178,26 @@ def test_messages_past_their_retention_go_in_batches_with_their_events(db: Datab
             " (SELECT 1 FROM tidings.messages m WHERE m.event_ref = ev.id)"
         )
         orphans = cur.fetchone()
-    assert left == sorted(new_delivered + new_dead + waiting + [shared])
+    assert left == sorted(new_delivered + new_dead + unreported_dead + waiting + [shared])
     assert orphans == (0,)
+
+
+def test_a_dead_letter_goes_only_after_a_report_named_it(db: Database) -> None:
+    now = datetime.now(UTC)
+    with db.cursor() as cur:
+        endpoint = make_endpoint(cur)
+        (old,) = make_messages(
+            cur, endpoint, 1, status="dead_letter", dead_lettered_at=now - timedelta(days=31)
+        )
+    assert prune(db, SETTINGS, now).dead_letters_deleted == 0
+
+    run = run_report(db, MemoryNotifier(), SETTINGS)
+    assert run.report.total == 1
+
+    assert prune(db, SETTINGS, now).dead_letters_deleted == 1
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM tidings.messages WHERE id = %s", (old,))
+        assert cur.fetchone() == (0,)
 
 
 def test_batches_are_bounded_per_run(db: Database) -> None:

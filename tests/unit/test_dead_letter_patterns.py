@@ -74,4 +74,6 @@ def test_a_large_report_lists_the_largest_endpoints_and_counts_the_rest() -> Non
     assert "...and 6 dead letter(s) on 3 more endpoint(s), not listed." in message
     assert message.count("Endpoint ") == MAX_ENDPOINTS_PER_MESSAGE
     assert JSON_MARKER in message
-    assert report.subject() == "[Tidings] 206 dead letters on 103 endpoints in the last 1 h"
+    assert (
+        report.subject() == "[Tidings] 206 dead letters on 103 endpoints since 2026-11-29 11:00 UTC"
+    )

@@ -91,8 +91,11 @@ class Settings:
     percentiles_rollup_margin_s: float = 300.0
     # The period whose delivered/failed counts and delivery latency the health summary shows.
     health_recent_s: float = 3600.0
-    # Dead-letter report: the period each report covers (the job's schedule) and its pattern rules.
+    # Dead-letter report: the window the operator's view (tidings dead-letters) shows by default,
+    # the most dead letters one scheduled report claims (the rest wait for the next run, so its
+    # transaction stays short), and the pattern rules.
     dead_letter_report_window_s: float = 3600.0
+    dead_letter_report_max_rows: int = 10_000
     dead_letter_outage_min_count: int = 5
     dead_letter_outage_span_s: float = 900.0
     dead_letter_pattern_share: float = 0.5
@@ -139,6 +142,7 @@ class Settings:
             "latency_window_s",
             "health_recent_s",
             "dead_letter_report_window_s",
+            "dead_letter_report_max_rows",
             "dead_letter_outage_min_count",
             "attempt_partitions_ahead_days",
             "prune_max_batches",

@@ -1,15 +1,29 @@
-"""The dead-letter report: per endpoint, what was dead-lettered in a window, the pattern it
-matches and what to do about it.
+"""The dead-letter report: per endpoint, the dead letters, the pattern they match and what to
+do about it.
+
+Two ways to build it:
+- ``run_report`` (the scheduled job) reports every dead letter once: in one transaction it claims
+  the dead letters no report has named yet (marking them reported), publishes the report, and
+  commits only after the publish succeeded. What is reported does not depend on when the runs
+  happen or when the transactions that made the dead letters committed: a late or failed run
+  leaves the dead letters for the next one. A failed publish rolls the claim back (at least once);
+  a publish whose commit then fails is reported again by the next run (a duplicate, never a gap).
+- ``build_report`` (the operator's view, ``tidings dead-letters``) reads the dead letters of a
+  time window and marks nothing.
 
 Patterns, checked in this order (``share`` of an endpoint's dead letters, default one half):
 - credentials changed: that share or more were refused with 401/403;
 - rate limited: that share or more were refused with 429;
 - outage cluster: at least ``outage_min_count`` dead letters within ``outage_span_s``;
-- slow accumulation: anything else, a few spread over the window.
+- slow accumulation: anything else, a few spread over time.
+They look only at an endpoint's own dead letters in the report (counts and the span from its
+first to its last), never at the window's or the run's length, so they mean the same in a view
+of any window and in a scheduled report that catches up on a backlog.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 from collections.abc import Sequence
@@ -19,9 +33,10 @@ from typing import Any
 
 from tidings.config import Settings
 from tidings.dal import reports
-from tidings.dal.connection import Cursor
+from tidings.dal.connection import Cursor, Database
 from tidings.dal.reports import DeadLetterStats
 from tidings.notify import Notifier
+from tidings.observability import logger
 from tidings.ssrf import display_origin
 
 
@@ -126,11 +141,18 @@ class EndpointDeadLetters:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetterReport:
-    """The dead letters of (``since``, ``until``], per endpoint, largest first."""
+    """Dead letters per endpoint, largest first.
+
+    In the operator's view, those of the window (``since``, ``until``]. In the scheduled report,
+    those it claimed, ``since`` and ``until`` being the earliest and latest time one of them was
+    dead-lettered, and ``waiting`` the dead letters left unreported for the next report (None
+    in the view, which does not report anything).
+    """
 
     since: datetime
     until: datetime
     endpoints: tuple[EndpointDeadLetters, ...]
+    waiting: int | None = None
 
     @property
     def total(self) -> int:
@@ -141,11 +163,11 @@ class DeadLetterReport:
         return not self.endpoints
 
     def subject(self) -> str:
-        hours = (self.until - self.since).total_seconds() / 3600
         count = len(self.endpoints)
+        since = self.since.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
         return (
             f"[Tidings] {self.total} dead letter{'s' * (self.total != 1)} on {count} "
-            f"endpoint{'s' * (count != 1)} in the last {hours:g} h"
+            f"endpoint{'s' * (count != 1)} since {since} UTC"
         )
 
     def to_text(self) -> str:
@@ -153,6 +175,8 @@ class DeadLetterReport:
             f"Dead letters from {self.since.isoformat()} to {self.until.isoformat()}: "
             f"{self.total} on {len(self.endpoints)} endpoint(s)."
         ]
+        if self.waiting:
+            lines.append(f"{self.waiting} more dead letter(s) wait for the next report.")
         if self.is_empty:
             lines.append("Nothing was dead-lettered.")
         for e in self.endpoints:
@@ -171,12 +195,15 @@ class DeadLetterReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "since": self.since.isoformat(),
             "until": self.until.isoformat(),
             "total": self.total,
             "endpoints": [e.to_dict() for e in self.endpoints],
         }
+        if self.waiting is not None:
+            data["waiting"] = self.waiting
+        return data
 
 
 def build_report(
@@ -186,7 +213,8 @@ def build_report(
     *,
     rules: PatternRules | None = None,
 ) -> DeadLetterReport:
-    """The report of the dead letters of the ``window_s`` seconds before ``now``."""
+    """The operator's view: the dead letters of the ``window_s`` seconds before ``now``, whether
+    reported or not. Reads only; marks nothing reported."""
     if window_s <= 0:
         raise ValueError(f"the report window must be positive, got {window_s} s")
     until = now or datetime.now(UTC)
@@ -212,9 +240,7 @@ MAX_ENDPOINTS_PER_MESSAGE = 100
 
 def report_message(report: DeadLetterReport) -> str:
     """The SNS message: the readable report, then the marker line and the report as JSON."""
-    shown = DeadLetterReport(
-        report.since, report.until, report.endpoints[:MAX_ENDPOINTS_PER_MESSAGE]
-    )
+    shown = dataclasses.replace(report, endpoints=report.endpoints[:MAX_ENDPOINTS_PER_MESSAGE])
     omitted = report.endpoints[MAX_ENDPOINTS_PER_MESSAGE:]
     text = shown.to_text()
     structured = shown.to_dict()
@@ -237,3 +263,75 @@ def publish_report(notifier: Notifier, report: DeadLetterReport) -> str | None:
         report_message(report),
         {"kind": "dead_letter_report", "total": str(report.total)},
     )
+
+
+def claimed_report(
+    stats: Sequence[DeadLetterStats], *, rules: PatternRules, waiting: int, now: datetime
+) -> DeadLetterReport:
+    """The scheduled report of the claimed dead letters: from the earliest to the latest time one
+    of them was dead-lettered (``now`` to ``now`` when nothing was claimed)."""
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    if waiting < 0:
+        raise ValueError(f"waiting must be >= 0, got {waiting}")
+    return DeadLetterReport(
+        since=min((s.first_at for s in stats), default=now),
+        until=max((s.last_at for s in stats), default=now),
+        endpoints=tuple(EndpointDeadLetters(s, classify(s, rules)) for s in stats),
+        waiting=waiting,
+    )
+
+
+def claim_report(
+    cur: Cursor, *, max_rows: int, rules: PatternRules, now: datetime | None = None
+) -> DeadLetterReport:
+    """Claim up to ``max_rows`` unreported dead letters (oldest first) and build their report.
+    The claim holds only if the caller's transaction commits."""
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be positive, got {max_rows}")
+    stats = reports.claim_dead_letters_for_report(cur, max_rows=max_rows)
+    # Only a full claim can have left dead letters behind. (Those a concurrent run holds, or
+    # committed since the claim, are not "waiting" in that sense: they are being reported, or
+    # simply belong to the next report.)
+    full = sum(s.dead_letters for s in stats) >= max_rows
+    waiting = reports.count_unreported_dead_letters(cur) if full else 0
+    return claimed_report(stats, rules=rules, waiting=waiting, now=now or datetime.now(UTC))
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRun:
+    report: DeadLetterReport
+    # None when nothing was unreported, so nothing was sent.
+    message_id: str | None
+
+
+def run_report(db: Database, notifier: Notifier, settings: Settings) -> ReportRun:
+    """The scheduled run: claim, publish, then commit, in one transaction.
+
+    The publish is the last step before the commit, so a claim is committed only once its report
+    is out, and a failed publish rolls it back. ``Database.run`` repeats the whole transaction
+    after a deadlock, a serialization failure or a connection lost before the commit; what a
+    rolled-back attempt had claimed is unreported again, for the repeat or a later run, so a
+    repeat can send a report twice but never drops a dead letter. A connection lost during the
+    commit is not repeated: the error surfaces, and if the commit did not happen the next run
+    reports the same dead letters again. Either way a dead letter is reported at least once.
+    (The publish must end within the idle-in-transaction timeout, or the server ends the
+    session and the commit fails: a duplicate, not a gap.)
+    """
+    rules = PatternRules.from_settings(settings)
+    sent: list[str] = []
+
+    def claim_and_publish(cur: Cursor) -> ReportRun:
+        if sent:
+            logger.warning(
+                "dead-letter report: repeating a transaction whose report was published; "
+                "its dead letters are reported twice",
+                extra={"published": sent},
+            )
+        report = claim_report(cur, max_rows=settings.dead_letter_report_max_rows, rules=rules)
+        message_id = publish_report(notifier, report)
+        if message_id is not None:
+            sent.append(message_id)
+        return ReportRun(report, message_id)
+
+    return db.run(claim_and_publish, transaction=True)

@@ -1,4 +1,5 @@
-"""``tidings dead-letters``: the dead-letter report, per endpoint, with the action to take."""
+"""``tidings dead-letters``: the dead letters of a time window, per endpoint, with the action to
+take. A read-only view: it marks nothing, so the scheduled report still names each dead letter."""
 
 from __future__ import annotations
 

@@ -127,3 +127,17 @@ def unclaim_alert(cur: Cursor, *, alert_key: str, firing: bool) -> None:
 def dead_letter_stats(cur: Cursor, *, since: datetime, now: datetime) -> list[DeadLetterStats]:
     cur.execute(sql("dead_letter_stats"), {"since": since, "now": now})
     return [DeadLetterStats(**row) for row in fetch_dicts(cur)]
+
+
+def claim_dead_letters_for_report(cur: Cursor, *, max_rows: int) -> list[DeadLetterStats]:
+    """Mark up to ``max_rows`` unreported dead letters (oldest first) reported, and return them
+    per endpoint. Only inside the transaction that publishes the report: see the query."""
+    cur.execute(sql("claim_dead_letters_for_report"), {"max_rows": max_rows})
+    return [DeadLetterStats(**row) for row in fetch_dicts(cur)]
+
+
+def count_unreported_dead_letters(cur: Cursor) -> int:
+    cur.execute(sql("count_unreported_dead_letters"))
+    row = cur.fetchone()
+    assert row is not None
+    return int(row[0])

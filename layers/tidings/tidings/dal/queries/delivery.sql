@@ -223,6 +223,8 @@ written AS (
         attempts = m.attempts + 1,
         delivered_at = CASE WHEN o.outcome = 'delivered' THEN now() END,
         dead_lettered_at = CASE WHEN o.outcome = 'dead_letter' THEN now() END,
+        -- A new dead letter is one the scheduled report has yet to report.
+        dead_letter_reported_at = NULL,
         next_attempt_at = CASE WHEN o.outcome = 'retry' THEN o.retry_at ELSE m.next_attempt_at END,
         lease_token = CASE WHEN o.outcome = 'retry' AND o.keep_lease THEN m.lease_token END,
         last_error = o.error_class,

@@ -102,8 +102,8 @@ WITH deleted AS (
 ),
 abandoned AS (
     UPDATE tidings.messages m
-    SET status = 'dead_letter', dead_lettered_at = now(), lease_token = NULL,
-        last_error = 'endpoint deleted'
+    SET status = 'dead_letter', dead_lettered_at = now(), dead_letter_reported_at = NULL,
+        lease_token = NULL, last_error = 'endpoint deleted'
     FROM deleted d
     WHERE m.endpoint_id = d.id AND m.status IN ('pending', 'failed', 'in_flight')
 )

@@ -362,11 +362,13 @@ SELECT (SELECT count(*) FROM gone) AS messages, (SELECT count(*) FROM orphaned) 
 
 -- name: prune_dead_letters
 -- Deletes up to batch_size dead letters older than cutoff (skipping rows another session holds)
--- and the events left without any message; returns how many of each went.
+-- and the events left without any message; returns how many of each went. A dead letter the
+-- scheduled report has not reported yet is kept, however old, until a report has named it.
 WITH doomed AS (
     SELECT id
     FROM tidings.messages
     WHERE status = 'dead_letter' AND dead_lettered_at < %(cutoff)s
+      AND dead_letter_reported_at IS NOT NULL
     ORDER BY dead_lettered_at
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED
@@ -395,7 +397,8 @@ SELECT (SELECT count(*) FROM gone) AS messages, (SELECT count(*) FROM orphaned) 
 -- transaction committed after the endpoint was deleted. Rows a sender holds under a live lease
 -- are left to it (the circuit gate holds them back at once).
 UPDATE tidings.messages m
-SET status = 'dead_letter', dead_lettered_at = now(), lease_token = NULL,
+SET status = 'dead_letter', dead_lettered_at = now(), dead_letter_reported_at = NULL,
+    lease_token = NULL,
     last_error = CASE WHEN u.deleted_at IS NOT NULL THEN 'endpoint deleted'
                       ELSE 'endpoint disabled: ' || coalesce(u.disabled_reason, 'no reason given')
                  END

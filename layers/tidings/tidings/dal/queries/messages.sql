@@ -33,7 +33,8 @@ LIMIT %(limit)s + 1
 -- name: replay_dead_letters
 -- Puts up to batch_size dead letters that match every given filter (message ids, endpoint,
 -- dead-lettered time range; NULL means no filter) back to pending, due now, with the attempt
--- count reset; their attempts rows stay. Endpoints that are deleted are skipped. Rows are taken
+-- count reset and no report mark (should one die again, the scheduled report names it again);
+-- their attempts rows stay. Endpoints that are deleted are skipped. Rows are taken
 -- with SKIP LOCKED so a concurrent replay never waits; callers repeat until fewer come back.
 WITH chosen AS (
     SELECT m.id
@@ -51,7 +52,7 @@ WITH chosen AS (
 )
 UPDATE tidings.messages m
 SET status = 'pending', attempts = 0, next_attempt_at = now(), dead_lettered_at = NULL,
-    lease_token = NULL
+    dead_letter_reported_at = NULL, lease_token = NULL
 FROM chosen
 WHERE m.id = chosen.id
 RETURNING m.id
