@@ -76,3 +76,33 @@ def test_run_surfaces_other_errors_at_once(database_url: str) -> None:
         db.run(work, transaction=True)
     assert len(calls) == 1
     db.close()
+
+
+def test_an_error_in_a_transaction_on_a_dropped_connection_surfaces_as_itself(
+    database_url: str,
+) -> None:
+    """Its ROLLBACK fails too; that failure must not replace the error (and so pass for a lost
+    connection worth running the work again)."""
+    db = Database(database_url)
+    calls = []
+
+    class PublishFailed(Exception):
+        pass
+
+    def work(cur: psycopg2.extensions.cursor) -> None:
+        calls.append(1)
+        cur.execute("SELECT pg_backend_pid()")
+        (pid,) = cur.fetchone()  # type: ignore[misc]
+        killer = psycopg2.connect(database_url)
+        killer.autocommit = True
+        with killer.cursor() as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        killer.close()
+        raise PublishFailed("the notifier refused the report")
+
+    with pytest.raises(PublishFailed):
+        db.run(work, transaction=True)
+    assert len(calls) == 1
+    # The dropped connection is replaced on next use.
+    assert db.run(lambda cur: (cur.execute("SELECT 1"), cur.fetchone())[1]) == (1,)
+    db.close()

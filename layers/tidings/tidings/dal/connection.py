@@ -137,7 +137,13 @@ class Database:
                 yield cur
             except BaseException:
                 if not conn.closed:
-                    cur.execute("ROLLBACK")
+                    try:
+                        cur.execute("ROLLBACK")
+                    except psycopg2.Error:
+                        # The connection is gone (the server rolls back what it held) or in an
+                        # unknown state: drop it, and let the error that ended the work be the
+                        # one that surfaces, not a "lost connection" that would run it again.
+                        self.close()
                 raise
             cur.execute("COMMIT")
 
