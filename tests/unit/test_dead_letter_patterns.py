@@ -30,13 +30,14 @@ def stats(
     span_s: float = 0,
     endpoint_id: int = 1,
     top_error: str = "http_500",
+    top_status_code: int | None = 500,
 ) -> DeadLetterStats:
     return DeadLetterStats(
         endpoint_id=endpoint_id,
         url="https://r.example/",
         dead_letters=count,
         top_error=top_error,
-        top_status_code=500,
+        top_status_code=top_status_code,
         auth_refusals=auth,
         rate_limited=limited,
         first_at=NOW - timedelta(seconds=span_s),
@@ -58,6 +59,16 @@ def stats(
         (stats(1), Pattern.SLOW_ACCUMULATION),
         (stats(10, span_s=60, top_error="endpoint disabled: 410 Gone"), Pattern.ENDPOINT_DISABLED),
         (stats(3, auth=3, top_error="endpoint deleted"), Pattern.ENDPOINT_DISABLED),
+        (stats(1, top_error="http_410", top_status_code=410), Pattern.ENDPOINT_DISABLED),
+        (
+            stats(6, top_error="signing_failed", top_status_code=None),
+            Pattern.ENDPOINT_MISCONFIGURED,
+        ),
+        (stats(2, top_error="invalid_url", top_status_code=None), Pattern.ENDPOINT_MISCONFIGURED),
+        (
+            stats(9, span_s=30, top_error="blocked_address", top_status_code=None),
+            Pattern.ENDPOINT_MISCONFIGURED,
+        ),
     ],
 )
 def test_patterns(figures: DeadLetterStats, pattern: Pattern) -> None:

@@ -12,6 +12,10 @@ Two ways to build it:
   time window and marks nothing.
 
 Patterns, checked in this order (``share`` of an endpoint's dead letters, default one half):
+- endpoint disabled: the most common error says the endpoint was disabled or deleted, or the
+  most common status is 410 Gone (which disables it);
+- endpoint misconfigured: the most common error is a request that could not be made at all
+  (invalid URL, blocked address, a secret that cannot sign);
 - credentials changed: that share or more were refused with 401/403;
 - rate limited: that share or more were refused with 429;
 - outage cluster: at least ``outage_min_count`` dead letters within ``outage_span_s``;
@@ -42,6 +46,7 @@ from tidings.ssrf import display_origin
 
 class Pattern(enum.StrEnum):
     ENDPOINT_DISABLED = "endpoint_disabled"
+    ENDPOINT_MISCONFIGURED = "endpoint_misconfigured"
     CREDENTIALS_CHANGED = "credentials_changed"
     RATE_LIMITED = "rate_limited"
     OUTAGE_CLUSTER = "outage_cluster"
@@ -51,12 +56,21 @@ class Pattern(enum.StrEnum):
 # The reasons the health monitor writes when it dead-letters what a disabled or deleted
 # endpoint still had queued (dal/queries/maintenance.sql, dead_letter_unreachable_messages).
 UNREACHABLE_REASONS = ("endpoint disabled", "endpoint deleted")
+# Requests that could not be made at all (tidings.retry_policy.AttemptError values): the
+# endpoint's own settings must change before any delivery can succeed.
+MISCONFIGURED_ERRORS = ("invalid_url", "blocked_address", "signing_failed")
 
 ACTIONS = {
     Pattern.ENDPOINT_DISABLED: (
         "The endpoint was disabled or deleted (the reason is in the top error) and its queued "
         "messages became dead letters. If the receiver is back, enable the endpoint again and "
         "replay them; if it is gone for good, there is nothing to do."
+    ),
+    Pattern.ENDPOINT_MISCONFIGURED: (
+        "Nothing could be sent: the endpoint's URL is invalid or resolves to an address that is "
+        "not allowed (invalid_url, blocked_address), or its stored signing secret cannot sign "
+        "(signing_failed: rotate the secret and give the new one to the receiver's owner). Fix "
+        "the endpoint, then replay the dead letters."
     ),
     Pattern.CREDENTIALS_CHANGED: (
         "The receiver refuses our requests (401/403): its credentials or signature verification "
@@ -102,8 +116,12 @@ class PatternRules:
 
 def classify(stats: DeadLetterStats, rules: PatternRules) -> Pattern:
     """The pattern an endpoint's dead letters match."""
-    if (stats.top_error or "").startswith(UNREACHABLE_REASONS):
+    top_error = stats.top_error or ""
+    # 410 Gone disables the endpoint as it dead-letters the message.
+    if top_error.startswith(UNREACHABLE_REASONS) or stats.top_status_code == 410:
         return Pattern.ENDPOINT_DISABLED
+    if top_error in MISCONFIGURED_ERRORS:
+        return Pattern.ENDPOINT_MISCONFIGURED
     if stats.auth_refusals >= rules.share * stats.dead_letters:
         return Pattern.CREDENTIALS_CHANGED
     if stats.rate_limited >= rules.share * stats.dead_letters:
