@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import io
 import json
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.exceptions
 import pytest
 from moto import mock_aws
 
+from tidings.aws_clients import sns_client
 from tidings.notify import LocalNotifier, MemoryNotifier, Notifier, SnsNotifier
 
 
@@ -144,3 +148,27 @@ def test_bad_alerts_are_refused_with_the_reason(
     with pytest.raises(ValueError, match=problem):
         notifier.publish(subject, message, attributes)
     assert notifier.published == []
+
+
+def test_a_publish_to_an_sns_endpoint_that_never_answers_gives_up_within_ten_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Within the idle-in-transaction timeout of the dead-letter report's transaction."""
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SNS", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    with socket.socket() as silent:
+        # Accepts connections (the kernel completes them from the backlog) and never answers.
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        notifier = SnsNotifier(
+            "arn:aws:sns:eu-west-1:123456789012:tidings-alerts",
+            client=sns_client(f"http://127.0.0.1:{port}"),
+        )
+        started = time.monotonic()
+        with pytest.raises(botocore.exceptions.ReadTimeoutError):
+            notifier.publish("Dead letters", "3 dead letters")
+        assert time.monotonic() - started < 10

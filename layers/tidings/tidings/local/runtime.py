@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tidings import migrations, wiring
+from tidings.aws_clients import sns_client, sqs_client
 from tidings.config import Settings
 from tidings.dal.connection import Database, connect
 from tidings.local.api_server import ApiServer
@@ -118,9 +119,7 @@ def prepare_database(settings: Settings) -> list[str]:
 
 def aws_collaborators(settings: Settings) -> tuple[SqsQueue, str, SnsNotifier]:
     """SQS queue (created when no URL is configured), its ARN, and the SNS alerts topic."""
-    import boto3
-
-    sqs = boto3.client("sqs", endpoint_url=settings.aws_endpoint_url)
+    sqs = sqs_client(settings.aws_endpoint_url)
     queue_url = settings.delivery_queue_url
     if not queue_url:
         dead_letter_url = sqs.create_queue(QueueName=f"{QUEUE_NAME}-dlq")["QueueUrl"]
@@ -139,7 +138,7 @@ def aws_collaborators(settings: Settings) -> tuple[SqsQueue, str, SnsNotifier]:
         )["QueueUrl"]
     queue = SqsQueue(queue_url, client=sqs)
     topic_arn = settings.alerts_topic_arn
-    sns = boto3.client("sns", endpoint_url=settings.aws_endpoint_url)
+    sns = sns_client(settings.aws_endpoint_url)
     if not topic_arn:
         topic_arn = sns.create_topic(Name=TOPIC_NAME)["TopicArn"]
     return queue, queue.queue_arn(), SnsNotifier(topic_arn, client=sns)

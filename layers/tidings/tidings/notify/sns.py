@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import boto3
-
+from tidings.aws_clients import sns_client
 from tidings.notify.base import clean_subject, validate_alert
 
 
@@ -15,7 +14,7 @@ class SnsNotifier:
         if not topic_arn.startswith("arn:") or ":sns:" not in topic_arn:
             raise ValueError(f"not an SNS topic ARN: {topic_arn!r}")
         self.topic_arn = topic_arn
-        self._client = client if client is not None else boto3.client("sns")
+        self._client = client if client is not None else sns_client()
 
     def publish(
         self, subject: str, message: str, attributes: Mapping[str, str] | None = None

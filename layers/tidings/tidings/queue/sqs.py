@@ -1,6 +1,6 @@
 """The delivery queue on Amazon SQS (or anything that speaks its API).
 
-``boto3.client("sqs")`` reads ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_SQS`` by itself, so the
+The client reads ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_SQS`` by itself, so the
 same code reaches LocalStack or a moto server when those are set.
 """
 
@@ -10,9 +10,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tidings.aws_clients import sqs_client
 from tidings.observability import logger
 from tidings.queue.base import (
     MAX_BATCH_ENTRIES,
@@ -39,7 +39,7 @@ class SqsQueue:
         if not queue_url:
             raise ValueError("queue_url is empty")
         self.queue_url = queue_url
-        self._client = client if client is not None else boto3.client("sqs")
+        self._client = client if client is not None else sqs_client()
 
     def send_batch(self, messages: Sequence[OutgoingMessage]) -> list[str]:
         """Send in SendMessageBatch chunks; a chunk whose whole call fails counts as failed.

@@ -1,0 +1,38 @@
+"""boto3 clients for SQS and SNS whose waits are bounded.
+
+boto3 waits up to 60 s to connect and 60 s for each answer by default, and tries a call up to five
+times: one stuck call could outlast a function's invocation while the rows it claimed stay
+leased. The SNS publish of the dead-letter report also runs inside the report's transaction,
+which PostgreSQL ends after ``idle_in_transaction_timeout_ms`` (10 s) without a statement, so a
+publish must give up well before that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+# Long polling holds a ReceiveMessage call open for up to 20 s: the read timeout must outlast it.
+SQS_CONFIG = Config(
+    connect_timeout=3,
+    read_timeout=25,
+    retries={"mode": "standard", "total_max_attempts": 3},
+)
+# Two tries in all, of at most 1.5 + 3 s each: a publish gives up within about 9 s.
+SNS_CONFIG = Config(
+    connect_timeout=1.5,
+    read_timeout=3,
+    retries={"mode": "standard", "total_max_attempts": 2},
+)
+
+
+def sqs_client(endpoint_url: str | None = None) -> Any:
+    """An SQS client; ``AWS_ENDPOINT_URL`` still redirects it when ``endpoint_url`` is None."""
+    return boto3.client("sqs", endpoint_url=endpoint_url, config=SQS_CONFIG)
+
+
+def sns_client(endpoint_url: str | None = None) -> Any:
+    """An SNS client; ``AWS_ENDPOINT_URL`` still redirects it when ``endpoint_url`` is None."""
+    return boto3.client("sns", endpoint_url=endpoint_url, config=SNS_CONFIG)
