@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
+import psycopg2
 import pytest
 
 from tests.integration.ingest.conftest import Api, count
@@ -199,3 +201,30 @@ def test_replay_skips_deleted_endpoints(api: Api, db: Database) -> None:
     assert api.delete(f"/v1/endpoints/{endpoint}").status == 204
     reply = api.post("/v1/dead-letters/replay", {"message_ids": row[0]})
     assert reply.body == {"requeued": 0}
+
+
+def test_a_replay_waits_for_dead_letters_another_transaction_holds(
+    db: Database, database_url: str
+) -> None:
+    """The scheduled dead-letter report holds the rows it claimed while it publishes: a replay
+    at that moment must still requeue them, not skip them."""
+    with db.cursor() as cur:
+        endpoint = make_endpoint(cur)
+        seed_messages(cur, endpoint, 3)
+        cur.execute("SELECT array_agg(id ORDER BY id) FROM tidings.messages")
+        row = cur.fetchone()
+    assert row is not None
+    ids = row[0]
+    dead_letter(db, ids)
+    holder = psycopg2.connect(database_url)
+    with holder.cursor() as cur:
+        cur.execute("SELECT id FROM tidings.messages WHERE id = %s FOR UPDATE", (ids[1],))
+    releaser = threading.Timer(1.0, holder.commit)
+    releaser.start()
+    try:
+        result = replay.replay_dead_letters(db, endpoint_id=endpoint)
+    finally:
+        releaser.join()
+        holder.close()
+    assert result.requeued == 3
+    assert count(db, "messages WHERE status = 'pending'") == 3

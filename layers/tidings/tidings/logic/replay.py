@@ -71,5 +71,5 @@ def replay_dead_letters(
             )
         )
         requeued += len(batch)
-        if len(batch) < batch_size:
+        if not batch:
             return ReplayResult(requeued=requeued)

@@ -34,8 +34,11 @@ LIMIT %(limit)s + 1
 -- Puts up to batch_size dead letters that match every given filter (message ids, endpoint,
 -- dead-lettered time range; NULL means no filter) back to pending, due now, with the attempt
 -- count reset and no report mark (should one die again, the scheduled report names it again);
--- their attempts rows stay. Endpoints that are deleted are skipped. Rows are taken
--- with SKIP LOCKED so a concurrent replay never waits; callers repeat until fewer come back.
+-- their attempts rows stay. Endpoints that are deleted are skipped. Rows another transaction
+-- holds (the dead-letter report while it publishes, a concurrent replay) are waited for, not
+-- skipped: a replay must requeue every match. Locks are taken in id order, so two replays
+-- cannot deadlock; a row a concurrent replay requeued meanwhile drops out of this batch on the
+-- recheck, so a batch can come back short while more match: callers repeat until one is empty.
 WITH chosen AS (
     SELECT m.id
     FROM tidings.messages m
@@ -48,7 +51,7 @@ WITH chosen AS (
       AND (%(until)s::timestamptz IS NULL OR m.dead_lettered_at < %(until)s::timestamptz)
     ORDER BY m.id
     LIMIT %(batch_size)s
-    FOR UPDATE OF m SKIP LOCKED
+    FOR UPDATE OF m
 )
 UPDATE tidings.messages m
 SET status = 'pending', attempts = 0, next_attempt_at = now(), dead_lettered_at = NULL,
