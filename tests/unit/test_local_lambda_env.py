@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import base64
+import io
+import json
+import logging
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +22,7 @@ from tidings.local.lambda_env import (
     load_handler,
     scheduled_event,
 )
+from tidings.observability import logger
 
 
 def test_context_counts_down_and_can_be_cut_short() -> None:
@@ -108,7 +113,7 @@ def test_handlers_load_from_their_files(tmp_path: Path) -> None:
     (tmp_path / "echo").mkdir()
     (tmp_path / "echo" / "app.py").write_text("def handler(event, context):\n    return event\n")
     handler = load_handler("echo", tmp_path)
-    assert handler({"a": 1}, None) == {"a": 1}
+    assert handler({"a": 1}, LambdaContext("echo", 1)) == {"a": 1}
 
 
 def test_missing_handler_names_the_path(tmp_path: Path) -> None:
@@ -128,3 +133,39 @@ def test_functions_dir_is_the_repository_folder_or_the_configured_one(
     assert default_functions_dir() == repository / "functions"
     monkeypatch.setenv("TIDINGS_FUNCTIONS_DIR", str(tmp_path))
     assert default_functions_dir() == tmp_path
+
+
+def test_functions_running_at_once_each_name_themselves_in_their_log_lines(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "speaker"
+    folder.mkdir()
+    (folder / "app.py").write_text(
+        "from tidings.observability import logger\n"
+        "\n"
+        "@logger.inject_lambda_context\n"
+        "def handler(event, context):\n"
+        "    event['entered'].set()\n"
+        "    event['go_on'].wait(5)\n"
+        "    logger.info('spoke')\n"
+    )
+    handler = load_handler("speaker", tmp_path)
+    lines = io.StringIO()
+    capture = logging.StreamHandler(lines)
+    capture.setFormatter(logger.registered_formatter)
+    logger.addHandler(capture)
+    try:
+        first = {"entered": threading.Event(), "go_on": threading.Event()}
+        worker = threading.Thread(target=handler, args=(first, LambdaContext("fn-first", 10)))
+        worker.start()
+        assert first["entered"].wait(5)
+        # Another function is invoked while the first one is still running; it finishes first.
+        second = {"entered": threading.Event(), "go_on": threading.Event()}
+        second["go_on"].set()
+        handler(second, LambdaContext("fn-second", 10))
+        first["go_on"].set()
+        worker.join(5)
+    finally:
+        logger.removeHandler(capture)
+    spoken = [json.loads(line) for line in lines.getvalue().splitlines() if "spoke" in line]
+    assert [entry["function_name"] for entry in spoken] == ["fn-second", "fn-first"]

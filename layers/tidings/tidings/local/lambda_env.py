@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import tidings
+from tidings.observability import logger
 
 REGION = "us-east-1"
 ACCOUNT = "000000000000"
@@ -200,5 +201,29 @@ def load_handler(name: str, functions_dir: Path | None = None, *, environment: i
     handler = getattr(module, "handler", None)
     if not callable(handler):
         raise HandlerNotFound(f"{path} defines no callable 'handler'")
-    found: Handler = handler
-    return found
+    return _with_own_log_keys(handler)
+
+
+def _with_own_log_keys(handler: Handler) -> Handler:
+    """``handler``, naming its own invocation in the log lines its thread writes.
+
+    Powertools' ``inject_lambda_context`` puts the function's name and request id on the one
+    logger every function shares; on Lambda a process runs one function, here several run on
+    threads at once, and a line would carry whichever function was invoked last. Keys of the
+    thread's own context take precedence over those.
+    """
+
+    def invoke(event: Any, context: Any) -> Any:
+        keys = {
+            "function_name": context.function_name,
+            "function_request_id": context.aws_request_id,
+            "function_arn": context.invoked_function_arn,
+            "function_memory_size": context.memory_limit_in_mb,
+        }
+        logger.thread_safe_append_keys(**keys)
+        try:
+            return handler(event, context)
+        finally:
+            logger.thread_safe_remove_keys(list(keys))
+
+    return invoke
