@@ -164,7 +164,6 @@ class Claimer:
         failed = [row.lease for row in rows if str(row.message_id) in failed_ids]
         released = self._release(failed)
         sent = len(rows) - len(failed)
-        metrics.add_metric(name="Claimed", unit=MetricUnit.Count, value=len(rows))
         if failed:
             logger.warning(
                 "queue refused claimed rows; their leases were released",
@@ -193,6 +192,8 @@ class Claimer:
             if pause_s > 0:
                 self._sleep(pause_s)
         summary = ClaimSummary(rounds, claimed, sent, released)
+        # Once per invocation, zero included: an idle minute is a data point, not a gap.
+        metrics.add_metric(name="Claimed", unit=MetricUnit.Count, value=claimed)
         logger.info("claimer finished", extra=summary.as_dict())
         return summary
 

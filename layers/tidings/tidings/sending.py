@@ -416,15 +416,7 @@ def _health_summaries(decisions: Sequence[_Decision]) -> list[delivery.HealthSum
     return summaries
 
 
-_COUNT_METRICS = (
-    ("Delivered", delivery.OutcomeKind.DELIVERED),
-    ("Failed", delivery.OutcomeKind.RETRY),
-    ("DeadLettered", delivery.OutcomeKind.DEAD_LETTER),
-)
-
-
 def _report_observations(decisions: Sequence[_Decision], recorded: delivery.RecordResult) -> None:
-    counts = dict.fromkeys(delivery.OutcomeKind, 0)
     for d in decisions:
         written = d.outcome.lease.message_id in recorded.written_ids
         result = d.attempt.result
@@ -447,17 +439,6 @@ def _report_observations(decisions: Sequence[_Decision], recorded: delivery.Reco
             metrics.add_metric(
                 name="DeliveryLatency", unit=MetricUnit.Milliseconds, value=result.elapsed_ms
             )
-        if written:
-            counts[d.outcome.kind] += 1
-    metrics.add_metric(
-        name="Delivered", unit=MetricUnit.Count, value=counts[delivery.OutcomeKind.DELIVERED]
-    )
-    metrics.add_metric(
-        name="Failed", unit=MetricUnit.Count, value=counts[delivery.OutcomeKind.RETRY]
-    )
-    metrics.add_metric(
-        name="DeadLettered", unit=MetricUnit.Count, value=counts[delivery.OutcomeKind.DEAD_LETTER]
-    )
     for transition in recorded.transitions:
         logger.warning(
             "circuit state changed",
@@ -485,6 +466,10 @@ def handle_sqs_event(
         [QueueRecord(record["messageId"], record["body"]) for record in raw_records],
         context.get_remaining_time_in_millis,
     )
+    # Every invocation counts, zero included: a batch of stale copies is a data point too.
+    metrics.add_metric(name="Delivered", unit=MetricUnit.Count, value=report.delivered)
+    metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=report.retried)
+    metrics.add_metric(name="DeadLettered", unit=MetricUnit.Count, value=report.dead_lettered)
 
     def record_handler(record: SQSRecord) -> None:
         if record.message_id in report.failed_record_ids:
