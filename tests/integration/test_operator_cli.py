@@ -81,6 +81,7 @@ def test_send_show_and_idempotency(cli: Any) -> None:
     code, out, _ = cli("messages", "show", str(message_id))
     assert code == 0
     assert "order.created o-42" in out and '{"id": 42}' in out and "pending" in out
+    assert "waiting for" in out and "the claimer leases due messages" in out
     code, out, _ = cli("messages", "show", str(message_id), "--json")
     assert _json(out)["payload"] == {"id": 42}
 

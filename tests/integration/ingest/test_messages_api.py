@@ -228,3 +228,39 @@ def test_a_replay_waits_for_dead_letters_another_transaction_holds(
         holder.close()
     assert result.requeued == 3
     assert count(db, "messages WHERE status = 'pending'") == 3
+
+
+def test_a_message_says_what_it_waits_for(api: Api, db: Database) -> None:
+    with db.cursor() as cur:
+        endpoint = make_endpoint(cur)
+    [message_id] = send(api, event_id="w-1")
+
+    def waiting_for() -> dict:
+        reply = api.get(f"/v1/messages/{message_id}")
+        assert reply.status == 200, reply.raw
+        return reply.body["waiting_for"]
+
+    assert waiting_for()["reason"] == "due"
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoint_health SET state = 'open', opened_at = now(),"
+            " cooldown_s = 120 WHERE endpoint_id = %s RETURNING opened_at",
+            (endpoint,),
+        )
+        row = cur.fetchone()
+    assert row is not None
+    opened_at = row[0]
+    wait = waiting_for()
+    assert wait["reason"] == "circuit_open"
+    assert datetime.fromisoformat(wait["until"]) == opened_at + timedelta(seconds=120)
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoints SET enabled = false, disabled_reason = '410 Gone'"
+            " WHERE id = %s",
+            (endpoint,),
+        )
+    wait = waiting_for()
+    assert (wait["reason"], wait["until"]) == ("endpoint_disabled", None)
+    assert "410 Gone" in wait["explanation"]
+    dead_letter(db, [message_id])
+    assert waiting_for()["reason"] == "dead_letter"

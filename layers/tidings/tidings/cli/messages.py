@@ -52,6 +52,7 @@ def run_show(args: argparse.Namespace) -> int:
         ("dead-lettered", when(found.dead_lettered_at)),
         ("last error", found.last_error or "-"),
         ("last status", found.last_status_code or "-"),
+        ("waiting for", _waiting(found.waiting_for)),
     ]
     width = max(len(name) for name, _ in facts)
     for name, value in facts:
@@ -72,3 +73,8 @@ def run_show(args: argparse.Namespace) -> int:
         ]
         print(table(("#", "at (UTC)", "status", "ms", "error", "response"), rows))
     return 0
+
+
+def _waiting(wait: Any) -> str:
+    until = f" (until {when(wait.until)})" if wait.until is not None else ""
+    return f"{wait.explanation}{until}"

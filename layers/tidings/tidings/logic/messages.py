@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from tidings import waiting
 from tidings.dal import messages as dal
 from tidings.dal.connection import Database
 from tidings.logic.errors import InvalidInput, NotFound
@@ -50,9 +51,18 @@ class Attempt(BaseModel):
     response_excerpt: str | None
 
 
+class WaitingFor(BaseModel):
+    """What the message waits for (``tidings.waiting.WaitReason``) and until when, if known."""
+
+    reason: str
+    until: datetime | None
+    explanation: str
+
+
 class MessageDetail(Message):
     payload: Any
     attempt_history: list[Attempt]
+    waiting_for: WaitingFor
 
 
 class MessagePage(BaseModel):
@@ -71,7 +81,30 @@ def get_message(db: Database, message_id: int) -> MessageDetail:
     if row is None:
         raise NotFound("message", message_id)
     row["payload"] = json.loads(row["payload"])
-    return MessageDetail(**row, attempt_history=[Attempt(**a) for a in attempts])
+    wait = waiting.explain(
+        waiting.WaitFacts(
+            status=row["status"],
+            attempts=row["attempts"],
+            next_attempt_at=row["next_attempt_at"],
+            leased=row.pop("leased"),
+            last_error=row["last_error"],
+            endpoint_enabled=row.pop("endpoint_enabled"),
+            endpoint_deleted=row.pop("endpoint_deleted"),
+            disabled_reason=row.pop("disabled_reason"),
+            circuit_state=row.pop("circuit_state"),
+            circuit_opened_at=row.pop("circuit_opened_at"),
+            circuit_cooldown_s=row.pop("circuit_cooldown_s"),
+            rate_limit_per_s=row.pop("rate_limit_per_s"),
+            now=row.pop("db_now"),
+        )
+    )
+    return MessageDetail(
+        **row,
+        attempt_history=[Attempt(**a) for a in attempts],
+        waiting_for=WaitingFor(
+            reason=wait.reason.value, until=wait.until, explanation=wait.explanation
+        ),
+    )
 
 
 def list_messages(

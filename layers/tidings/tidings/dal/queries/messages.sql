@@ -1,10 +1,19 @@
 -- name: get_message
--- One message with its event (key and payload text).
+-- One message with its event (key and payload text), and what decides when it is sent: its
+-- lease, its endpoint's state and circuit, read at one moment (now() is that moment).
 SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status, m.attempts,
        m.max_attempts, m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at,
-       m.last_error, m.last_status_code, m.last_response_ms, ev.payload::text AS payload
+       m.last_error, m.last_status_code, m.last_response_ms, ev.payload::text AS payload,
+       m.lease_token IS NOT NULL AS leased,
+       e.enabled AS endpoint_enabled, e.deleted_at IS NOT NULL AS endpoint_deleted,
+       e.disabled_reason, e.rate_limit_per_s,
+       coalesce(h.state::text, 'closed') AS circuit_state, h.opened_at AS circuit_opened_at,
+       coalesce(h.cooldown_s, 0) AS circuit_cooldown_s,
+       now() AS db_now
 FROM tidings.messages m
 JOIN tidings.events ev ON ev.id = m.event_ref
+JOIN tidings.endpoints e ON e.id = m.endpoint_id
+LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = m.endpoint_id
 WHERE m.id = %(message_id)s
 
 -- name: attempts_of_message

@@ -1,0 +1,167 @@
+"""Why a message is not delivered yet, and until when: every delay explained.
+
+Pure: it reads the facts of one message and of its endpoint, as the database held them at one
+moment (``now`` is the database's clock), and names what the message waits for.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+
+class WaitReason(enum.StrEnum):
+    DELIVERED = "delivered"
+    DEAD_LETTER = "dead_letter"
+    ENDPOINT_DELETED = "endpoint_deleted"
+    ENDPOINT_DISABLED = "endpoint_disabled"
+    BEING_DELIVERED = "being_delivered"
+    LEASE_EXPIRED = "lease_expired"
+    RETRY_QUEUED = "retry_queued"
+    CIRCUIT_OPEN = "circuit_open"
+    CIRCUIT_PROBING = "circuit_probing"
+    BACKOFF = "backoff"
+    SCHEDULED = "scheduled"
+    DUE = "due"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitFacts:
+    status: str
+    attempts: int
+    next_attempt_at: datetime
+    # The row carries a lease token: a claimer or a sender holds it.
+    leased: bool
+    last_error: str | None
+    endpoint_enabled: bool
+    endpoint_deleted: bool
+    disabled_reason: str | None
+    circuit_state: str
+    circuit_opened_at: datetime | None
+    circuit_cooldown_s: float
+    rate_limit_per_s: float | None
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    reason: WaitReason
+    # When the wait ends, as far as the database can tell; None when it depends on someone.
+    until: datetime | None
+    explanation: str
+
+
+def explain(facts: WaitFacts) -> Wait:
+    """What the message waits for, checked in the order the delivery pipeline decides it."""
+    for rule in (_finished, _endpoint_closed, _leased, _circuit):
+        wait = rule(facts)
+        if wait is not None:
+            return wait
+    return _schedule(facts)
+
+
+def _finished(f: WaitFacts) -> Wait | None:
+    if f.status == "delivered":
+        return Wait(WaitReason.DELIVERED, None, "delivered: it waits for nothing")
+    if f.status == "dead_letter":
+        return Wait(
+            WaitReason.DEAD_LETTER,
+            None,
+            f"a dead letter ({f.last_error or 'no error recorded'}): it waits for a replay",
+        )
+    return None
+
+
+def _endpoint_closed(f: WaitFacts) -> Wait | None:
+    if f.endpoint_deleted:
+        return Wait(
+            WaitReason.ENDPOINT_DELETED,
+            None,
+            "its endpoint was deleted: nothing is sent, and the health monitor makes it a dead "
+            "letter",
+        )
+    if not f.endpoint_enabled:
+        return Wait(
+            WaitReason.ENDPOINT_DISABLED,
+            None,
+            f"its endpoint is disabled ({f.disabled_reason or 'no reason given'}): nothing is "
+            "sent, and the health monitor makes it a dead letter, to replay once the endpoint "
+            "is enabled again",
+        )
+    return None
+
+
+def _leased(f: WaitFacts) -> Wait | None:
+    if f.status == "in_flight" and f.next_attempt_at > f.now:
+        return Wait(
+            WaitReason.BEING_DELIVERED,
+            f.next_attempt_at,
+            "leased for delivery: in the delivery queue or being sent; should no outcome be "
+            "recorded, the claimer takes it back when the lease ends",
+        )
+    if f.status == "in_flight":
+        return Wait(
+            WaitReason.LEASE_EXPIRED,
+            None,
+            "its lease ended without an outcome (a sender stopped or gave up): the claimer takes "
+            "it back on its next round",
+        )
+    if f.status == "failed" and f.leased:
+        return Wait(
+            WaitReason.RETRY_QUEUED,
+            f.next_attempt_at,
+            f"attempt {f.attempts} failed ({f.last_error or 'no error recorded'}); the retry "
+            "waits in the delivery queue, and should that message be lost, the claimer takes the "
+            "row back when the lease ends",
+        )
+    return None
+
+
+def _circuit(f: WaitFacts) -> Wait | None:
+    if f.circuit_state == "open":
+        opened_at = f.circuit_opened_at or f.now
+        probe_at = max(opened_at + timedelta(seconds=f.circuit_cooldown_s), f.next_attempt_at)
+        return Wait(
+            WaitReason.CIRCUIT_OPEN,
+            probe_at,
+            f"its endpoint's circuit is open (since {_at(opened_at)}, after consecutive "
+            "failures): nothing is sent to it until one probe succeeds; the next probe may go "
+            "when the cooldown ends",
+        )
+    if f.circuit_state == "half_open":
+        return Wait(
+            WaitReason.CIRCUIT_PROBING,
+            None,
+            "its endpoint's circuit is half open: one probe is on its way, and the endpoint's "
+            "other messages wait for its outcome",
+        )
+    return None
+
+
+def _schedule(f: WaitFacts) -> Wait:
+    if f.next_attempt_at > f.now and f.attempts:
+        return Wait(
+            WaitReason.BACKOFF,
+            f.next_attempt_at,
+            f"attempt {f.attempts} failed ({f.last_error or 'no error recorded'}): the next one "
+            "waits out the backoff",
+        )
+    if f.next_attempt_at > f.now:
+        return Wait(WaitReason.SCHEDULED, f.next_attempt_at, "not due yet")
+    pace = (
+        f", at most {f.rate_limit_per_s:g} a second to this endpoint (its rate limit)"
+        if f.rate_limit_per_s
+        else ""
+    )
+    overdue_s = (f.now - f.next_attempt_at).total_seconds()
+    return Wait(
+        WaitReason.DUE,
+        None,
+        f"due for {overdue_s:.0f} s: the claimer leases due messages every second or so, in "
+        f"fair shares across endpoints{pace}",
+    )
+
+
+def _at(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
