@@ -240,16 +240,6 @@ written AS (
       AND m.status <> 'failed'
     RETURNING m.id
 ),
-recorded_before AS (
-    -- This very attempt is already logged (attempted_at is the sender's own clock reading):
-    -- an earlier run of this statement committed, and its answer was lost with the connection.
-    SELECT o.id
-    FROM outcome o
-    WHERE EXISTS (SELECT 1 FROM tidings.attempts a
-                  WHERE a.message_id = o.id
-                    AND a.attempted_at = o.attempted_at
-                    AND a.attempt_number = o.attempt_number)
-),
 logged AS (
     INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, attempted_at,
                                   status_code, response_ms, error_class, response_excerpt)
@@ -257,7 +247,15 @@ logged AS (
            o.status_code, o.response_ms, o.error_class, o.excerpt
     FROM outcome o
     ON CONFLICT (message_id, attempted_at, attempt_number) DO NOTHING
-    RETURNING endpoint_id
+    RETURNING message_id, endpoint_id
+),
+recorded_before AS (
+    -- This very attempt was logged already (attempted_at is the sender's own clock reading), so
+    -- its insert above did nothing: an earlier run of this statement committed, and its answer
+    -- was lost with the connection. Read off the insert, not looked up in attempts again.
+    SELECT o.id
+    FROM outcome o
+    WHERE NOT EXISTS (SELECT 1 FROM logged l WHERE l.message_id = o.id)
 ),
 summary AS (
     SELECT *
