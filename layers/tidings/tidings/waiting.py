@@ -47,7 +47,8 @@ class WaitFacts:
 @dataclass(frozen=True, slots=True)
 class Wait:
     reason: WaitReason
-    # When the wait ends, as far as the database can tell; None when it depends on someone.
+    # When the wait ends at the latest, as far as the database can tell (a queued retry may come
+    # sooner); None when it depends on something else (a probe, a replay, the claimer's pace).
     until: datetime | None
     explanation: str
 
@@ -112,8 +113,8 @@ def _leased(f: WaitFacts) -> Wait | None:
             WaitReason.RETRY_QUEUED,
             f.next_attempt_at,
             f"attempt {f.attempts} failed ({f.last_error or 'no error recorded'}); the retry "
-            "waits in the delivery queue, and should that message be lost, the claimer takes the "
-            "row back when the lease ends",
+            "waits out its backoff in the delivery queue, and at the latest, should that message "
+            "be lost, the claimer takes the row back when the lease ends",
         )
     return None
 
