@@ -52,9 +52,9 @@ class Attempt(BaseModel):
 
 
 class WaitingFor(BaseModel):
-    """What the message waits for (``tidings.waiting.WaitReason``) and until when, if known."""
+    """What the message waits for and until when at the latest, if known."""
 
-    reason: str
+    reason: waiting.WaitReason
     until: datetime | None
     explanation: str
 
@@ -101,9 +101,7 @@ def get_message(db: Database, message_id: int) -> MessageDetail:
     return MessageDetail(
         **row,
         attempt_history=[Attempt(**a) for a in attempts],
-        waiting_for=WaitingFor(
-            reason=wait.reason.value, until=wait.until, explanation=wait.explanation
-        ),
+        waiting_for=WaitingFor(reason=wait.reason, until=wait.until, explanation=wait.explanation),
     )
 
 
