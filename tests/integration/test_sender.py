@@ -25,7 +25,7 @@ from tests.support.receivers import Receiver, running_receiver
 from tests.support.seed import TEST_SECRET, make_endpoint, seed_messages
 from tidings.dal.connection import Database
 from tidings.queue import LocalQueue
-from tidings.sending import ANSWER_MARGIN_S, QueueRecord, Sender, webhook_id
+from tidings.sending import BatchReport, QueueRecord, Sender, record_reserve_s, webhook_id
 from tidings.signing import generate_secret
 
 LEASE_S = 120.0
@@ -525,20 +525,25 @@ def test_cookies_set_by_one_receiver_are_never_sent_back(
     assert all("cookie" not in request.headers for request in receiver.requests)
 
 
+def send_with_time_left(
+    db: Database, pipeline: Pipeline, url: str, send_budget_s: float
+) -> tuple[int, BatchReport]:
+    """One message to ``url``, claimed and sent by an invocation that leaves ``send_budget_s``
+    for its requests beyond what it keeps to record them."""
+    one_message_to(db, url)
+    pipeline.claimer.claim_once()
+    [queued] = pipeline.queue.receive()
+    left_ms = int((record_reserve_s(pipeline.settings) + send_budget_s) * 1000)
+    report = pipeline.sender.process([QueueRecord(queued.message_id, queued.body)], lambda: left_ms)
+    return only_message_id(db), report
+
+
 def test_requests_are_cut_short_so_that_the_outcomes_are_recorded_in_time(
     db: Database, pipeline: Pipeline, receiver: Receiver
 ) -> None:
-    one_message_to(db, receiver.url("slow/4000"))
-    message_id = only_message_id(db)
-    pipeline.claimer.claim_once()
-    [queued] = pipeline.queue.receive()
-    reserve_ms = pipeline.settings.statement_timeout_ms + ANSWER_MARGIN_S * 1000
-    # 1.5 s left for requests, though the endpoint's own timeout (5 s) would wait for the answer.
     started = datetime.now(UTC)
-
-    report = pipeline.sender.process(
-        [QueueRecord(queued.message_id, queued.body)], lambda: int(reserve_ms + 1500)
-    )
+    # 1.5 s left for requests, though the endpoint's own timeout (5 s) would wait for the answer.
+    message_id, report = send_with_time_left(db, pipeline, receiver.url("slow/4000"), 1.5)
 
     assert datetime.now(UTC) - started < timedelta(seconds=3)
     assert report.retried == 1
@@ -549,15 +554,7 @@ def test_requests_are_cut_short_so_that_the_outcomes_are_recorded_in_time(
 def test_with_no_time_left_to_send_the_rows_go_back_to_the_database_unsent(
     db: Database, pipeline: Pipeline, receiver: Receiver
 ) -> None:
-    one_message_to(db, receiver.url("ok"))
-    message_id = only_message_id(db)
-    pipeline.claimer.claim_once()
-    [queued] = pipeline.queue.receive()
-    reserve_ms = pipeline.settings.statement_timeout_ms + ANSWER_MARGIN_S * 1000
-
-    report = pipeline.sender.process(
-        [QueueRecord(queued.message_id, queued.body)], lambda: int(reserve_ms + 500)
-    )
+    message_id, report = send_with_time_left(db, pipeline, receiver.url("ok"), 0.5)
 
     assert receiver.requests == []
     assert report.failed_record_ids == frozenset()

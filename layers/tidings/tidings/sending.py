@@ -90,6 +90,11 @@ ANSWER_MARGIN_S = 5.0
 MIN_SEND_BUDGET_S = 1.0
 
 
+def record_reserve_s(settings: Settings) -> float:
+    """What an invocation keeps after its last request: the record statement and the answer."""
+    return settings.statement_timeout_ms / 1000 + ANSWER_MARGIN_S
+
+
 class RecordFailed(Exception):
     """Marks an SQS record that must be received again."""
 
@@ -175,8 +180,7 @@ class Sender:
         """Seconds the requests may take, or None when the invocation has no deadline."""
         if remaining_ms is None:
             return None
-        reserve_s = self.settings.statement_timeout_ms / 1000 + ANSWER_MARGIN_S
-        return remaining_ms() / 1000 - reserve_s
+        return remaining_ms() / 1000 - record_reserve_s(self.settings)
 
     def _give_back(self, jobs: Sequence[_Job], budget_s: float) -> set[str]:
         """Return unsent rows to the database, due at once; the record ids that must instead
