@@ -24,7 +24,7 @@ from support import Stopwatch, fresh_database, server_dsn
 
 from tidings.dal import delivery
 from tidings.dal.connection import Database
-from tidings.dal.delivery import AttemptOutcome, OutcomeKind
+from tidings.dal.delivery import AttemptOutcome, MessageStatus
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -80,7 +80,7 @@ def claim_and_complete(db: Database, batch: int) -> tuple[int, float, int]:
                     cur,
                     [
                         AttemptOutcome(
-                            r.lease, r.endpoint_id, OutcomeKind.DELIVERED, 1, now, 200, 3
+                            r.lease, r.endpoint_id, MessageStatus.DELIVERED, 1, now, 200, 3
                         )
                         for r in rows
                     ],

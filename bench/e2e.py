@@ -33,7 +33,7 @@ from typing import Any
 from support import fresh_database, server_dsn
 
 from tidings.dal.connection import Database
-from tidings.local.data import DemoEvent, enqueue_events
+from tidings.dal.operator import DemoEvent, enqueue_events
 from tidings.local.receivers import Kind, Receivers
 from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
 

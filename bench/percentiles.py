@@ -25,7 +25,7 @@ from support import fresh_database, server_dsn
 
 from tidings.config import Settings
 from tidings.dal.connection import Database
-from tidings.percentiles import MAX_RELATIVE_ERROR, floor_minute, refresh_percentiles
+from tidings.maintenance.percentiles import MAX_RELATIVE_ERROR, floor_minute, refresh_percentiles
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 SCHEDULE = timedelta(minutes=5)

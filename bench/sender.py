@@ -37,12 +37,14 @@ from support import ROOT, Stopwatch, fresh_database, server_dsn
 
 sys.path.insert(0, str(ROOT))
 
-from tidings import signing, wiring
-from tidings.claiming import Claimer
+from tidings import wiring
 from tidings.config import Settings
 from tidings.dal import connection as connection_module
 from tidings.dal.connection import Database
-from tidings.queue import LocalQueue, consume_once
+from tidings.delivery import signing
+from tidings.delivery.claimer import Claimer
+from tidings.local.event_source import consume_once
+from tidings.local.queue import LocalQueue
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 QUEUE_ARN = "arn:aws:sqs:local:000000000000:tidings-delivery"

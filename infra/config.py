@@ -14,12 +14,12 @@ from typing import Any
 
 from constructs import Node
 
+from tidings.deployment import DEFAULT_SCHEDULES, MAX_RECEIVE_COUNT, SCHEDULED_FUNCTIONS
+
 _SCHEDULE = re.compile(r"^(rate\(\d+ (minute|minutes|hour|hours|day|days)\)|cron\(.+\))$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9]*\.[a-z0-9]+$")
 _SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
-
-SCHEDULED_FUNCTIONS = ("claimer", "percentiles", "health_monitor", "dead_letter_report", "pruner")
 
 
 class StageConfigError(ValueError):
@@ -82,15 +82,18 @@ def stage_config(lookup: Callable[[str], Any]) -> StageConfig:
         raise StageConfigError(f"stage {stage!r} is not defined; known stages: {sorted(stages)}")
     block: Mapping[str, Any] = stages[stage]
 
-    def setting(name: str) -> Any:
+    def setting(name: str, default: Any = None) -> Any:
         override = lookup(name)
         if override is not None:
             return override
-        if name not in block:
-            raise StageConfigError(f"stage {stage!r} lacks the setting {name!r}")
-        return block[name]
+        if name in block:
+            return block[name]
+        if default is not None:
+            return default
+        raise StageConfigError(f"stage {stage!r} lacks the setting {name!r}")
 
-    schedules = dict(block.get("schedules", {}))
+    # The deployment's own schedules, unless the stage or the command line says otherwise.
+    schedules = {**DEFAULT_SCHEDULES, **block.get("schedules", {})}
     override_schedules = lookup("schedules")
     if isinstance(override_schedules, Mapping):
         schedules.update(override_schedules)
@@ -114,7 +117,9 @@ def stage_config(lookup: Callable[[str], Any]) -> StageConfig:
         log_level=_text(setting, "logLevel").upper(),
         log_retention_days=_integer(setting, "logRetentionDays", minimum=1),
         sender_max_concurrency=_integer(setting, "senderMaxConcurrency", minimum=2, maximum=1000),
-        dlq_max_receive_count=_integer(setting, "dlqMaxReceiveCount", minimum=1, maximum=1000),
+        dlq_max_receive_count=_integer(
+            lambda name: setting(name, MAX_RECEIVE_COUNT), "dlqMaxReceiveCount", 1, 1000
+        ),
         http_timeout_s=_integer(setting, "httpTimeoutS", minimum=1, maximum=60),
         endpoint_ports=_ports(setting, "endpointPorts"),
         schedules=schedules,

@@ -1,8 +1,7 @@
 """The SQS delivery queue between the claimer and the sender, with its dead-letter queue.
 
-The visibility timeout is six times the sender's timeout, as AWS recommends for queues that
-feed Lambda: a batch that is retried by the poller after a throttle or a slow invocation must
-not become visible again while the first invocation may still be working on it.
+Its visibility timeout and redrive come from ``tidings.deployment``, which the local runtime's
+queue follows too.
 """
 
 from __future__ import annotations
@@ -11,7 +10,8 @@ from aws_cdk import Duration
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-VISIBILITY_TIMEOUT_FACTOR = 6
+from tidings.deployment import VISIBILITY_TIMEOUT_FACTOR
+
 # Longer than any delivery can take: the last retry through SQS is 900 s away and a message
 # waits at most a few minutes for a sender.
 _MESSAGE_RETENTION = Duration.days(4)

@@ -24,7 +24,7 @@ from infra.build_layers import BuiltLayers, LambdaPlatform
 from infra.common import acknowledge, log_retention
 from infra.config import StageConfig
 from infra.database import DATABASE_NAME, Database
-from infra.function_specs import FUNCTION_SPECS, FunctionSpec
+from tidings.deployment import FUNCTION_SPECS, FunctionSpec
 
 FUNCTIONS_ROOT = Path(__file__).resolve().parent.parent / "functions"
 HANDLER = "app.handler"

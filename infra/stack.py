@@ -12,15 +12,15 @@ from infra.alarms import Alarms
 from infra.alerts import Alerts
 from infra.api import IngestApi
 from infra.build_layers import BuiltLayers
-from infra.config import SCHEDULED_FUNCTIONS, StageConfig
+from infra.config import StageConfig
 from infra.dashboard import Dashboard
 from infra.database import Database
 from infra.delivery_queue import DeliveryQueue
-from infra.function_specs import SENDER
 from infra.functions import Functions
 from infra.migrations import SchemaMigrations
 from infra.network import Network
 from infra.schedules import Schedules
+from tidings.deployment import SCHEDULED_FUNCTIONS, SENDER
 
 SENDER_BATCH_SIZE = 10
 

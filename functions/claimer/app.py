@@ -7,7 +7,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tidings import wiring
-from tidings.claiming import Claimer
+from tidings.delivery.claimer import Claimer
 from tidings.observability import logger, metrics, tracer
 
 

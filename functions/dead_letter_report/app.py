@@ -8,7 +8,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from tidings import wiring
-from tidings.dead_letter_report import run_report
+from tidings.maintenance.dead_letter_report import run_report
 from tidings.observability import logger, metrics, tracer
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from tidings import wiring
-from tidings.health import emit_metrics, run_monitor
+from tidings.maintenance.health import emit_metrics
+from tidings.maintenance.health_monitor import run_monitor
 from tidings.observability import logger, metrics, tracer
 
 

@@ -8,8 +8,8 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tidings import wiring
+from tidings.maintenance.percentiles import run_scheduled_refresh
 from tidings.observability import logger, metrics, tracer
-from tidings.percentiles import run_scheduled_refresh
 
 
 @logger.inject_lambda_context

@@ -8,8 +8,8 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from tidings import wiring
+from tidings.maintenance.pruning import prune
 from tidings.observability import logger, metrics, tracer
-from tidings.pruning import prune
 
 
 @logger.inject_lambda_context

@@ -28,7 +28,8 @@ def progress_table(db: Database) -> str:
     """Every endpoint's figures, to show where a run stood."""
     from datetime import UTC, datetime, timedelta
 
-    from tidings.local.progress import ENDPOINT_HEADERS, endpoint_progress, endpoint_rows, table
+    from tidings.dal.operator import endpoint_progress
+    from tidings.local.progress import ENDPOINT_HEADERS, endpoint_rows, table
 
     since = datetime.now(UTC) - timedelta(hours=1)
     return table(ENDPOINT_HEADERS, endpoint_rows(db.run(lambda cur: endpoint_progress(cur, since))))

@@ -17,9 +17,8 @@ import pytest
 from tests.e2e.conftest import message_states, progress_table, wait_until
 from tests.support.webhooks import standard_verifier
 from tidings.dal.connection import Database
-from tidings.local.data import DemoEvent, enqueue_events
+from tidings.dal.operator import DemoEvent, enqueue_events, unsettled_messages
 from tidings.local.demo import DEMO_SETTINGS
-from tidings.local.progress import unsettled_messages
 from tidings.local.receivers import Kind, Receivers
 from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
 
@@ -48,8 +47,8 @@ def receivers() -> Iterator[Receivers]:
 def test_every_message_ends_as_its_receiver_dictates(
     database_url: str, receivers: Receivers
 ) -> None:
+    from tidings.delivery.attempt import webhook_id
     from tidings.logic.endpoints import create_endpoint
-    from tidings.sending import webhook_id
 
     # The demo's short delays; a timeout above the slow receiver's longest answer.
     settings = dev_settings(

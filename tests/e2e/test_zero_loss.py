@@ -24,7 +24,7 @@ from tests.support.webhooks import standard_verifier
 from tidings import migrations
 from tidings.config import Settings
 from tidings.dal.connection import Database, connect
-from tidings.local.data import DemoEvent, enqueue_events
+from tidings.dal.operator import DemoEvent, enqueue_events
 from tidings.local.receivers import Kind, Receivers
 from tidings.local.runtime import LOOPBACK_NETWORKS
 
@@ -167,8 +167,8 @@ def _delivered(db: Database) -> int:
 def test_no_message_is_lost_when_the_runtime_and_database_fail(
     postgres: RestartablePostgres, tmp_path: Path
 ) -> None:
+    from tidings.delivery.attempt import webhook_id
     from tidings.logic.endpoints import create_endpoint
-    from tidings.sending import webhook_id
 
     conn = connect(Settings(database_url=postgres.dsn))
     migrations.migrate(conn)

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from infra.function_specs import FUNCTION_SPECS, SENDER
 from tests.infra.conftest import Synthesized
+from tidings.deployment import FUNCTION_SPECS, SENDER, schedule_interval_s
 
 REQUIRED_ENVIRONMENT = {
     "POWERTOOLS_SERVICE_NAME",
@@ -204,3 +204,21 @@ def test_schedules_start_the_scheduled_functions(dev: Synthesized) -> None:
     assert dev.config.schedules["health_monitor"] == "rate(5 minutes)"
     assert dev.config.schedules["dead_letter_report"] == "rate(1 hour)"
     assert dev.config.schedules["pruner"] == "rate(1 hour)"
+
+
+def test_the_local_runtime_imitates_the_deployed_queue_timeouts_and_schedules(
+    dev: Synthesized,
+) -> None:
+    """What the stack deploys and what `tidings dev` imitates come from one table."""
+    from tidings.local import runtime, scheduler
+
+    queue_id, _ = _queue_ids(dev)
+    queue = dev.raw["Resources"][queue_id]["Properties"]
+    assert queue["VisibilityTimeout"] == runtime.QUEUE_VISIBILITY_TIMEOUT_S
+    assert queue["RedrivePolicy"]["maxReceiveCount"] == runtime.MAX_RECEIVE_COUNT
+    assert _function(dev, "sender")["Properties"]["Timeout"] == runtime.SENDER_TIMEOUT_S
+    for name, interval_s in scheduler.DEFAULT_INTERVALS_S.items():
+        expression = dev.config.schedules[name]
+        assert schedule_interval_s(expression) == interval_s
+        job = scheduler.Job(name, interval_s, lambda event, context: None)
+        assert job.timeout_s == _function(dev, name)["Properties"]["Timeout"]

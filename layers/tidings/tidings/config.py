@@ -104,6 +104,10 @@ class Settings:
     attempt_partitions_ahead_days: int = 3
     prune_max_batches: int = 200
     prune_lock_timeout_ms: int = 2000
+    # Health monitor: undelivered messages of deleted or disabled endpoints dead-lettered per
+    # batch, and the batches per run.
+    unreachable_batch_size: int = 5000
+    unreachable_max_batches: int = 200
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -147,6 +151,8 @@ class Settings:
             "attempt_partitions_ahead_days",
             "prune_max_batches",
             "prune_lock_timeout_ms",
+            "unreachable_batch_size",
+            "unreachable_max_batches",
         )
         for name in positive:
             if getattr(self, name) <= 0:

@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "tidings.cli.dead_letters",
     "tidings.cli.replay",
     "tidings.cli.openapi",
+    "tidings.cli.schema",
 )
 
 

@@ -7,11 +7,11 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
+from tidings.cli.support import parse_time, print_json, target, when
 from tidings.config import Settings
 from tidings.dal.connection import Database
-from tidings.dead_letter_report import DeadLetterReport, PatternRules, build_report
-from tidings.local.operator import parse_time, print_json, target, when
 from tidings.local.progress import table
+from tidings.maintenance.dead_letter_report import DeadLetterReport, PatternRules, build_report
 
 
 def window_seconds(text: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tidings.local.operator import print_json, target, use_case_errors, when
+from tidings.cli.support import print_json, target, use_case_errors, when
 from tidings.local.progress import table
 
 

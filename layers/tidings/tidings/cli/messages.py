@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from tidings.local.operator import print_json, target, use_case_errors, when
+from tidings.cli.support import print_json, target, use_case_errors, when
 from tidings.local.progress import table
 
 

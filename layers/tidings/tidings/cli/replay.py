@@ -9,8 +9,8 @@ from typing import Any
 from tidings.cli import CommandError
 from tidings.cli.endpoints import endpoint_id
 from tidings.cli.messages import message_id
-from tidings.local.data import dead_letter_ids
-from tidings.local.operator import parse_time, print_json, target, use_case_errors
+from tidings.cli.support import parse_time, print_json, target, use_case_errors
+from tidings.dal.dead_letters import dead_letter_ids
 from tidings.local.progress import LiveDisplay, progress_bar
 
 # Replays go through the use case this many messages at a time (its limit for listed ids).

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from tidings.cli import CommandError
-from tidings.local.operator import print_json, target, use_case_errors
+from tidings.cli.support import print_json, target, use_case_errors
 
 
 def register(subparsers: Any) -> None:

@@ -6,9 +6,10 @@ import argparse
 from datetime import timedelta
 from typing import Any
 
-from tidings.health import HealthSummary, health_summary
-from tidings.local.operator import print_json, target
-from tidings.local.progress import ENDPOINT_HEADERS, endpoint_progress, endpoint_rows, table
+from tidings.cli.support import print_json, target
+from tidings.dal.operator import endpoint_progress
+from tidings.local.progress import ENDPOINT_HEADERS, endpoint_rows, table
+from tidings.maintenance.health import HealthSummary, health_summary
 
 
 def register(subparsers: Any) -> None:

@@ -16,13 +16,12 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import psycopg2
 import psycopg2.extensions
 import psycopg2.extras
 
-from tidings.config import Settings
 from tidings.observability import logger
 
 T = TypeVar("T")
@@ -32,7 +31,26 @@ Cursor = psycopg2.extensions.cursor
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
 
 
-def dsn_from_settings(settings: Settings) -> str:
+class DatabaseSettings(Protocol):
+    """What connecting to the database reads of the settings."""
+
+    @property
+    def database_host(self) -> str: ...
+    @property
+    def database_max_retries(self) -> int: ...
+    @property
+    def database_name(self) -> str: ...
+    @property
+    def database_secret_arn(self) -> str: ...
+    @property
+    def database_url(self) -> str: ...
+    @property
+    def idle_in_transaction_timeout_ms(self) -> int: ...
+    @property
+    def statement_timeout_ms(self) -> int: ...
+
+
+def dsn_from_settings(settings: DatabaseSettings) -> str:
     """The libpq connection string: ``DATABASE_URL``, or the RDS secret plus the proxy host."""
     if settings.database_url:
         return settings.database_url
@@ -70,7 +88,7 @@ def open_connection(dsn: str) -> psycopg2.extensions.connection:
     return conn
 
 
-def connect(settings: Settings) -> psycopg2.extensions.connection:
+def connect(settings: DatabaseSettings) -> psycopg2.extensions.connection:
     """A new autocommit connection to the configured database."""
     return open_connection(dsn_from_settings(settings))
 
@@ -93,7 +111,7 @@ class Database:
         self.max_retries = max_retries
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Database:
+    def from_settings(cls, settings: DatabaseSettings) -> Database:
         return cls(
             lambda: dsn_from_settings(settings),
             statement_timeout_ms=settings.statement_timeout_ms,

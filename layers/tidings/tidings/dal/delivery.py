@@ -68,10 +68,21 @@ class StartedAttempt:
     payload: str | None = field(repr=False)
 
 
-class OutcomeKind(enum.StrEnum):
+class MessageStatus(enum.StrEnum):
+    """A message's place in the queue: the ``tidings.message_status`` type."""
+
+    PENDING = "pending"
+    IN_FLIGHT = "in_flight"
     DELIVERED = "delivered"
-    RETRY = "retry"
+    # An attempt failed and the message waits for its retry.
+    FAILED = "failed"
     DEAD_LETTER = "dead_letter"
+
+
+# The statuses an attempt's outcome can leave a message in.
+OUTCOME_STATUSES = frozenset(
+    {MessageStatus.DELIVERED, MessageStatus.FAILED, MessageStatus.DEAD_LETTER}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,22 +91,24 @@ class AttemptOutcome:
 
     lease: Lease
     endpoint_id: int
-    kind: OutcomeKind
+    # The status the message takes: delivered, failed (a retry follows) or dead_letter.
+    status: MessageStatus
     attempt_number: int
     attempted_at: datetime
     status_code: int | None = None
     response_ms: int | None = None
     error_class: str | None = None
     response_excerpt: str | None = None
-    # For RETRY: when the row is due again; with keep_lease the retry travels through the queue
+    # For FAILED: when the row is due again; with keep_lease the retry travels through the queue
     # and retry_at is when the claimer may take the row back if that message never arrives.
     retry_at: datetime | None = None
     keep_lease: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class HealthSummary:
-    """One endpoint's attempts in a batch, reduced to what the circuit breaker needs."""
+class CircuitSummary:
+    """One endpoint's attempts in a batch, reduced to what its circuit breaker needs
+    (``circuit_breaker.BatchSummary``, with the times of the last success and failure)."""
 
     endpoint_id: int
     has_success: bool
@@ -209,7 +222,7 @@ def begin_attempts(
 def record_outcomes(
     cur: Cursor,
     outcomes: Sequence[AttemptOutcome],
-    health: Sequence[HealthSummary] = (),
+    health: Sequence[CircuitSummary] = (),
     disable: Sequence[tuple[int, str]] = (),
     *,
     base_cooldown_s: float,
@@ -217,7 +230,11 @@ def record_outcomes(
 ) -> RecordResult:
     """Write a batch's outcomes, attempts, circuit updates and disabled endpoints atomically."""
     for outcome in outcomes:
-        if outcome.kind is OutcomeKind.RETRY and outcome.retry_at is None:
+        if outcome.status not in OUTCOME_STATUSES:
+            raise ValueError(
+                f"message {outcome.lease.message_id}: an outcome cannot leave it {outcome.status}"
+            )
+        if outcome.status is MessageStatus.FAILED and outcome.retry_at is None:
             raise ValueError(
                 f"retry outcome for message {outcome.lease.message_id} has no retry_at"
             )
@@ -229,7 +246,7 @@ def record_outcomes(
                     "id": o.lease.message_id,
                     "token": str(o.lease.token),
                     "endpoint_id": o.endpoint_id,
-                    "outcome": o.kind.value,
+                    "status": o.status.value,
                     "retry_at": o.retry_at.isoformat() if o.retry_at else None,
                     "keep_lease": o.keep_lease,
                     "attempt_number": o.attempt_number,

@@ -1,6 +1,6 @@
-"""Tidings on one machine: the Lambda handlers run unchanged by a local runtime.
+"""Tidings on one machine: local imitations of what AWS provides, running the unchanged handlers.
 
-``runtime`` wires the collaborators (embedded PostgreSQL, local queue, printing notifier) and runs
-the claimer, the senders, the scheduled handlers and the ingest API; ``lambda_env`` builds the
-contexts and events AWS would hand the handlers; ``receivers`` are the demo's webhook receivers.
+``runtime`` wires the collaborators (embedded PostgreSQL, ``queue``, ``notifier``) and plays
+EventBridge (``scheduler``), the SQS event source mapping (``event_source``) and API Gateway
+(``api_server``, ``lambda_env``); ``demo`` and ``receivers`` are ``tidings demo``.
 """

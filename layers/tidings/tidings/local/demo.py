@@ -26,14 +26,14 @@ from typing import TextIO
 
 from tidings.config import Settings
 from tidings.dal.connection import Database
-from tidings.local.data import DemoEvent, enqueue_events
-from tidings.local.progress import (
+from tidings.dal.operator import (
+    DemoEvent,
     EndpointProgress,
-    LiveDisplay,
     endpoint_progress,
-    render,
+    enqueue_events,
     unsettled_messages,
 )
+from tidings.local.progress import LiveDisplay, render
 from tidings.local.receivers import Kind, Receivers
 from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
 from tidings.observability import logger

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tidings import signing
+from tidings.delivery import signing
 
 # The slow receiver's latency is exponential with this mean: its p95 is 3 times the mean.
 SLOW_MEAN_S = 1.0

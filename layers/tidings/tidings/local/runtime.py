@@ -22,12 +22,16 @@ from tidings import migrations, wiring
 from tidings.aws_clients import sns_client, sqs_client
 from tidings.config import Settings
 from tidings.dal.connection import Database, connect
+from tidings.deployment import MAX_RECEIVE_COUNT, QUEUE_VISIBILITY_TIMEOUT_S, SENDER
 from tidings.local.api_server import ApiServer
+from tidings.local.event_source import consume_once
 from tidings.local.lambda_env import Handler, LambdaContext, load_handler, scheduled_event
+from tidings.local.notifier import LocalNotifier
+from tidings.local.queue import LocalQueue
 from tidings.local.scheduler import DEFAULT_INTERVALS_S, Job, Scheduler
-from tidings.notify import LocalNotifier, Notifier, SnsNotifier
+from tidings.notify import Notifier, SnsNotifier
 from tidings.observability import logger
-from tidings.queue import DeliveryQueue, LocalQueue, SqsQueue, consume_once
+from tidings.queue import DeliveryQueue, SqsQueue
 
 # Local delivery targets: loopback and nothing else.
 LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
@@ -37,13 +41,8 @@ DEV_LEASE_S = 60.0
 LOCAL_QUEUE_ARN = "arn:aws:sqs:local:000000000000:tidings-delivery"
 QUEUE_NAME = "tidings-delivery"
 TOPIC_NAME = "tidings-alerts"
-# The queue's maxReceiveCount before a message moves to the dead-letter queue.
-MAX_RECEIVE_COUNT = 5
-# What the deployed sender function may run for, and the visibility timeout of its queue as a
-# multiple of it (AWS's advice for queues that trigger functions), as the stack sets them.
-SENDER_TIMEOUT_S = 120.0
-VISIBILITY_TIMEOUT_FACTOR = 6
-QUEUE_VISIBILITY_TIMEOUT_S = VISIBILITY_TIMEOUT_FACTOR * SENDER_TIMEOUT_S
+# What the deployed sender may run for; the queue's visibility and redrive are the deployment's.
+SENDER_TIMEOUT_S = float(SENDER.timeout_s)
 _IDLE_WAIT_S = 0.05
 _FAILURE_WAIT_S = 1.0
 

@@ -7,18 +7,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tidings.deployment import DEFAULT_SCHEDULES, FUNCTIONS_BY_NAME, schedule_interval_s
 from tidings.local.lambda_env import Handler, LambdaContext, scheduled_event
 from tidings.observability import logger
 
-# The deployed schedules (DESIGN §1): rate(5 minutes) and rate(1 hour).
+# The deployed schedules of the functions EventBridge starts at intervals (the claimer, which
+# the runtime invokes back to back, aside).
 DEFAULT_INTERVALS_S = {
-    "percentiles": 300.0,
-    "health_monitor": 300.0,
-    "dead_letter_report": 3600.0,
-    "pruner": 3600.0,
+    name: schedule_interval_s(expression)
+    for name, expression in DEFAULT_SCHEDULES.items()
+    if name != "claimer"
 }
-# What the deployed scheduled functions may run for.
-SCHEDULED_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +26,14 @@ class Job:
     interval_s: float
     handler: Handler
 
+    @property
+    def timeout_s(self) -> float:
+        """What the deployed function of this name may run for."""
+        return float(FUNCTIONS_BY_NAME[self.name].timeout_s)
+
     def __post_init__(self) -> None:
+        if self.name not in FUNCTIONS_BY_NAME:
+            raise ValueError(f"no deployed function is named {self.name!r}")
         if self.interval_s <= 0:
             raise ValueError(f"the interval of {self.name} must be positive, got {self.interval_s}")
 
@@ -77,7 +83,7 @@ class Scheduler:
 
     def fire(self, job: Job) -> None:
         """Run one job now, on the calling thread; its failure is logged and counted."""
-        context = LambdaContext(f"tidings-{job.name.replace('_', '-')}", SCHEDULED_TIMEOUT_S)
+        context = LambdaContext(f"tidings-{job.name.replace('_', '-')}", job.timeout_s)
         self._current = context
         try:
             job.handler(scheduled_event(f"tidings-{job.name}"), context)

@@ -11,10 +11,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tidings import signing, ssrf
 from tidings.config import Settings, get_settings
 from tidings.dal import endpoints as dal
 from tidings.dal.connection import Database
+from tidings.delivery import signing, ssrf
 from tidings.logic.errors import InvalidInput, NotFound
 from tidings.logic.validation import (
     MAX_TEXT,

@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from tidings import waiting
 from tidings.dal import messages as dal
 from tidings.dal.connection import Database
+from tidings.delivery import waiting
 from tidings.logic.errors import InvalidInput, NotFound
 from tidings.logic.validation import (
     MAX_TEXT,

@@ -24,9 +24,8 @@ candidate AS (
     JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
     WHERE e.enabled AND e.deleted_at IS NULL
       AND (h.state = 'closed'
-           OR (h.state = 'open' AND h.opened_at + h.cooldown_s * interval '1 second' <= now())
-           OR (h.state = 'half_open'
-               AND h.probe_started_at + %(lease_s)s * interval '1 second' <= now()))
+           OR tidings.probe_may_start(h.state, h.opened_at, h.cooldown_s, h.probe_started_at,
+                                      %(lease_s)s))
 ),
 bucket AS (
     -- The token buckets of rate-limited candidates, read under a lock (SKIP LOCKED: a bucket
@@ -110,7 +109,7 @@ ORDER BY l.id;
 -- Gives leased rows back without an attempt (their queue message could not be sent), due again
 -- after delay_s. Guarded by the lease token: a row leased again meanwhile is left alone.
 UPDATE tidings.messages m
-SET status = CASE WHEN m.attempts > 0 THEN 'failed' ELSE 'pending' END::tidings.message_status,
+SET status = tidings.unleased_status(m.attempts),
     lease_token = NULL,
     next_attempt_at = now() + %(delay_s)s * interval '1 second'
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
@@ -145,9 +144,8 @@ probe AS (
     SET state = 'half_open', probe_token = c.token, probe_started_at = now()
     FROM (SELECT DISTINCT ON (endpoint_id) endpoint_id, token FROM held ORDER BY endpoint_id, id) c
     WHERE h.endpoint_id = c.endpoint_id
-      AND ((h.state = 'open' AND h.opened_at + h.cooldown_s * interval '1 second' <= now())
-           OR (h.state = 'half_open'
-               AND h.probe_started_at + %(lease_s)s * interval '1 second' <= now()))
+      AND tidings.probe_may_start(h.state, h.opened_at, h.cooldown_s, h.probe_started_at,
+                                  %(lease_s)s)
     RETURNING h.endpoint_id, h.probe_token
 ),
 verdict AS (
@@ -174,7 +172,7 @@ started AS (
 ),
 held_back AS (
     UPDATE tidings.messages m
-    SET status = CASE WHEN m.attempts > 0 THEN 'failed' ELSE 'pending' END::tidings.message_status,
+    SET status = tidings.unleased_status(m.attempts),
         lease_token = NULL,
         next_attempt_at = greatest(v.cooldown_ends_at,
                                    now() + %(hold_back_s)s * interval '1 second')
@@ -211,22 +209,21 @@ WITH outcome AS (
     -- One JSON document rather than a dozen arrays: far cheaper to build and to parse.
     SELECT *
     FROM jsonb_to_recordset(%(outcomes)s::jsonb)
-        AS o(id bigint, token uuid, endpoint_id bigint, outcome text, retry_at timestamptz,
+        AS o(id bigint, token uuid, endpoint_id bigint, status tidings.message_status,
+             retry_at timestamptz,
              keep_lease boolean, attempt_number integer, attempted_at timestamptz,
              status_code integer, response_ms integer, error_class text, excerpt text)
 ),
 written AS (
     UPDATE tidings.messages m
-    SET status = CASE o.outcome WHEN 'delivered' THEN 'delivered'
-                                WHEN 'retry' THEN 'failed'
-                                ELSE 'dead_letter' END::tidings.message_status,
+    SET status = o.status,
         attempts = m.attempts + 1,
-        delivered_at = CASE WHEN o.outcome = 'delivered' THEN now() END,
-        dead_lettered_at = CASE WHEN o.outcome = 'dead_letter' THEN now() END,
+        delivered_at = CASE WHEN o.status = 'delivered' THEN now() END,
+        dead_lettered_at = CASE WHEN o.status = 'dead_letter' THEN now() END,
         -- A new dead letter is one the scheduled report has yet to report.
         dead_letter_reported_at = NULL,
-        next_attempt_at = CASE WHEN o.outcome = 'retry' THEN o.retry_at ELSE m.next_attempt_at END,
-        lease_token = CASE WHEN o.outcome = 'retry' AND o.keep_lease THEN m.lease_token END,
+        next_attempt_at = CASE WHEN o.status = 'failed' THEN o.retry_at ELSE m.next_attempt_at END,
+        lease_token = CASE WHEN o.status = 'failed' AND o.keep_lease THEN m.lease_token END,
         last_error = o.error_class,
         last_status_code = o.status_code,
         last_response_ms = o.response_ms

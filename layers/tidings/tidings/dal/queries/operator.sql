@@ -1,0 +1,51 @@
+-- name: endpoint_progress
+-- Per endpoint: its messages by status, its circuit state, and the p95 latency and count of its
+-- attempts since a given time, computed live from the attempt log (the demo's table).
+WITH counts AS (
+    SELECT m.endpoint_id,
+           count(*) AS total,
+           count(*) FILTER (WHERE m.status = 'pending') AS pending,
+           count(*) FILTER (WHERE m.status = 'in_flight') AS in_flight,
+           count(*) FILTER (WHERE m.status = 'failed') AS retrying,
+           count(*) FILTER (WHERE m.status = 'delivered') AS delivered,
+           count(*) FILTER (WHERE m.status = 'dead_letter') AS dead_letter
+    FROM tidings.messages m
+    GROUP BY m.endpoint_id
+),
+latency AS (
+    SELECT a.endpoint_id,
+           count(*) AS attempts,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY a.response_ms) AS p95_ms
+    FROM tidings.attempts a
+    WHERE a.attempted_at >= %(since)s
+    GROUP BY a.endpoint_id
+)
+SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, h.state::text AS circuit,
+       coalesce(c.total, 0) AS total, coalesce(c.pending, 0) AS pending,
+       coalesce(c.in_flight, 0) AS in_flight, coalesce(c.retrying, 0) AS retrying,
+       coalesce(c.delivered, 0) AS delivered, coalesce(c.dead_letter, 0) AS dead_letter,
+       coalesce(l.attempts, 0) AS attempts, l.p95_ms
+FROM tidings.endpoints e
+JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
+LEFT JOIN counts c ON c.endpoint_id = e.id
+LEFT JOIN latency l ON l.endpoint_id = e.id
+WHERE e.deleted_at IS NULL
+ORDER BY e.id;
+
+-- name: enqueue_events
+-- Records many events at once through tidings.enqueue, the producers' own entry point (each
+-- event fanned out to its subscribers, idempotent per event type and id); returns the number of
+-- messages created.
+SELECT count(*)
+FROM unnest(%(event_types)s::text[], %(payloads)s::jsonb[], %(event_ids)s::text[])
+    AS e(event_type, payload, event_id)
+CROSS JOIN LATERAL tidings.enqueue(e.event_type, e.payload, e.event_id) AS created;
+
+-- name: unsettled_messages
+-- Messages not yet delivered nor dead-lettered whose endpoint is still enabled, and in-flight
+-- messages, whatever their endpoint: what a run must wait for before it can call its work done.
+SELECT count(*) FILTER (WHERE m.status <> 'in_flight' AND e.enabled AND e.deleted_at IS NULL)
+       + count(*) FILTER (WHERE m.status = 'in_flight') AS unsettled
+FROM tidings.messages m
+JOIN tidings.endpoints e ON e.id = m.endpoint_id
+WHERE m.status IN ('pending', 'failed', 'in_flight');

@@ -1,0 +1,76 @@
+-- name: schema_enums
+-- The enum types of schema tidings with their labels in order.
+SELECT t.typname AS name, array_agg(e.enumlabel ORDER BY e.enumsortorder) AS labels
+FROM pg_type t
+JOIN pg_namespace n ON n.oid = t.typnamespace
+JOIN pg_enum e ON e.enumtypid = t.oid
+WHERE n.nspname = 'tidings'
+GROUP BY t.typname
+ORDER BY t.typname;
+
+-- name: schema_tables
+-- The tables of schema tidings, leaving out the daily partitions of attempts (made by the
+-- pruner, one per day): name, partition key, the parent and bound of a partition, storage options.
+SELECT c.relname AS name,
+       CASE WHEN c.relkind = 'p' THEN pg_get_partkeydef(c.oid) END AS partition_key,
+       parent.relname AS partition_of,
+       CASE WHEN c.relispartition THEN pg_get_expr(c.relpartbound, c.oid) END AS partition_bound,
+       c.reloptions AS options
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+LEFT JOIN pg_class parent ON parent.oid = i.inhparent
+WHERE n.nspname = 'tidings' AND c.relkind IN ('r', 'p')
+  AND c.relname !~ '^attempts_[0-9]{8}$'
+ORDER BY c.relname;
+
+-- name: schema_columns
+-- The columns of one table in order: type, default, identity and whether they may be NULL.
+SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type,
+       pg_get_expr(d.adbin, d.adrelid) AS default_value, a.attidentity AS identity,
+       a.attnotnull AS not_null
+FROM pg_attribute a
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE a.attrelid = ('tidings.' || quote_ident(%(table)s))::regclass
+  AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum;
+
+-- name: schema_constraints
+-- The constraints of one table (not inherited from a parent), by name.
+SELECT con.conname AS name, pg_get_constraintdef(con.oid) AS definition
+FROM pg_constraint con
+WHERE con.conrelid = ('tidings.' || quote_ident(%(table)s))::regclass
+  AND con.conislocal
+  AND con.contype <> 'n'
+ORDER BY con.conname;
+
+-- name: schema_indexes
+-- The indexes of schema tidings that are not there for a constraint, leaving out those of the
+-- daily partitions of attempts.
+SELECT pg_get_indexdef(i.indexrelid) AS definition
+FROM pg_index i
+JOIN pg_class ic ON ic.oid = i.indexrelid
+JOIN pg_class tc ON tc.oid = i.indrelid
+JOIN pg_namespace n ON n.oid = tc.relnamespace
+WHERE n.nspname = 'tidings'
+  AND tc.relname !~ '^attempts_[0-9]{8}$'
+  AND NOT EXISTS (SELECT 1 FROM pg_constraint con WHERE con.conindid = i.indexrelid
+                  AND con.conrelid = i.indrelid)
+ORDER BY tc.relname, ic.relname;
+
+-- name: schema_functions
+-- The functions of schema tidings as CREATE statements, by name and arguments.
+SELECT pg_get_functiondef(p.oid) AS definition
+FROM pg_proc p
+JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = 'tidings'
+ORDER BY p.proname, pg_get_function_identity_arguments(p.oid);
+
+-- name: schema_triggers
+-- The triggers on the tables of schema tidings, by table and name.
+SELECT pg_get_triggerdef(t.oid) AS definition
+FROM pg_trigger t
+JOIN pg_class c ON c.oid = t.tgrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'tidings' AND NOT t.tgisinternal
+ORDER BY c.relname, t.tgname;

@@ -1,0 +1,175 @@
+"""One delivery attempt's fate, decided without I/O.
+
+After a request returns, ``decide`` reads its result (the receiver's answer or the network's
+failure) and settles what happens to the message: delivered, retried through the queue or the
+database after a backoff, or dead-lettered (and the endpoint disabled on 410 Gone). The names
+along the way: the answer reads as a ``Verdict`` (``retry_policy``), which leads to a
+``NextStep``, which leaves the message in a ``MessageStatus``.
+
+``circuit_summaries`` reduces a batch's decisions to what each endpoint's circuit breaker needs.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from tidings.dal.delivery import (
+    AttemptOutcome,
+    CircuitSummary,
+    MessageStatus,
+    StartedAttempt,
+)
+from tidings.delivery import circuit_breaker, retry_policy
+from tidings.delivery.envelope import DeliveryEnvelope
+from tidings.delivery.http_transport import HttpResult
+from tidings.delivery.retry_policy import NextAction, NextStep, Verdict, VerdictKind
+
+
+class RetrySettings(Protocol):
+    """What deciding an attempt's fate reads of the settings."""
+
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def backoff_base_s(self) -> float: ...
+    @property
+    def backoff_max_s(self) -> float: ...
+    @property
+    def sqs_max_delay_s(self) -> int: ...
+    @property
+    def lease_s(self) -> float: ...
+
+
+# The status each next step leaves the message in.
+STATUS_AFTER = {
+    NextAction.FINISH_DELIVERED: MessageStatus.DELIVERED,
+    NextAction.RETRY_VIA_QUEUE: MessageStatus.FAILED,
+    NextAction.RETRY_VIA_DATABASE: MessageStatus.FAILED,
+    NextAction.DEAD_LETTER: MessageStatus.DEAD_LETTER,
+    NextAction.DEAD_LETTER_AND_DISABLE: MessageStatus.DEAD_LETTER,
+}
+
+
+def webhook_id(message_id: int) -> str:
+    """The ``webhook-id`` of a row: the same on every attempt, the receiver's dedupe key."""
+    return f"msg_{message_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A row the sender may send now: the queue record it came in, and what sending needs."""
+
+    record_id: str
+    envelope: DeliveryEnvelope
+    row: StartedAttempt
+    payload: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """A job's request, made at ``attempted_at``, and what came back."""
+
+    job: Job
+    attempted_at: datetime
+    result: HttpResult
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """An attempt, how its answer reads, the next step, and the outcome to record."""
+
+    attempt: Attempt
+    verdict: Verdict
+    step: NextStep
+    outcome: AttemptOutcome
+
+
+def decide(
+    attempt: Attempt,
+    settings: RetrySettings,
+    *,
+    now: datetime,
+    rng: random.Random | None = None,
+) -> Decision:
+    """The fate of one attempt, decided at ``now``."""
+    result, row = attempt.result, attempt.job.row
+    verdict = retry_policy.classify(result.status_code, result.error, result.retry_after, now=now)
+    attempt_number = row.attempts + 1
+    step = retry_policy.decide_next(
+        verdict,
+        failed_attempts=attempt_number,
+        max_attempts=row.max_attempts or settings.max_attempts,
+        base_s=settings.backoff_base_s,
+        max_s=settings.backoff_max_s,
+        sqs_max_delay_s=settings.sqs_max_delay_s,
+        rng=rng,
+    )
+    retry_at, keep_lease = None, False
+    if step.action is NextAction.RETRY_VIA_QUEUE:
+        # The queue message brings the row back; the claimer takes it only if that is lost.
+        keep_lease = True
+        retry_at = now + timedelta(seconds=step.delay_s + settings.lease_s)
+    elif step.action is NextAction.RETRY_VIA_DATABASE:
+        retry_at = now + timedelta(seconds=step.delay_s)
+    outcome = AttemptOutcome(
+        lease=attempt.job.envelope.lease,
+        endpoint_id=row.endpoint_id,
+        status=STATUS_AFTER[step.action],
+        attempt_number=attempt_number,
+        attempted_at=attempt.attempted_at,
+        status_code=result.status_code,
+        response_ms=result.elapsed_ms if result.status_code is not None else None,
+        error_class=None if verdict.kind is VerdictKind.DELIVERED else verdict.reason,
+        response_excerpt=result.excerpt,
+        retry_at=retry_at,
+        keep_lease=keep_lease,
+    )
+    return Decision(attempt, verdict, step, outcome)
+
+
+def circuit_summaries(decisions: Sequence[Decision]) -> list[CircuitSummary]:
+    """Per endpoint, the circuit-relevant outcomes of a batch, in the order they completed.
+
+    A retryable verdict is a failure; any HTTP answer that is not is a success (the endpoint is
+    up). A request refused before it was sent (blocked address, invalid URL, a secret that cannot
+    sign) says nothing about the endpoint's health and is left out.
+    """
+    outcomes: dict[int, list[tuple[bool, datetime]]] = {}
+    for d in decisions:
+        if d.verdict.kind is VerdictKind.RETRY:
+            success = False
+        elif d.attempt.result.status_code is not None:
+            success = True
+        else:
+            continue
+        outcomes.setdefault(d.outcome.endpoint_id, []).append((success, d.attempt.attempted_at))
+    summaries = []
+    for endpoint_id, results in sorted(outcomes.items()):
+        summary = circuit_breaker.summarize([success for success, _ in results])
+        successes = [at for success, at in results if success]
+        failures = [at for success, at in results if not success]
+        summaries.append(
+            CircuitSummary(
+                endpoint_id=endpoint_id,
+                has_success=summary.has_success,
+                trailing_failures=summary.trailing_failures,
+                last_success_at=max(successes, default=None),
+                last_failure_at=max(failures, default=None),
+            )
+        )
+    return summaries
+
+
+def endpoints_to_disable(decisions: Sequence[Decision]) -> list[tuple[int, str]]:
+    """The endpoints that answered 410 Gone in a batch, with the reason to record."""
+    return sorted(
+        {
+            (d.outcome.endpoint_id, "410 Gone")
+            for d in decisions
+            if d.step.action is NextAction.DEAD_LETTER_AND_DISABLE
+        }
+    )

@@ -1,0 +1,380 @@
+"""The sender: deliver one SQS batch of leased rows concurrently and record what happened.
+
+Per batch the database sees two statements: ``begin_attempts`` (leases renewed, circuit gate)
+before any request leaves, and ``record_outcomes`` (every outcome, attempt, circuit update and
+disabled endpoint, atomically) after the last one returns. Retries with a short delay travel back
+through the queue with ``DelaySeconds`` while the row keeps its lease; longer ones wait in the
+database for the claimer. The database is the source of truth: an SQS record is acknowledged once
+its row's outcome is written, and only what must come back from SQS is reported as failed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+import psycopg2
+from aws_lambda_powertools.metrics import MetricUnit
+
+from tidings.dal import delivery
+from tidings.dal.connection import Database
+from tidings.delivery import signing
+from tidings.delivery.attempt import (
+    Attempt,
+    Decision,
+    Job,
+    RetrySettings,
+    circuit_summaries,
+    decide,
+    endpoints_to_disable,
+    webhook_id,
+)
+from tidings.delivery.envelope import DeliveryEnvelope, MalformedEnvelope
+from tidings.delivery.http_transport import HttpResult, HttpTransport
+from tidings.delivery.retry_policy import AttemptError, NextAction
+from tidings.observability import logger, metrics
+from tidings.queue import MAX_DELAY_S, DeliveryQueue, OutgoingMessage
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    """One record of an SQS event: its SQS message id and body."""
+
+    record_id: str
+    body: str
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReport:
+    """What a batch came to; ``failed_record_ids`` must come back from SQS."""
+
+    failed_record_ids: frozenset[str] = frozenset()
+    delivered: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    # Rows whose lease was lost, or that their endpoint's circuit held back: nothing was sent.
+    skipped: int = 0
+
+
+# The database could not be reached or gave up on the statement (timeout, failover): worth
+# trying the batch again later. Any other database error is a defect and propagates.
+_UNAVAILABLE = (psycopg2.OperationalError, psycopg2.InterfaceError)
+
+# After the last request the invocation still needs time to record the outcomes (a statement
+# bounded by the statement timeout) and to answer: requests get what remains beyond that.
+ANSWER_MARGIN_S = 5.0
+# With less time than this left for requests, none is sent: the rows go back to the database.
+MIN_SEND_BUDGET_S = 1.0
+
+
+class SenderSettings(RetrySettings, Protocol):
+    """What the sender reads of the settings (beyond deciding each attempt's fate)."""
+
+    @property
+    def http_timeout_s(self) -> float: ...
+    @property
+    def circuit_cooldown_s(self) -> float: ...
+    @property
+    def circuit_max_cooldown_s(self) -> float: ...
+    @property
+    def statement_timeout_ms(self) -> int: ...
+    @property
+    def sender_concurrency(self) -> int: ...
+
+
+def record_reserve_s(settings: SenderSettings) -> float:
+    """What an invocation keeps after its last request: the record statement and the answer."""
+    return settings.statement_timeout_ms / 1000 + ANSWER_MARGIN_S
+
+
+class Sender:
+    """Delivers batches; build one per invocation (the transport and threads are shared)."""
+
+    def __init__(
+        self,
+        db: Database,
+        queue: DeliveryQueue,
+        settings: SenderSettings,
+        transport: HttpTransport,
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.db = db
+        self.queue = queue
+        self.settings = settings
+        self.transport = transport
+        self._rng = rng
+        self._executor = _shared_executor(settings.sender_concurrency)
+
+    def process(
+        self,
+        records: Sequence[QueueRecord],
+        remaining_ms: Callable[[], int] | None = None,
+    ) -> BatchReport:
+        """Deliver the batch. ``remaining_ms`` (the invocation's time left) caps every request's
+        timeout, so that the outcomes are recorded before the invocation is cut off."""
+        envelopes, poison = _parse(records)
+        if not envelopes:
+            return BatchReport(failed_record_ids=frozenset(poison))
+        requests = [
+            delivery.AttemptRequest(env.lease, env.attempt, want_payload=env.payload is None)
+            for env in envelopes.values()
+        ]
+        try:
+            started = self.db.run(
+                lambda cur: delivery.begin_attempts(cur, requests, lease_s=self.settings.lease_s)
+            )
+        except _UNAVAILABLE:
+            logger.exception(
+                "database unavailable before sending; the batch returns to the queue",
+                extra={"message_ids": sorted(env.message_id for env in envelopes.values())},
+            )
+            return BatchReport(failed_record_ids=frozenset(poison | set(envelopes)))
+        jobs = _jobs(envelopes, started)
+        skipped = len(envelopes) - len(jobs)
+        if not jobs:
+            return BatchReport(failed_record_ids=frozenset(poison), skipped=skipped)
+        budget_s = self._send_budget_s(remaining_ms)
+        if budget_s is not None and budget_s < MIN_SEND_BUDGET_S:
+            unsent = self._give_back(jobs, budget_s)
+            return BatchReport(
+                failed_record_ids=frozenset(poison | unsent), skipped=skipped + len(jobs)
+            )
+        attempts = self._send_all(jobs, budget_s)
+        decisions = [
+            decide(attempt, self.settings, now=datetime.now(UTC), rng=self._rng)
+            for attempt in attempts
+        ]
+        try:
+            recorded = self._record(decisions)
+        except _UNAVAILABLE:
+            logger.exception(
+                "database unavailable after sending; the attempted records return to the queue",
+                extra={"message_ids": sorted(job.row.message_id for job in jobs)},
+            )
+            return BatchReport(
+                failed_record_ids=frozenset(poison | {job.record_id for job in jobs}),
+                skipped=skipped,
+            )
+        written = [d for d in decisions if d.outcome.lease.message_id in recorded.written_ids]
+        self._requeue([d for d in written if d.step.action is NextAction.RETRY_VIA_QUEUE])
+        _report_observations(decisions, recorded)
+        return BatchReport(
+            failed_record_ids=frozenset(poison),
+            delivered=sum(d.outcome.status is delivery.MessageStatus.DELIVERED for d in written),
+            retried=sum(d.outcome.status is delivery.MessageStatus.FAILED for d in written),
+            dead_lettered=sum(
+                d.outcome.status is delivery.MessageStatus.DEAD_LETTER for d in written
+            ),
+            skipped=skipped,
+        )
+
+    def _send_budget_s(self, remaining_ms: Callable[[], int] | None) -> float | None:
+        """Seconds the requests may take, or None when the invocation has no deadline."""
+        if remaining_ms is None:
+            return None
+        return remaining_ms() / 1000 - record_reserve_s(self.settings)
+
+    def _give_back(self, jobs: Sequence[Job], budget_s: float) -> set[str]:
+        """Return unsent rows to the database, due at once; the record ids that must instead
+        come back from the queue (their rows could not be released)."""
+        logger.warning(
+            "too little of the invocation left to send; the rows return to the database",
+            extra={
+                "message_ids": sorted(job.row.message_id for job in jobs),
+                "send_budget_s": round(budget_s, 3),
+            },
+        )
+        leases = [job.envelope.lease for job in jobs]
+        try:
+            self.db.run(lambda cur: delivery.release_leases(cur, leases))
+        except _UNAVAILABLE:
+            logger.exception("could not release the leases of unsent rows")
+            return {job.record_id for job in jobs}
+        return set()
+
+    def _send_all(self, jobs: Sequence[Job], budget_s: float | None) -> list[Attempt]:
+        """Send every job concurrently; attempts come back in the order they finished."""
+        futures: list[Future[Attempt]] = [
+            self._executor.submit(self._send, job, budget_s) for job in jobs
+        ]
+        return [future.result() for future in as_completed(futures)]
+
+    def _send(self, job: Job, budget_s: float | None) -> Attempt:
+        attempted_at = datetime.now(UTC)
+        body = job.payload.encode("utf-8")
+        timeout_s = (
+            job.row.timeout_ms / 1000 if job.row.timeout_ms else self.settings.http_timeout_s
+        )
+        if budget_s is not None:
+            timeout_s = min(timeout_s, budget_s)
+        try:
+            headers = signing.webhook_headers(
+                webhook_id(job.row.message_id), int(time.time()), body, job.row.secrets
+            )
+        except ValueError:
+            # A stored secret that cannot sign must not take the rest of the batch down.
+            logger.exception(
+                "cannot sign the delivery",
+                extra={"message_id": job.row.message_id, "endpoint_id": job.row.endpoint_id},
+            )
+            failure = HttpResult(None, AttemptError.SIGNING_FAILED, 0, detail="signing failed")
+            return Attempt(job, attempted_at, failure)
+        return Attempt(
+            job, attempted_at, self.transport.post(job.row.url, body, headers, timeout_s)
+        )
+
+    def _record(self, decisions: Sequence[Decision]) -> delivery.RecordResult:
+        outcomes = [d.outcome for d in decisions]
+        health = circuit_summaries(decisions)
+        disable = endpoints_to_disable(decisions)
+        return self.db.run(
+            lambda cur: delivery.record_outcomes(
+                cur,
+                outcomes,
+                health,
+                disable,
+                base_cooldown_s=self.settings.circuit_cooldown_s,
+                max_cooldown_s=self.settings.circuit_max_cooldown_s,
+            )
+        )
+
+    def _requeue(self, retries: Sequence[Decision]) -> None:
+        """Send retry messages; a row whose message the queue refused is released at once."""
+        if not retries:
+            return
+        by_id = {str(d.outcome.lease.message_id): d for d in retries}
+        outgoing = [
+            OutgoingMessage(
+                id=key,
+                body=DeliveryEnvelope(
+                    d.outcome.lease.message_id,
+                    d.outcome.lease.token,
+                    d.outcome.attempt_number + 1,
+                    d.attempt.job.payload,
+                ).to_body(),
+                delay_s=min(MAX_DELAY_S, math.ceil(d.step.delay_s)),
+            )
+            for key, d in by_id.items()
+        ]
+        try:
+            failed = self.queue.send_batch(outgoing)
+        except Exception:
+            logger.exception("sending retry messages failed; releasing their leases")
+            failed = list(by_id)
+        for key in failed:
+            self._release(by_id[key])
+        if failed:
+            logger.warning(
+                "queue refused retry messages; the rows wait in the database instead",
+                extra={"message_ids": sorted(int(key) for key in failed)},
+            )
+
+    def _release(self, decision: Decision) -> None:
+        lease, delay_s = decision.outcome.lease, decision.step.delay_s
+        try:
+            self.db.run(lambda cur: delivery.release_leases(cur, [lease], delay_s=delay_s))
+        except _UNAVAILABLE:
+            # Its outcome is written; the claimer takes the row back when the lease runs out.
+            logger.exception(
+                "could not release the lease of an unsent retry",
+                extra={"message_id": lease.message_id},
+            )
+
+
+def _parse(records: Sequence[QueueRecord]) -> tuple[dict[str, DeliveryEnvelope], set[str]]:
+    """Envelopes by record id (one per row), and the ids of records that are not envelopes."""
+    latest: dict[int, tuple[str, DeliveryEnvelope]] = {}
+    poison: set[str] = set()
+    for record in records:
+        try:
+            envelope = DeliveryEnvelope.from_body(record.body)
+        except MalformedEnvelope as exc:
+            # Reported failed, so SQS's maxReceiveCount moves it to the dead-letter queue.
+            logger.error(
+                "malformed delivery message",
+                extra={"sqs_message_id": record.record_id, "reason": str(exc)},
+            )
+            poison.add(record.record_id)
+            continue
+        # Queues deliver at least once: the same row twice in a batch is sent once, for the
+        # latest of its attempts (an earlier one is stale and would be refused).
+        kept = latest.get(envelope.message_id)
+        if kept is None or envelope.attempt > kept[1].attempt:
+            latest[envelope.message_id] = (record.record_id, envelope)
+    envelopes = dict(latest.values())
+    return envelopes, poison
+
+
+def _jobs(
+    envelopes: Mapping[str, DeliveryEnvelope], started: Sequence[delivery.StartedAttempt]
+) -> list[Job]:
+    rows = {row.message_id: row for row in started}
+    jobs: list[Job] = []
+    for record_id, envelope in envelopes.items():
+        row = rows.get(envelope.message_id)
+        if row is None:
+            logger.info("lease lost; not sending", extra={"message_id": envelope.message_id})
+            continue
+        if not row.permitted:
+            logger.info(
+                "circuit holds the row back",
+                extra={"message_id": row.message_id, "endpoint_id": row.endpoint_id},
+            )
+            continue
+        payload = envelope.payload if envelope.payload is not None else row.payload
+        if payload is None:
+            raise RuntimeError(f"message {row.message_id} has no payload to send")
+        jobs.append(Job(record_id, envelope, row, payload))
+    return jobs
+
+
+def _report_observations(decisions: Sequence[Decision], recorded: delivery.RecordResult) -> None:
+    for d in decisions:
+        written = d.outcome.lease.message_id in recorded.written_ids
+        result = d.attempt.result
+        logger.info(
+            "delivery attempt",
+            extra={
+                "message_id": d.outcome.lease.message_id,
+                "endpoint_id": d.outcome.endpoint_id,
+                "attempt": d.outcome.attempt_number,
+                "status_code": result.status_code,
+                "error": result.error.value if result.error else None,
+                "error_detail": result.detail,
+                "latency_ms": result.elapsed_ms,
+                "next": d.step.action.value,
+                "delay_s": round(d.step.delay_s, 3),
+                "recorded": written,
+            },
+        )
+        if result.status_code is not None:
+            metrics.add_metric(
+                name="DeliveryLatency", unit=MetricUnit.Milliseconds, value=result.elapsed_ms
+            )
+    for transition in recorded.transitions:
+        logger.warning(
+            "circuit state changed",
+            extra={
+                "endpoint_id": transition.endpoint_id,
+                "from_state": transition.from_state,
+                "to_state": transition.to_state,
+                "cooldown_s": transition.cooldown_s,
+            },
+        )
+    for endpoint_id in sorted(recorded.disabled_endpoint_ids):
+        logger.warning(
+            "endpoint disabled: it answered 410 Gone", extra={"endpoint_id": endpoint_id}
+        )
+
+
+@functools.cache
+def _shared_executor(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tidings-send")

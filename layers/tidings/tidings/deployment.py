@@ -1,0 +1,143 @@
+"""What a deployment is made of: the functions, their timeouts and schedules, the delivery
+queue's visibility and redrive. The one table that the CDK app builds the stack from and that the
+local runtime imitates, so the two cannot disagree.
+
+Each function is ``functions/<name>/app.py`` with the handler ``app.handler``. The flags say what
+a function may touch; the constructs turn them into grants and security-group rules, so a
+function's permissions are read here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSpec:
+    name: str
+    description: str
+    timeout_s: int
+    memory_mb: int
+    # Started by EventBridge on this schedule (a stage may override it in cdk.json); None when
+    # something else starts the function.
+    schedule: str | None = None
+    sends_to_queue: bool = False
+    publishes_alerts: bool = False
+    # Makes HTTP requests to customer endpoints on any public address (ports 80 and 443).
+    reaches_endpoints: bool = False
+    # Connects to the database instance directly instead of through RDS Proxy.
+    connects_directly: bool = False
+
+    @property
+    def scheduled(self) -> bool:
+        return self.schedule is not None
+
+    @property
+    def construct_id(self) -> str:
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+
+CLAIMER = FunctionSpec(
+    name="claimer",
+    description="Leases due messages in a loop for about a minute and sends them to SQS",
+    timeout_s=60,
+    memory_mb=512,
+    schedule="rate(1 minute)",
+    sends_to_queue=True,
+)
+SENDER = FunctionSpec(
+    name="sender",
+    description="Delivers SQS batches of messages to their endpoints",
+    # Beginning a batch (one statement, at most the 30 s statement timeout), its requests (sent
+    # concurrently, each at most the endpoint's timeout: 60 s at most, the API's limit) and
+    # recording them (30 s at most) fit; the sender also caps the requests' timeouts by the time
+    # left, so a slow start cannot push the record past the end of the invocation.
+    timeout_s=120,
+    memory_mb=512,
+    sends_to_queue=True,
+    reaches_endpoints=True,
+)
+INGEST = FunctionSpec(
+    name="ingest",
+    description="The ingest API: events, endpoints, subscriptions, look-ups, replay",
+    timeout_s=29,
+    memory_mb=512,
+)
+PERCENTILES = FunctionSpec(
+    name="percentiles",
+    description="Refreshes per-endpoint latency percentiles and reports slow endpoints",
+    # A rebuild of the histograms (first run, changed window) may take minutes on a large
+    # deployment; its statements may run 600 s, so the function outlives them.
+    timeout_s=900,
+    memory_mb=256,
+    schedule="rate(5 minutes)",
+)
+HEALTH_MONITOR = FunctionSpec(
+    name="health_monitor",
+    description="Emits the health summary as metrics and alerts when delivery degrades",
+    timeout_s=60,
+    memory_mb=256,
+    schedule="rate(5 minutes)",
+    publishes_alerts=True,
+)
+DEAD_LETTER_REPORT = FunctionSpec(
+    name="dead_letter_report",
+    description="Summarises dead letters per endpoint and publishes the report",
+    timeout_s=120,
+    memory_mb=256,
+    schedule="rate(1 hour)",
+    publishes_alerts=True,
+)
+PRUNER = FunctionSpec(
+    name="pruner",
+    description="Deletes old attempts and finished messages in bounded batches",
+    timeout_s=300,
+    memory_mb=256,
+    schedule="rate(1 hour)",
+)
+MIGRATOR = FunctionSpec(
+    name="migrator",
+    description="Applies the SQL migrations (CloudFormation custom resource, runs on deploy)",
+    timeout_s=600,
+    memory_mb=256,
+    connects_directly=True,
+)
+
+FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
+    CLAIMER,
+    SENDER,
+    INGEST,
+    PERCENTILES,
+    HEALTH_MONITOR,
+    DEAD_LETTER_REPORT,
+    PRUNER,
+    MIGRATOR,
+)
+
+FUNCTIONS_BY_NAME: Mapping[str, FunctionSpec] = {spec.name: spec for spec in FUNCTION_SPECS}
+SCHEDULED_FUNCTIONS: tuple[str, ...] = tuple(s.name for s in FUNCTION_SPECS if s.scheduled)
+# The schedule each scheduled function has unless a stage says otherwise.
+DEFAULT_SCHEDULES: Mapping[str, str] = {
+    s.name: s.schedule for s in FUNCTION_SPECS if s.schedule is not None
+}
+
+# The delivery queue: its visibility timeout is this many times the sender's timeout, as AWS
+# recommends for queues that feed Lambda (a batch retried by the poller after a throttle or a slow
+# invocation must not become visible while the first invocation may still work on it), and a
+# message that failed this many receives moves to the dead-letter queue.
+VISIBILITY_TIMEOUT_FACTOR = 6
+QUEUE_VISIBILITY_TIMEOUT_S = VISIBILITY_TIMEOUT_FACTOR * SENDER.timeout_s
+MAX_RECEIVE_COUNT = 5
+
+_RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
+_UNIT_S = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+def schedule_interval_s(expression: str) -> float:
+    """The interval of a ``rate(N unit)`` schedule, in seconds."""
+    match = _RATE.match(expression)
+    if match is None:
+        raise ValueError(f"{expression!r} is not a rate(N minutes|hours|days) schedule")
+    return float(int(match[1]) * _UNIT_S[match[2].rstrip("s")])

@@ -1,0 +1,344 @@
+"""Operator alerts: which conditions hold, which alerts to send or resolve, and sending them once.
+
+A condition has a stable key (``oldest_undelivered``, ``circuit_open:42``). An alert is sent when
+its condition starts to hold, never again while it holds, and a "resolved" message is sent once
+when it stops. The ``alerts`` table remembers what is firing; each send is claimed there first by
+one atomic statement, so overlapping monitor runs cannot send the same message twice.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from tidings.dal import alerts as dal
+from tidings.dal import health as health_dal
+from tidings.dal.alerts import StoredAlert
+from tidings.dal.connection import Cursor, Database
+from tidings.dal.health import EndpointAttention
+from tidings.delivery.ssrf import display_origin
+from tidings.notify import Notifier
+from tidings.observability import logger
+
+
+class QueueHealth(Protocol):
+    """The figures of the health summary that alerts look at."""
+
+    @property
+    def oldest_undelivered_age_s(self) -> float | None: ...
+    @property
+    def dead_letters(self) -> int: ...
+
+
+class AlertSettings(Protocol):
+    """What the alert conditions read of the settings."""
+
+    @property
+    def oldest_undelivered_alert_s(self) -> float: ...
+    @property
+    def slow_endpoint_min_samples(self) -> int: ...
+    @property
+    def slow_endpoint_p95_ms(self) -> int: ...
+    @property
+    def statement_timeout_ms(self) -> int: ...
+
+
+class AlertKind(enum.StrEnum):
+    DEAD_LETTERS_GROWING = "dead_letters_growing"
+    OLDEST_UNDELIVERED = "oldest_undelivered"
+    SLOW_ENDPOINT = "slow_endpoint"
+    CIRCUIT_OPEN = "circuit_open"
+    ENDPOINT_DISABLED = "endpoint_disabled"
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """Something an operator should hear about, as it is now."""
+
+    key: str
+    kind: AlertKind
+    headline: str
+    explanation: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AlertPlan:
+    fire: tuple[Condition, ...]
+    resolve: tuple[StoredAlert, ...]
+
+
+def plan_alerts(current: Iterable[Condition], firing: Iterable[StoredAlert]) -> AlertPlan:
+    """Fire what holds and is not firing yet; resolve what is firing and no longer holds."""
+    holding = {c.key: c for c in current}
+    firing_keys = {a.alert_key for a in firing}
+    return AlertPlan(
+        fire=tuple(c for key, c in sorted(holding.items()) if key not in firing_keys),
+        resolve=tuple(
+            sorted(
+                (a for a in firing if a.alert_key not in holding),
+                key=lambda a: a.alert_key,
+            )
+        ),
+    )
+
+
+def current_conditions(
+    *,
+    oldest_undelivered_age_s: float | None,
+    new_dead_letters: int | None,
+    dead_letters: int,
+    endpoints: Sequence[EndpointAttention],
+    settings: AlertSettings,
+) -> list[Condition]:
+    """The conditions that hold now. ``new_dead_letters`` is the number dead-lettered since the
+    previous monitor run (None before the first run, when growth cannot be told)."""
+    found: list[Condition] = []
+    if new_dead_letters:
+        found.append(
+            Condition(
+                key=AlertKind.DEAD_LETTERS_GROWING.value,
+                kind=AlertKind.DEAD_LETTERS_GROWING,
+                headline=f"dead letters growing: {new_dead_letters} new, {dead_letters} in all",
+                explanation=(
+                    f"{new_dead_letters} messages were dead-lettered since the previous check; "
+                    f"{dead_letters} dead letters are waiting. See the dead-letter report for "
+                    "the endpoints and the pattern."
+                ),
+                details={"new_dead_letters": new_dead_letters, "dead_letters": dead_letters},
+            )
+        )
+    limit_s = settings.oldest_undelivered_alert_s
+    if oldest_undelivered_age_s is not None and oldest_undelivered_age_s > limit_s:
+        minutes = oldest_undelivered_age_s / 60
+        found.append(
+            Condition(
+                key=AlertKind.OLDEST_UNDELIVERED.value,
+                kind=AlertKind.OLDEST_UNDELIVERED,
+                headline=f"oldest undelivered message is {minutes:.0f} minutes old",
+                explanation=(
+                    f"A message has waited {minutes:.0f} minutes for delivery (limit "
+                    f"{limit_s / 60:.0f}). Check open circuits, the senders and the queue."
+                ),
+                details={"oldest_undelivered_age_s": round(oldest_undelivered_age_s, 1)},
+            )
+        )
+    for endpoint in endpoints:
+        found.extend(_endpoint_conditions(endpoint, settings))
+    return found
+
+
+def _endpoint_conditions(e: EndpointAttention, settings: AlertSettings) -> list[Condition]:
+    found: list[Condition] = []
+    where = f"endpoint {e.endpoint_id} ({display_origin(e.url)})"
+    if not e.enabled:
+        found.append(
+            Condition(
+                key=f"{AlertKind.ENDPOINT_DISABLED.value}:{e.endpoint_id}",
+                kind=AlertKind.ENDPOINT_DISABLED,
+                headline=f"endpoint {e.endpoint_id} disabled",
+                explanation=(
+                    f"{where} is disabled: {e.disabled_reason or 'no reason recorded'}. "
+                    "Its undelivered messages become dead letters (replay them once it is "
+                    "enabled again); events sent while it is disabled are not queued for it."
+                ),
+                details={"endpoint_id": e.endpoint_id, "reason": e.disabled_reason},
+            )
+        )
+    if e.state != "closed":
+        found.append(
+            Condition(
+                key=f"{AlertKind.CIRCUIT_OPEN.value}:{e.endpoint_id}",
+                kind=AlertKind.CIRCUIT_OPEN,
+                headline=f"circuit open for endpoint {e.endpoint_id}",
+                explanation=(
+                    f"The circuit of {where} opened"
+                    + (f" at {e.opened_at.isoformat()}" if e.opened_at else "")
+                    + " after repeated failures; deliveries wait and one probe is sent after "
+                    "each cooldown."
+                ),
+                details={"endpoint_id": e.endpoint_id, "state": e.state},
+            )
+        )
+    slow = (
+        e.p95_ms is not None
+        and e.p95_ms > settings.slow_endpoint_p95_ms
+        and e.sample_count >= settings.slow_endpoint_min_samples
+    )
+    if slow and e.p95_ms is not None:
+        found.append(
+            Condition(
+                key=f"{AlertKind.SLOW_ENDPOINT.value}:{e.endpoint_id}",
+                kind=AlertKind.SLOW_ENDPOINT,
+                headline=f"endpoint {e.endpoint_id} slow: p95 {e.p95_ms:.0f} ms",
+                explanation=(
+                    f"{where} answers slowly: p95 {e.p95_ms:.0f} ms over {e.sample_count} "
+                    f"attempts (threshold {settings.slow_endpoint_p95_ms} ms)."
+                ),
+                details={
+                    "endpoint_id": e.endpoint_id,
+                    "p95_ms": round(e.p95_ms, 1),
+                    "sample_count": e.sample_count,
+                },
+            )
+        )
+    return found
+
+
+def firing_message(c: Condition) -> tuple[str, str, dict[str, str]]:
+    """Subject, body and attributes of the message that an alert fires."""
+    body = f"{c.explanation}\n\n{json.dumps(_envelope(c.key, c.kind, 'firing', c.details))}"
+    return f"[Tidings] ALERT {c.headline}", body, _attributes(c.key, c.kind, "firing")
+
+
+def resolved_message(a: StoredAlert, now: datetime) -> tuple[str, str, dict[str, str]]:
+    """Subject, body and attributes of the message that an alert is resolved."""
+    lasted_min = (now - a.first_fired_at).total_seconds() / 60
+    body = (
+        f"Resolved: {a.alert_key} no longer holds (it fired at {a.first_fired_at.isoformat()}, "
+        f"{lasted_min:.0f} minutes ago).\n\n"
+        f"{json.dumps(_envelope(a.alert_key, a.kind, 'resolved', a.details))}"
+    )
+    return f"[Tidings] RESOLVED {a.alert_key}", body, _attributes(a.alert_key, a.kind, "resolved")
+
+
+def _envelope(key: str, kind: str, status: str, details: Mapping[str, Any]) -> dict[str, Any]:
+    return {"alert_key": key, "kind": str(kind), "status": status, "details": dict(details)}
+
+
+def _attributes(key: str, kind: str, status: str) -> dict[str, str]:
+    return {"alert_key": key, "kind": str(kind), "status": status}
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    fired: tuple[str, ...]
+    resolved: tuple[str, ...]
+
+
+def dispatch(
+    cursor: Callable[[], AbstractContextManager[Cursor]],
+    notifier: Notifier,
+    plan: AlertPlan,
+    now: datetime,
+) -> Dispatched:
+    """Claim and send each alert and resolution of ``plan``.
+
+    Only the run whose claim succeeds sends. A message that cannot be published has its claim
+    undone, so the next run tries again; the first such error is raised after the others went.
+    """
+    fired: list[str] = []
+    resolved: list[str] = []
+    failures: list[Exception] = []
+    for condition in plan.fire:
+        with cursor() as cur:
+            claimed = dal.claim_alert_firing(
+                cur,
+                alert_key=condition.key,
+                kind=condition.kind,
+                details=condition.details,
+                now=now,
+            )
+        if not claimed:
+            continue
+        subject, body, attributes = firing_message(condition)
+        if _publish(
+            cursor,
+            notifier,
+            key=condition.key,
+            subject=subject,
+            body=body,
+            attributes=attributes,
+            failures=failures,
+            was_firing=False,
+        ):
+            fired.append(condition.key)
+    for alert in plan.resolve:
+        with cursor() as cur:
+            claimed = dal.claim_alert_resolved(cur, alert_key=alert.alert_key, now=now)
+        if not claimed:
+            continue
+        subject, body, attributes = resolved_message(alert, now)
+        if _publish(
+            cursor,
+            notifier,
+            key=alert.alert_key,
+            subject=subject,
+            body=body,
+            attributes=attributes,
+            failures=failures,
+            was_firing=True,
+        ):
+            resolved.append(alert.alert_key)
+    if failures:
+        raise failures[0]
+    return Dispatched(tuple(fired), tuple(resolved))
+
+
+def _publish(
+    cursor: Callable[[], AbstractContextManager[Cursor]],
+    notifier: Notifier,
+    *,
+    key: str,
+    subject: str,
+    body: str,
+    attributes: Mapping[str, str],
+    failures: list[Exception],
+    was_firing: bool,
+) -> bool:
+    try:
+        notifier.publish(subject, body, attributes)
+    except Exception as exc:  # any transport error: undo the claim, keep going, raise later
+        logger.exception("alert not published; will retry next run", extra={"alert_key": key})
+        with cursor() as cur:
+            dal.unclaim_alert(cur, alert_key=key, firing=was_firing)
+        failures.append(exc)
+        return False
+    logger.info("alert published", extra={"alert_key": key, "subject": subject})
+    return True
+
+
+def check_and_send(
+    db: Database, notifier: Notifier, settings: AlertSettings, summary: QueueHealth, now: datetime
+) -> Dispatched:
+    """The health monitor's alert job: find the conditions that hold now, send the alerts that
+    start and the resolutions of those that stopped, then move the monitor's checkpoint."""
+    checkpoint = db.run(dal.monitor_checkpoint)
+    # A row's dead_lettered_at is when its recording statement began; the statement may commit
+    # up to a statement timeout later, after the previous run had looked. Looking back that much
+    # further never misses one (at worst it counts one twice, and the alert resolves a run later).
+    new_dead_letters = (
+        None
+        if checkpoint is None
+        else db.run(
+            lambda cur: health_dal.count_dead_lettered_between(
+                cur,
+                since=checkpoint - timedelta(milliseconds=settings.statement_timeout_ms),
+                now=now,
+            )
+        )
+    )
+    attention = db.run(
+        lambda cur: health_dal.endpoints_needing_attention(
+            cur,
+            slow_p95_ms=settings.slow_endpoint_p95_ms,
+            min_samples=settings.slow_endpoint_min_samples,
+        )
+    )
+    firing = db.run(dal.firing_alerts)
+    conditions = current_conditions(
+        oldest_undelivered_age_s=summary.oldest_undelivered_age_s,
+        new_dead_letters=new_dead_letters,
+        dead_letters=summary.dead_letters,
+        endpoints=attention,
+        settings=settings,
+    )
+    dispatched = dispatch(db.cursor, notifier, plan_alerts(conditions, firing), now)
+    # Only after the alerts went out: a run that failed to send re-counts the same dead letters.
+    db.run(lambda cur: dal.save_monitor_checkpoint(cur, now))
+    return dispatched

@@ -1,0 +1,111 @@
+"""The migrator custom-resource handler against a real, empty PostgreSQL database."""
+
+from __future__ import annotations
+
+import importlib.util
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import psycopg2
+import pytest
+
+from tidings.config import Settings
+
+HANDLER_PATH = Path(__file__).resolve().parents[3] / "functions" / "migrator" / "app.py"
+
+
+@dataclass
+class LambdaContext:
+    function_name: str = "tidings-migrator"
+    memory_limit_in_mb: int = 256
+    invoked_function_arn: str = "arn:aws:lambda:eu-west-1:123456789012:function:tidings-migrator"
+    aws_request_id: str = "request-1"
+
+
+def _load_handler() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("migrator_app", HANDLER_PATH)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _event(request_type: str) -> dict[str, object]:
+    return {
+        "RequestType": request_type,
+        "ResourceType": "Custom::TidingsSchema",
+        "LogicalResourceId": "MigrationsSchema",
+        "ResourceProperties": {"MigrationsHash": "abc"},
+        "PhysicalResourceId": "tidings-schema",
+    }
+
+
+@pytest.fixture
+def empty_database(postgres_admin_dsn: str) -> Iterator[str]:
+    name = f"tidings_migrator_{uuid.uuid4().hex[:12]}"
+    admin = psycopg2.connect(postgres_admin_dsn)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    params = psycopg2.extensions.parse_dsn(postgres_admin_dsn)
+    params["dbname"] = name
+    try:
+        yield psycopg2.extensions.make_dsn(**params)
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
+
+
+@pytest.fixture
+def migrator(empty_database: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    module = _load_handler()
+    monkeypatch.setattr(module, "get_settings", lambda: Settings(database_url=empty_database))
+    return module
+
+
+def _recorded_versions(dsn: str) -> list[int]:
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT version FROM tidings.schema_migrations ORDER BY version")
+            return [row[0] for row in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def test_create_applies_every_migration_and_update_finds_nothing_left(
+    migrator: ModuleType, empty_database: str
+) -> None:
+    created = migrator.handler(_event("Create"), LambdaContext())
+    assert created["PhysicalResourceId"] == "tidings-schema"
+    applied = created["Data"]["Applied"].split(",")
+    assert created["Data"]["AppliedCount"] == str(len(applied))
+    assert applied[0].startswith("0001_")
+    assert len(_recorded_versions(empty_database)) == len(applied)
+
+    updated = migrator.handler(_event("Update"), LambdaContext())
+    assert updated == {
+        "PhysicalResourceId": "tidings-schema",
+        "Data": {"AppliedCount": "0", "Applied": ""},
+    }
+
+
+def test_delete_leaves_the_database_alone(
+    migrator: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(settings: Settings) -> None:
+        raise AssertionError("Delete must not connect to the database")
+
+    monkeypatch.setattr(migrator, "connect", refuse)
+    assert migrator.handler(_event("Delete"), LambdaContext()) == {
+        "PhysicalResourceId": "tidings-schema"
+    }
+
+
+def test_an_unknown_request_type_fails_the_deploy_with_its_name(migrator: ModuleType) -> None:
+    with pytest.raises(ValueError, match="'Rollback'"):
+        migrator.handler(_event("Rollback"), LambdaContext())

@@ -1,0 +1,592 @@
+"""The sender against real PostgreSQL and real HTTP receivers: every outcome ends in its state."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from tests.integration.delivery.delivery_harness import (
+    Pipeline,
+    attempt_rows,
+    envelopes,
+    health_row,
+    make_pipeline,
+    message_row,
+    only_message_id,
+    seconds_until,
+)
+from tests.support.receivers import Receiver, running_receiver
+from tests.support.seed import TEST_SECRET, make_endpoint, seed_messages
+from tidings.dal.connection import Database
+from tidings.delivery.attempt import webhook_id
+from tidings.delivery.sender import BatchReport, QueueRecord, Sender, record_reserve_s
+from tidings.delivery.signing import generate_secret
+from tidings.local.queue import LocalQueue
+
+LEASE_S = 120.0
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with running_receiver() as r:
+        yield r
+
+
+@pytest.fixture
+def pipeline(db: Database) -> Pipeline:
+    return make_pipeline(db, lease_s=LEASE_S)
+
+
+def one_message_to(db: Database, url: str, *, max_attempts: int | None = None) -> int:
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur, url)
+        seed_messages(cur, endpoint_id, 1)
+        if max_attempts is not None:
+            cur.execute("UPDATE tidings.messages SET max_attempts = %s", (max_attempts,))
+    return endpoint_id
+
+
+def expected_backoff(failed_attempts: int) -> float:
+    """The delay the pipeline's seeded generator draws for its first retry decision."""
+    return random.Random(7).uniform(0, 30.0 * 2 ** (failed_attempts - 1))
+
+
+def test_200_delivers_and_keeps_the_response_excerpt(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("ok"))
+    report = pipeline.claim_and_deliver()
+
+    assert report.delivered == 1
+    assert report.failed_record_ids == frozenset()
+    row = message_row(db, only_message_id(db))
+    assert row["status"] == "delivered"
+    assert row["attempts"] == 1
+    assert row["lease_token"] is None
+    assert row["last_status_code"] == 200
+    [attempt] = attempt_rows(db, row["id"])
+    assert attempt["status_code"] == 200
+    assert attempt["response_excerpt"] == "thanks"
+    assert attempt["error_class"] is None
+    assert attempt["response_ms"] is not None
+    # Only the retry path sends anything back to the queue.
+    assert len(pipeline.queue.sent) == 1
+
+
+def test_500_retries_through_the_queue_with_the_backoff_delay_and_keeps_the_lease(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("status/500"))
+    report = pipeline.claim_and_deliver()
+
+    assert report.retried == 1
+    delay = expected_backoff(1)
+    first, retry = envelopes(pipeline.queue.sent)
+    retry_message = pipeline.queue.sent[1]
+    assert retry_message.delay_s == math.ceil(delay)
+    assert retry.lease_token == first.lease_token
+    assert retry.attempt == 2
+    row = message_row(db, first.message_id)
+    assert row["status"] == "failed"
+    assert row["lease_token"] == first.lease_token
+    assert row["last_error"] == "http_500"
+    # The claimer takes the row back only if the retry message never arrives.
+    assert seconds_until(row) == pytest.approx(delay + LEASE_S, abs=2)
+    [attempt] = attempt_rows(db, first.message_id)
+    assert (attempt["status_code"], attempt["error_class"]) == (500, "http_500")
+
+
+def test_a_queued_retry_comes_back_under_the_same_lease_and_delivers(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    clock = [0.0]
+    pipeline.queue.inner = LocalQueue(visibility_timeout_s=30, clock=lambda: clock[0])
+    endpoint_id = one_message_to(db, receiver.url("retry-after/429/0"))
+    pipeline.claim_and_deliver()
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoints SET url = %s WHERE id = %s", (receiver.url("ok"), endpoint_id)
+        )
+    # "Retry-After: 0" does not shorten the backoff: the retry waits its delay in the queue.
+    retry = pipeline.queue.sent[1]
+    assert retry.delay_s >= 1
+    assert pipeline.deliver_queued().delivered == 0
+    clock[0] += retry.delay_s
+
+    report = pipeline.deliver_queued()
+
+    assert report.delivered == 1
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["attempts"]) == ("delivered", 2)
+    assert [a["status_code"] for a in attempt_rows(db, row["id"])] == [429, 200]
+
+
+def test_429_honours_retry_after_within_the_queue_delay(db: Database, receiver: Receiver) -> None:
+    # A backoff shorter than the receiver's Retry-After, so the header decides.
+    pipeline = make_pipeline(db, lease_s=LEASE_S, backoff_base_s=1.0)
+    one_message_to(db, receiver.url("retry-after/429/7"))
+    pipeline.claim_and_deliver()
+
+    assert pipeline.queue.sent[1].delay_s == 7
+    row = message_row(db, only_message_id(db))
+    assert row["status"] == "failed"
+    assert seconds_until(row) == pytest.approx(7 + LEASE_S, abs=2)
+
+
+def test_a_long_retry_after_waits_in_the_database_without_a_lease(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("retry-after/429/2000"))
+    pipeline.claim_and_deliver()
+
+    assert len(pipeline.queue.sent) == 1, "a delay beyond 900 s must not go to the queue"
+    row = message_row(db, only_message_id(db))
+    assert row["status"] == "failed"
+    assert row["lease_token"] is None
+    assert seconds_until(row) == pytest.approx(2000, abs=2)
+
+
+def test_a_retry_waiting_in_the_database_is_claimed_again_when_due(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    endpoint_id = one_message_to(db, receiver.url("retry-after/503/1800"))
+    pipeline.claim_and_deliver()
+    assert pipeline.claimer.claim_once().claimed == 0, "not due for another half hour"
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoints SET url = %s WHERE id = %s", (receiver.url("ok"), endpoint_id)
+        )
+        cur.execute("UPDATE tidings.messages SET next_attempt_at = now() - interval '1 second'")
+
+    report = pipeline.claim_and_deliver()
+
+    assert report.delivered == 1
+    assert envelopes(pipeline.queue.sent)[-1].attempt == 2
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["attempts"]) == ("delivered", 2)
+
+
+def test_retry_after_is_bounded_by_the_maximum_delay(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("retry-after/503/999999"))
+    pipeline.claim_and_deliver()
+
+    row = message_row(db, only_message_id(db))
+    assert row["status"] == "failed"
+    assert seconds_until(row) == pytest.approx(3600, abs=2)
+
+
+def test_410_dead_letters_and_disables_the_endpoint(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    endpoint_id = one_message_to(db, receiver.url("status/410"))
+    report = pipeline.claim_and_deliver()
+
+    assert report.dead_lettered == 1
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["last_error"]) == ("dead_letter", "http_410")
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT enabled, disabled_reason FROM tidings.endpoints WHERE id = %s", (endpoint_id,)
+        )
+        assert cur.fetchone() == (False, "410 Gone")
+
+
+def test_other_4xx_dead_letters_at_once(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("status/400"))
+    pipeline.claim_and_deliver()
+
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["attempts"], row["last_error"]) == ("dead_letter", 1, "http_400")
+    assert row["dead_lettered_at"] is not None
+
+
+def test_the_last_allowed_attempt_dead_letters_a_retryable_failure(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("status/500"), max_attempts=1)
+    pipeline.claim_and_deliver()
+
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["last_error"]) == ("dead_letter", "http_500")
+    assert len(pipeline.queue.sent) == 1
+
+
+def test_a_receiver_that_hangs_past_the_endpoint_timeout_is_a_retryable_timeout(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    endpoint_id = one_message_to(db, receiver.url("hang"))
+    with db.cursor() as cur:
+        cur.execute("UPDATE tidings.endpoints SET timeout_ms = 300 WHERE id = %s", (endpoint_id,))
+    started = datetime.now(UTC)
+    pipeline.claim_and_deliver()
+
+    assert datetime.now(UTC) - started < timedelta(seconds=3)
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["last_error"]) == ("failed", "timeout")
+    [attempt] = attempt_rows(db, row["id"])
+    assert (attempt["status_code"], attempt["response_ms"]) == (None, None)
+    assert seconds_until(row) == pytest.approx(expected_backoff(1) + LEASE_S, abs=2)
+
+
+def test_a_receiver_trickling_its_answer_is_cut_off_at_the_endpoint_timeout(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    endpoint_id = one_message_to(db, receiver.url("trickle"))
+    with db.cursor() as cur:
+        cur.execute("UPDATE tidings.endpoints SET timeout_ms = 500 WHERE id = %s", (endpoint_id,))
+    started = datetime.now(UTC)
+    pipeline.claim_and_deliver()
+
+    # Every read gets a byte within 100 ms; only the attempt's own deadline stops it.
+    assert datetime.now(UTC) - started < timedelta(seconds=2)
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["last_error"]) == ("failed", "timeout")
+
+
+def test_connections_outlive_an_attempt_that_timed_out(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    endpoint_id = one_message_to(db, receiver.url("hang"))
+    with db.cursor() as cur:
+        cur.execute("UPDATE tidings.endpoints SET timeout_ms = 200 WHERE id = %s", (endpoint_id,))
+    pipeline.claim_and_deliver()
+    with db.cursor() as cur:
+        seed_messages(cur, make_endpoint(cur, receiver.url("ok")), 20)
+    while pipeline.claimer.claim_once().claimed:
+        pass
+    delivered = sum(pipeline.deliver_queued().delivered for _ in range(3))
+
+    assert delivered == 20
+
+
+def test_a_reset_connection_is_a_retryable_network_error(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("reset"))
+    pipeline.claim_and_deliver()
+
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["last_error"]) == ("failed", "connection_reset")
+
+
+def test_a_slow_receiver_within_the_timeout_delivers_and_its_latency_is_measured(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("slow/300"))
+    pipeline.claim_and_deliver()
+
+    row = message_row(db, only_message_id(db))
+    assert row["status"] == "delivered"
+    assert 300 <= row["last_response_ms"] < 2000
+
+
+def test_a_huge_response_keeps_only_the_excerpt(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("big/500000"))
+    pipeline.claim_and_deliver()
+
+    [attempt] = attempt_rows(db, only_message_id(db))
+    assert attempt["response_excerpt"] == "x" * 1024
+
+
+def test_the_receiver_sees_the_exact_payload_with_valid_signatures_for_both_secrets(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    new_secret = generate_secret()
+    endpoint_id = one_message_to(db, receiver.url("ok"))
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoints SET secret = %s, previous_secret = %s,"
+            " previous_secret_expires_at = now() + interval '1 day' WHERE id = %s",
+            (new_secret, TEST_SECRET, endpoint_id),
+        )
+        cur.execute("SELECT payload::text FROM tidings.events")
+        stored_payload = cur.fetchone()[0]  # type: ignore[index]
+    pipeline.claim_and_deliver()
+
+    [request] = receiver.requests
+    message_id = only_message_id(db)
+    assert request.body == stored_payload.encode()
+    assert request.headers["webhook-id"] == webhook_id(message_id)
+    assert request.headers["user-agent"].startswith("Tidings/")
+    assert request.headers["content-type"] == "application/json"
+    assert len(request.headers["webhook-signature"].split(" ")) == 2
+    for secret in (new_secret, TEST_SECRET):
+        assert Webhook(secret).verify(request.body, request.headers) == json.loads(request.body)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(generate_secret()).verify(request.body, request.headers)
+
+
+def test_an_expired_previous_secret_no_longer_signs(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    endpoint_id = one_message_to(db, receiver.url("ok"))
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoints SET previous_secret = %s,"
+            " previous_secret_expires_at = now() - interval '1 second' WHERE id = %s",
+            (generate_secret(), endpoint_id),
+        )
+    pipeline.claim_and_deliver()
+
+    [request] = receiver.requests
+    assert len(request.headers["webhook-signature"].split(" ")) == 1
+    Webhook(TEST_SECRET).verify(request.body, request.headers)
+
+
+def test_a_private_address_is_refused_without_a_connection(
+    db: Database, receiver: Receiver
+) -> None:
+    strict = make_pipeline(db, allowed_networks=())
+    one_message_to(db, receiver.url("ok"))
+    report = strict.claim_and_deliver()
+
+    assert receiver.connections == 0
+    assert report.dead_lettered == 1
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["last_error"]) == ("dead_letter", "blocked_address")
+
+
+def test_a_row_whose_lease_was_lost_is_acknowledged_and_not_sent(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("ok"))
+    pipeline.claimer.claim_once()
+    with db.cursor() as cur:
+        cur.execute("UPDATE tidings.messages SET lease_token = gen_random_uuid()")
+
+    report = pipeline.deliver_queued()
+
+    assert report.skipped == 1
+    assert report.failed_record_ids == frozenset()
+    assert receiver.requests == []
+    assert pipeline.queue.approximate_depth() == 0
+
+
+def test_a_malformed_message_fails_alone_and_the_rest_of_the_batch_is_delivered(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("ok"))
+    pipeline.claimer.claim_once()
+    [queued] = pipeline.queue.receive()
+    records = [
+        QueueRecord("poison-1", "not json"),
+        QueueRecord("poison-2", json.dumps({"message_id": "x"})),
+        QueueRecord(queued.message_id, queued.body),
+    ]
+
+    report = pipeline.sender.process(records)
+
+    assert report.failed_record_ids == frozenset({"poison-1", "poison-2"})
+    assert report.delivered == 1
+
+
+def test_the_same_row_twice_in_a_batch_is_sent_once(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("ok"))
+    pipeline.claimer.claim_once()
+    [queued] = pipeline.queue.receive()
+
+    report = pipeline.sender.process(
+        [QueueRecord("first", queued.body), QueueRecord("again", queued.body)]
+    )
+
+    assert report.delivered == 1
+    assert len(receiver.requests) == 1
+
+
+def test_a_refused_retry_message_releases_the_lease_at_once(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("retry-after/429/30"))
+    pipeline.claimer.claim_once()
+    pipeline.queue.refuse.add(str(only_message_id(db)))
+
+    pipeline.deliver_queued()
+
+    row = message_row(db, only_message_id(db))
+    assert row["status"] == "failed"
+    assert row["lease_token"] is None
+    assert seconds_until(row) == pytest.approx(30, abs=2)
+
+
+def test_an_unreachable_database_returns_the_whole_batch_to_the_queue(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    one_message_to(db, receiver.url("ok"))
+    pipeline.claimer.claim_once()
+    received = pipeline.queue.receive()
+    unreachable = Database("postgresql://postgres@127.0.0.1:1/none?connect_timeout=1")
+    unreachable.max_retries = 1
+    sender = Sender(unreachable, pipeline.queue, pipeline.settings, pipeline.transport)
+
+    report = sender.process([QueueRecord(m.message_id, m.body) for m in received])
+
+    assert report.failed_record_ids == {m.message_id for m in received}
+    assert receiver.requests == []
+
+
+def test_a_batch_is_delivered_concurrently(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur, receiver.url("slow/400"))
+        seed_messages(cur, endpoint_id, 10)
+    started = datetime.now(UTC)
+    report = pipeline.claim_and_deliver()
+
+    assert report.delivered == 10
+    # One after the other would take four seconds.
+    assert datetime.now(UTC) - started < timedelta(seconds=2)
+
+
+def test_the_circuit_opens_at_the_threshold_probes_once_and_doubles_its_cooldown(
+    db: Database, receiver: Receiver
+) -> None:
+    pipeline = make_pipeline(db, lease_s=LEASE_S, claim_batch_size=5)
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur, receiver.url("status/500"))
+        cur.execute(
+            "UPDATE tidings.endpoint_health SET failure_threshold = 3 WHERE endpoint_id = %s",
+            (endpoint_id,),
+        )
+        seed_messages(cur, endpoint_id, 5)
+    pipeline.claimer.claim_once()
+    first_three = pipeline.queue.receive(max_messages=3)
+    pipeline.sender.process([QueueRecord(m.message_id, m.body) for m in first_three])
+
+    health = health_row(db, endpoint_id)
+    assert (health["state"], health["consecutive_failures"]) == ("open", 3)
+    assert len(receiver.requests) == 3
+
+    # While open, queued rows are held back without a request.
+    held = pipeline.queue.receive(max_messages=2)
+    report = pipeline.sender.process([QueueRecord(m.message_id, m.body) for m in held])
+    assert report.skipped == 2
+    assert len(receiver.requests) == 3
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM tidings.messages WHERE status = 'pending'")
+        assert cur.fetchone() == (2,)
+
+    # After the cooldown exactly one probe goes; it fails, so the cooldown doubles.
+    _end_cooldown(db, endpoint_id)
+    pipeline.claim_and_deliver()
+    health = health_row(db, endpoint_id)
+    assert len(receiver.requests) == 4
+    assert (health["state"], health["cooldown_s"]) == ("open", 600)
+
+    # A successful probe closes the circuit and resets the cooldown.
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoints SET url = %s WHERE id = %s", (receiver.url("ok"), endpoint_id)
+        )
+    _end_cooldown(db, endpoint_id)
+    pipeline.claim_and_deliver()
+    health = health_row(db, endpoint_id)
+    assert (health["state"], health["cooldown_s"]) == ("closed", 300)
+
+
+def _end_cooldown(db: Database, endpoint_id: int) -> None:
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoint_health"
+            " SET opened_at = opened_at - cooldown_s * interval '1 second' - interval '1 second'"
+            " WHERE endpoint_id = %s",
+            (endpoint_id,),
+        )
+        cur.execute(
+            "UPDATE tidings.messages SET next_attempt_at = now() - interval '1 second'"
+            " WHERE status IN ('pending', 'failed') AND lease_token IS NULL"
+        )
+
+
+def test_cookies_set_by_one_receiver_are_never_sent_back(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    with db.cursor() as cur:
+        seed_messages(cur, make_endpoint(cur, receiver.url("cookie")), 1)
+    pipeline.claim_and_deliver()
+    with db.cursor() as cur:
+        seed_messages(cur, make_endpoint(cur, receiver.url("ok")), 1)
+    pipeline.claim_and_deliver()
+
+    assert len(receiver.requests) == 2
+    assert all("cookie" not in request.headers for request in receiver.requests)
+
+
+def send_with_time_left(
+    db: Database, pipeline: Pipeline, url: str, send_budget_s: float
+) -> tuple[int, BatchReport]:
+    """One message to ``url``, claimed and sent by an invocation that leaves ``send_budget_s``
+    for its requests beyond what it keeps to record them."""
+    one_message_to(db, url)
+    pipeline.claimer.claim_once()
+    [queued] = pipeline.queue.receive()
+    left_ms = int((record_reserve_s(pipeline.settings) + send_budget_s) * 1000)
+    report = pipeline.sender.process([QueueRecord(queued.message_id, queued.body)], lambda: left_ms)
+    return only_message_id(db), report
+
+
+def test_requests_are_cut_short_so_that_the_outcomes_are_recorded_in_time(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    started = datetime.now(UTC)
+    # 1.5 s left for requests, though the endpoint's own timeout (5 s) would wait for the answer.
+    message_id, report = send_with_time_left(db, pipeline, receiver.url("slow/4000"), 1.5)
+
+    assert datetime.now(UTC) - started < timedelta(seconds=3)
+    assert report.retried == 1
+    row = message_row(db, message_id)
+    assert (row["status"], row["attempts"], row["last_error"]) == ("failed", 1, "timeout")
+
+
+def test_with_no_time_left_to_send_the_rows_go_back_to_the_database_unsent(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    message_id, report = send_with_time_left(db, pipeline, receiver.url("ok"), 0.5)
+
+    assert receiver.requests == []
+    assert report.failed_record_ids == frozenset()
+    assert report.skipped == 1
+    row = message_row(db, message_id)
+    assert (row["status"], row["attempts"], row["lease_token"]) == ("pending", 0, None)
+    assert seconds_until(row) <= 0
+    # The claimer takes it back at once, and it is delivered.
+    assert pipeline.claim_and_deliver().delivered == 1
+
+
+def test_a_secret_that_cannot_sign_dead_letters_at_once_without_counting_against_the_circuit(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    endpoint_id = one_message_to(db, receiver.url("ok"))
+    with db.cursor() as cur:
+        # Written around the API, which would refuse it: not base64.
+        cur.execute(
+            "UPDATE tidings.endpoints SET secret = 'whsec_not*base64' WHERE id = %s",
+            (endpoint_id,),
+        )
+
+    report = pipeline.claim_and_deliver()
+
+    assert report.dead_lettered == 1
+    assert receiver.requests == []
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["attempts"], row["last_error"]) == (
+        "dead_letter",
+        1,
+        "signing_failed",
+    )
+    health = health_row(db, endpoint_id)
+    assert (health["state"], health["consecutive_failures"]) == ("closed", 0)

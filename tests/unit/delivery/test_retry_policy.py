@@ -1,0 +1,317 @@
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidings.delivery.backoff import cap_s
+from tidings.delivery.retry_policy import (
+    AttemptError,
+    NextAction,
+    NextStep,
+    Verdict,
+    VerdictKind,
+    classify,
+    decide_next,
+    parse_retry_after,
+)
+
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+RETRY = Verdict(VerdictKind.RETRY, "http_503")
+
+
+# --- parse_retry_after -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("120", 120.0),
+        ("0", 0.0),
+        ("  45 ", 45.0),
+        ("-5", 0.0),
+        ("Sun, 01 Mar 2026 12:01:30 GMT", 90.0),
+        ("Sun, 01 Mar 2026 11:00:00 GMT", 0.0),
+        ("Sun, 01 Mar 2026 12:00:10 -0000", 10.0),
+        ("Sun, 01 Mar 2026 13:00:10 +0100", 10.0),
+        # RFC 9110 asks recipients to accept the obsolete RFC 850 and asctime forms too.
+        ("Sunday, 01-Mar-26 12:00:20 GMT", 20.0),
+        ("Sun Mar  1 12:00:30 2026", 30.0),
+    ],
+)
+def test_parse_retry_after(header: str, seconds: float | None) -> None:
+    assert parse_retry_after(header, NOW) == seconds
+
+
+@pytest.mark.parametrize("garbage", ["", "soon", "1.5", "+5", "12 s", "Mon, 99 Foo 2026", "-", "٣"])
+def test_unparseable_retry_after_gives_none(garbage: str) -> None:
+    assert parse_retry_after(garbage, NOW) is None
+
+
+def test_missing_retry_after_gives_none() -> None:
+    assert parse_retry_after(None, NOW) is None
+
+
+def test_absurdly_long_delta_does_not_raise() -> None:
+    assert parse_retry_after("9" * 5000, NOW) == float("inf")
+
+
+def test_naive_now_is_refused() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        parse_retry_after("5", datetime(2026, 3, 1))
+
+
+@given(st.text(max_size=60))
+def test_parse_retry_after_never_raises_and_is_never_negative(text: str) -> None:
+    result = parse_retry_after(text, NOW)
+    assert result is None or result >= 0
+
+
+@given(st.integers(min_value=0, max_value=10**12))
+def test_delta_seconds_round_trip(seconds: int) -> None:
+    assert parse_retry_after(str(seconds), NOW) == seconds
+
+
+@given(st.integers(min_value=-(10**6), max_value=10**7))
+def test_http_date_round_trip(offset: int) -> None:
+    when = NOW + timedelta(seconds=offset)
+    header = when.strftime("%a, %d %b %Y %H:%M:%S GMT")
+    assert parse_retry_after(header, NOW) == max(0, offset)
+
+
+# --- classify -----------------------------------------------------------------------------------
+
+
+def _classify(
+    status: int | None = None, error: AttemptError | None = None, retry_after: str | None = None
+) -> Verdict:
+    return classify(status, error, retry_after, now=NOW)
+
+
+@pytest.mark.parametrize("status", [200, 201, 202, 204, 299])
+def test_2xx_is_delivered(status: int) -> None:
+    assert _classify(status) == Verdict(VerdictKind.DELIVERED, f"http_{status}", None)
+
+
+@pytest.mark.parametrize("status", [408, 425, 429, 500, 502, 503, 504, 599])
+def test_retryable_statuses(status: int) -> None:
+    assert _classify(status) == Verdict(VerdictKind.RETRY, f"http_{status}", None)
+
+
+@pytest.mark.parametrize(
+    "status", [100, 101, 199, 300, 301, 302, 304, 308, 400, 401, 403, 404, 405, 409, 413, 422, 451]
+)
+def test_other_statuses_are_permanent(status: int) -> None:
+    assert _classify(status) == Verdict(VerdictKind.PERMANENT, f"http_{status}", None)
+
+
+def test_nonstandard_statuses_are_permanent() -> None:
+    assert _classify(600).kind is VerdictKind.PERMANENT
+    assert _classify(999).kind is VerdictKind.PERMANENT
+
+
+def test_410_is_gone() -> None:
+    assert _classify(410) == Verdict(VerdictKind.GONE, "http_410", None)
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_retry_after_is_read_on_429_and_503(status: int) -> None:
+    assert _classify(status, retry_after="30").retry_after_s == 30.0
+
+
+@pytest.mark.parametrize("status", [200, 408, 500, 502, 404, 410])
+def test_retry_after_is_ignored_elsewhere(status: int) -> None:
+    assert _classify(status, retry_after="30").retry_after_s is None
+
+
+def test_garbage_retry_after_leaves_backoff_in_charge() -> None:
+    assert _classify(429, retry_after="later") == Verdict(VerdictKind.RETRY, "http_429", None)
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "reason"),
+    [
+        (AttemptError.TIMEOUT, VerdictKind.RETRY, "timeout"),
+        (AttemptError.CONNECTION_REFUSED, VerdictKind.RETRY, "connection_refused"),
+        (AttemptError.CONNECTION_RESET, VerdictKind.RETRY, "connection_reset"),
+        (AttemptError.DNS, VerdictKind.RETRY, "dns"),
+        (AttemptError.TLS, VerdictKind.RETRY, "tls"),
+        (AttemptError.OTHER, VerdictKind.RETRY, "other"),
+        (AttemptError.BLOCKED_ADDRESS, VerdictKind.PERMANENT, "blocked_address"),
+        (AttemptError.INVALID_URL, VerdictKind.PERMANENT, "invalid_url"),
+        (AttemptError.SIGNING_FAILED, VerdictKind.PERMANENT, "signing_failed"),
+    ],
+)
+def test_transport_errors(error: AttemptError, kind: VerdictKind, reason: str) -> None:
+    assert _classify(error=error) == Verdict(kind, reason, None)
+
+
+def test_every_transport_error_is_classified() -> None:
+    assert {_classify(error=e).reason for e in AttemptError} == {e.value for e in AttemptError}
+
+
+def test_exactly_one_of_status_and_error() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        _classify()
+    with pytest.raises(ValueError, match="exactly one"):
+        _classify(500, AttemptError.TIMEOUT)
+
+
+@pytest.mark.parametrize("status", [0, 99, 1000, -200])
+def test_impossible_status_is_refused(status: int) -> None:
+    with pytest.raises(ValueError, match="three-digit"):
+        _classify(status)
+
+
+@given(st.integers(min_value=100, max_value=999))
+def test_every_status_gets_a_verdict_named_after_it(status: int) -> None:
+    verdict = _classify(status, retry_after="10")
+    assert verdict.reason == f"http_{status}"
+    retryable = status in (408, 425, 429) or 500 <= status <= 599
+    assert (verdict.kind is VerdictKind.RETRY) == retryable
+
+
+def test_verdict_refuses_negative_retry_after() -> None:
+    with pytest.raises(ValueError, match="retry_after_s"):
+        Verdict(VerdictKind.RETRY, "http_429", -1.0)
+
+
+def _decide(
+    verdict: Verdict,
+    failed_attempts: int,
+    *,
+    max_attempts: int = 5,
+    sqs_max_delay_s: float = 900.0,
+    rng: random.Random | None = None,
+) -> NextStep:
+    """decide_next with the default policy of DESIGN §4: base 30 s, max 3600 s."""
+    return decide_next(
+        verdict,
+        failed_attempts=failed_attempts,
+        max_attempts=max_attempts,
+        base_s=30.0,
+        max_s=3600.0,
+        sqs_max_delay_s=sqs_max_delay_s,
+        rng=rng,
+    )
+
+
+# --- decide_next --------------------------------------------------------------------------------
+
+
+def test_delivered_finishes() -> None:
+    verdict = _classify(200)
+    assert _decide(verdict, 1) == NextStep(NextAction.FINISH_DELIVERED, 0.0)
+
+
+def test_gone_dead_letters_and_disables() -> None:
+    verdict = _classify(410)
+    step = _decide(verdict, 1)
+    assert step == NextStep(NextAction.DEAD_LETTER_AND_DISABLE, 0.0)
+
+
+def test_permanent_dead_letters_at_once() -> None:
+    step = _decide(_classify(404), 1)
+    assert step == NextStep(NextAction.DEAD_LETTER, 0.0)
+
+
+def test_short_delays_go_back_to_the_queue() -> None:
+    step = _decide(RETRY, 1, rng=random.Random(3))
+    assert step.action is NextAction.RETRY_VIA_QUEUE
+    assert 0 <= step.delay_s <= 30
+
+
+def test_long_delays_wait_in_the_database() -> None:
+    # Attempt 5's cap is 480 s; with a 10-attempt budget, attempt 7's cap is 1920 s.
+    actions = {
+        _decide(RETRY, 7, max_attempts=10, rng=random.Random(seed)).action for seed in range(200)
+    }
+    assert actions == {NextAction.RETRY_VIA_QUEUE, NextAction.RETRY_VIA_DATABASE}
+
+
+def test_exhausted_attempts_dead_letter() -> None:
+    assert _decide(RETRY, 5).action is NextAction.DEAD_LETTER
+    assert _decide(RETRY, 6).action is NextAction.DEAD_LETTER
+    assert _decide(RETRY, 4).action is NextAction.RETRY_VIA_QUEUE
+
+
+def test_a_longer_retry_after_replaces_the_jittered_delay() -> None:
+    verdict = _classify(429, retry_after="600")
+    step = _decide(verdict, 1, rng=random.Random(0))
+    assert step == NextStep(NextAction.RETRY_VIA_QUEUE, 600.0)
+
+
+def test_long_retry_after_goes_to_the_database() -> None:
+    step = _decide(_classify(503, retry_after="1200"), 1)
+    assert step == NextStep(NextAction.RETRY_VIA_DATABASE, 1200.0)
+
+
+def test_retry_after_is_bounded_by_max_delay() -> None:
+    step = _decide(_classify(429, retry_after="86400"), 1)
+    assert step == NextStep(NextAction.RETRY_VIA_DATABASE, 3600.0)
+    step = _decide(_classify(429, retry_after="9" * 400), 1)
+    assert step.delay_s == 3600.0
+
+
+def test_a_shorter_retry_after_does_not_shorten_the_backoff() -> None:
+    for header in ("-3", "0", "1"):
+        step = _decide(_classify(503, retry_after=header), 2, rng=random.Random(7))
+        backoff = _decide(RETRY, 2, rng=random.Random(7))
+        assert step == NextStep(NextAction.RETRY_VIA_QUEUE, max(backoff.delay_s, float(header)))
+
+
+def test_retry_after_does_not_extend_the_attempt_budget() -> None:
+    step = _decide(_classify(429, retry_after="5"), 5)
+    assert step.action is NextAction.DEAD_LETTER
+
+
+def test_delay_equal_to_sqs_limit_still_uses_the_queue() -> None:
+    step = _decide(_classify(429, retry_after="900"), 1)
+    assert step == NextStep(NextAction.RETRY_VIA_QUEUE, 900.0)
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="failed_attempts"):
+        _decide(RETRY, 0)
+    with pytest.raises(ValueError, match="max_attempts"):
+        _decide(RETRY, 1, max_attempts=0)
+    with pytest.raises(ValueError, match="sqs_max_delay_s"):
+        _decide(RETRY, 1, sqs_max_delay_s=-1)
+
+
+@given(
+    failed=st.integers(min_value=1, max_value=50),
+    max_attempts=st.integers(min_value=1, max_value=50),
+    seed=st.integers(),
+    retry_after=st.none() | st.floats(min_value=0, max_value=1e9),
+    sqs_max=st.floats(min_value=0, max_value=900),
+)
+def test_retry_steps_respect_every_bound(
+    failed: int, max_attempts: int, seed: int, retry_after: float | None, sqs_max: float
+) -> None:
+    verdict = Verdict(VerdictKind.RETRY, "http_429", retry_after)
+    step = decide_next(
+        verdict,
+        failed_attempts=failed,
+        max_attempts=max_attempts,
+        base_s=30,
+        max_s=3600,
+        sqs_max_delay_s=sqs_max,
+        rng=random.Random(seed),
+    )
+    if failed >= max_attempts:
+        assert step == NextStep(NextAction.DEAD_LETTER, 0.0)
+        return
+    assert 0 <= step.delay_s <= 3600
+    if retry_after is None:
+        assert step.delay_s <= cap_s(failed, base_s=30, max_s=3600)
+    else:
+        assert min(retry_after, 3600) <= step.delay_s
+        assert step.delay_s <= max(min(retry_after, 3600), cap_s(failed, base_s=30, max_s=3600))
+    expected = (
+        NextAction.RETRY_VIA_QUEUE if step.delay_s <= sqs_max else NextAction.RETRY_VIA_DATABASE
+    )
+    assert step.action is expected
