@@ -9,8 +9,9 @@ delivered in the same transaction. Both post to one local receiver (its own proc
 
 The last line is JSON: e2e_per_s, baseline_per_s, ratio, and where each side's CPU went, in
 milliseconds of CPU per delivery (Linux only, read from /proc): ``*_own_cpu_ms`` (the runtime
-process, or the three baseline workers), ``*_receiver_cpu_ms`` and ``*_machine_cpu_ms`` (every
-process on the machine, PostgreSQL included). When a side keeps the machine's cores busy, its rate
+process, or the three baseline workers), ``*_receiver_cpu_ms``, ``*_pg_cpu_ms`` (every process of
+the PostgreSQL server, when it runs on this machine) and ``*_machine_cpu_ms`` (every process on the
+machine). When a side keeps the machine's cores busy, its rate
 is the cores divided by its machine CPU per delivery; ``ratio_ceiling`` is the ratio the runtime
 would reach if its own CPU cost nothing and everything else (receiver, PostgreSQL) stayed as
 measured: ``cores / (e2e_machine_cpu_ms - e2e_own_cpu_ms) / baseline_per_s``.
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from support import fresh_database, server_dsn
+from support import ServerCpu, fresh_database, server_dsn
 
 from tidings.dal.connection import Database
 from tidings.dal.operator import DemoEvent, enqueue_events
@@ -119,7 +120,11 @@ class CpuClock:
 
 
 def cpu_per_delivery(
-    side: str, before: CpuClock | None, after: CpuClock | None, events: int
+    side: str,
+    before: CpuClock | None,
+    after: CpuClock | None,
+    pg_s: float | None,
+    events: int,
 ) -> dict[str, float]:
     if before is None or after is None:
         return {}
@@ -127,11 +132,28 @@ def cpu_per_delivery(
     def per_delivery(seconds: float) -> float:
         return round(1000 * seconds / events, 3)
 
-    return {
+    figures = {
         f"{side}_own_cpu_ms": per_delivery(after.children_s - before.children_s),
         f"{side}_receiver_cpu_ms": per_delivery(after.process_s - before.process_s),
         f"{side}_machine_cpu_ms": per_delivery(after.machine_s - before.machine_s),
     }
+    if pg_s is not None:
+        figures[f"{side}_pg_cpu_ms"] = per_delivery(pg_s)
+    return figures
+
+
+def measured(
+    side: str, url: str, receiver_pid: int, events: int, run: Any
+) -> tuple[float, dict[str, float]]:
+    """``run()``'s deliveries per second, and where the CPU went while it ran."""
+    server = ServerCpu.of(url)
+    pg_before = server.seconds()
+    before = CpuClock.read(receiver_pid)
+    per_s = run()
+    after = CpuClock.read(receiver_pid)
+    pg_after = server.seconds()
+    pg_s = None if pg_before is None or pg_after is None else pg_after - pg_before
+    return per_s, cpu_per_delivery(side, before, after, pg_s, events)
 
 
 def runtime_process(url: str, senders: int, stop: Any) -> None:
@@ -267,14 +289,23 @@ def main() -> None:
         with server_dsn() as dsn:
             with fresh_database(dsn) as url:
                 seed(url, args.endpoints, args.events, receiver_url)
-                before = CpuClock.read(receiver_pid)
-                baseline_per_s = run_baseline(url, args.events)
-                cpu = cpu_per_delivery("baseline", before, CpuClock.read(receiver_pid), args.events)
+                baseline_per_s, cpu = measured(
+                    "baseline",
+                    url,
+                    receiver_pid,
+                    args.events,
+                    lambda: run_baseline(url, args.events),
+                )
             with fresh_database(dsn) as url:
                 seed(url, args.endpoints, args.events, receiver_url)
-                before = CpuClock.read(receiver_pid)
-                e2e_per_s = run_e2e(url, args.events, args.senders, args.timeout)
-                cpu |= cpu_per_delivery("e2e", before, CpuClock.read(receiver_pid), args.events)
+                e2e_per_s, e2e_cpu = measured(
+                    "e2e",
+                    url,
+                    receiver_pid,
+                    args.events,
+                    lambda: run_e2e(url, args.events, args.senders, args.timeout),
+                )
+                cpu |= e2e_cpu
     finally:
         stop.set()
         receiver.join(10)

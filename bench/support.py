@@ -74,3 +74,67 @@ class Stopwatch:
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self.wall
         self.cpu = time.process_time() - self.cpu
+
+
+class ServerCpu:
+    """CPU seconds spent by a PostgreSQL server: the postmaster, the processes it started that
+    are still running, and those that ended (counted in the postmaster's children's times).
+
+    Read from /proc, so only where the server runs on this machine (``available`` says whether
+    it does). The server is found by the pid in the first line of its ``postmaster.pid``.
+    """
+
+    def __init__(self, postmaster_pid: int | None) -> None:
+        self.pid = postmaster_pid
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    @classmethod
+    def of(cls, dsn: str) -> ServerCpu:
+        """The server behind ``dsn``, when its data folder is readable here."""
+        try:
+            conn = psycopg2.connect(dsn)
+            with conn.cursor() as cur:
+                cur.execute("SELECT current_setting('data_directory')")
+                data_dir = Path(cur.fetchone()[0])
+            conn.close()
+            pid = int((data_dir / "postmaster.pid").read_text().splitlines()[0])
+            Path(f"/proc/{pid}/stat").read_text()
+        except (OSError, ValueError, psycopg2.Error):
+            return cls(None)
+        return cls(pid)
+
+    @property
+    def available(self) -> bool:
+        return self.pid is not None
+
+    def seconds(self) -> float | None:
+        """The server's CPU time so far, every process of it included."""
+        if self.pid is None:
+            return None
+        total = self._times(self.pid, with_children=True)
+        for child in self._children():
+            total += self._times(child, with_children=False)
+        return total / self.tick
+
+    def _children(self) -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == self.pid:  # field 4 of stat: the parent's pid
+                found.append(int(entry.name))
+        return found
+
+    @staticmethod
+    def _times(pid: int, *, with_children: bool) -> int:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0  # ended meanwhile: its time is in the postmaster's children's times
+        # utime, stime (fields 14, 15), and the times of waited-for children (16, 17).
+        used = int(fields[11]) + int(fields[12])
+        return used + (int(fields[13]) + int(fields[14]) if with_children else 0)
