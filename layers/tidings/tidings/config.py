@@ -43,7 +43,13 @@ class Settings:
 
     # Claiming
     claim_batch_size: int = 100
+    # How long a sender's attempt holds its row (the sender's own time limit): a row whose outcome
+    # is not recorded by then is claimed again.
     lease_s: float = 120.0
+    # The claim's lease also covers this long waiting in the delivery queue, so that a sender that
+    # begins the row within it needs no longer lease than it has (and its update of the row then
+    # touches no index).
+    lease_queue_allowance_s: float = 60.0
     claim_idle_poll_s: float = 1.0
     claim_stop_before_timeout_s: float = 10.0
     # At most this many rows leased and not yet answered: the queue never holds more than
@@ -157,6 +163,8 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_env_name(name)} must be positive, got {getattr(self, name)}")
+        if self.lease_queue_allowance_s < 0:
+            raise ConfigError(f"{_env_name('lease_queue_allowance_s')} must not be negative")
         if self.backoff_max_s < self.backoff_base_s:
             raise ConfigError(
                 f"{_env_name('backoff_max_s')} ({self.backoff_max_s}) is below "

@@ -391,37 +391,3 @@ def test_a_row_leased_anew_while_begin_waits_is_left_to_its_new_holder(database_
         cur.execute("SELECT lease_token FROM tidings.messages")
         assert cur.fetchone() == (new_token,)
     db.close()
-
-
-def _scanned_relations(plan: dict) -> set[str]:
-    found = {plan["Relation Name"]} if plan.get("Node Type") == "Seq Scan" else set()
-    for child in plan.get("Plans", []):
-        found |= _scanned_relations(child)
-    return found
-
-
-def test_recording_outcomes_never_reads_through_the_attempt_log(db: Database) -> None:
-    """The attempt log grows by every delivery: a statement per batch that scans it would slow
-    down with every day of history."""
-    with db.cursor() as cur:
-        seed_messages(cur, make_endpoint(cur), 3000)
-        rows = delivery.claim_due(cur, batch_size=3000, lease_s=60, max_in_flight=10_000)
-    deliver(db, rows[:2990])
-    with db.connection.cursor() as cur:
-        cur.execute("ANALYZE tidings.attempts")
-    now = datetime.now(UTC)
-    with db.cursor() as cur:
-        delivery.record_outcomes(
-            cur,
-            [
-                AttemptOutcome(r.lease, r.endpoint_id, MessageStatus.DELIVERED, 1, now, 200, 5)
-                for r in rows[2990:]
-            ],
-            **COOLDOWNS,
-        )
-        statement = cur.query.decode().split(";", 1)[1]
-    with db.connection.cursor() as cur:
-        cur.execute("EXPLAIN (FORMAT JSON) " + statement)
-        [[explained]] = cur.fetchall()
-    scanned = _scanned_relations(explained[0]["Plan"])
-    assert not {name for name in scanned if name.startswith("attempts")}, scanned

@@ -32,6 +32,7 @@ def _attempt(
     endpoint_id: int = 7,
     attempts: int = 0,
     max_attempts: int | None = None,
+    rate_limit_per_s: float | None = None,
     at: datetime = NOW,
 ) -> Attempt:
     token = uuid.UUID(int=message_id)
@@ -39,12 +40,14 @@ def _attempt(
         message_id=message_id,
         endpoint_id=endpoint_id,
         permitted=True,
+        lease_token=uuid.UUID(int=1000 + message_id),
         event_type="order.created",
         event_id=f"e{message_id}",
         attempts=attempts,
         max_attempts=max_attempts,
         url="https://example.com/hook",
         timeout_ms=None,
+        rate_limit_per_s=rate_limit_per_s,
         secrets=("whsec_x",),
         payload="{}",
     )
@@ -80,6 +83,20 @@ def test_a_short_retry_travels_through_the_queue_and_keeps_its_lease() -> None:
     assert outcome.keep_lease
     # Due again only if the queue message is lost: after the delay and a whole lease.
     assert outcome.retry_at == NOW + timedelta(seconds=decision.step.delay_s + 120)
+
+
+def test_the_outcome_is_recorded_under_the_lease_the_attempt_began_with() -> None:
+    # Beginning gave the row a new token; the queue message's one no longer holds it.
+    outcome = decide(_attempt(_answer(200), message_id=3), SETTINGS, now=NOW).outcome
+    assert outcome.lease.token == uuid.UUID(int=1003)
+
+
+def test_a_rate_limited_endpoints_retry_waits_for_the_claimer_and_its_token_bucket() -> None:
+    attempt = _attempt(_answer(503), rate_limit_per_s=2.0)
+    decision = decide(attempt, SETTINGS, now=NOW, rng=random.Random(1))
+    assert decision.step.action is NextAction.RETRY_VIA_DATABASE
+    assert not decision.outcome.keep_lease
+    assert decision.outcome.retry_at == NOW + timedelta(seconds=decision.step.delay_s)
 
 
 def test_a_long_retry_waits_in_the_database_without_its_lease() -> None:

@@ -53,19 +53,32 @@ class AttemptRequest:
 
 @dataclass(frozen=True, slots=True)
 class StartedAttempt:
-    """A row a sender may (``permitted``) or may not send now, with what sending needs."""
+    """A row a sender may (``permitted``) or may not send now, with what sending needs.
+
+    A permitted row is held under ``lease_token``, new for this attempt: its outcome is recorded
+    under that token, not the one its queue message carried.
+    """
 
     message_id: int
     endpoint_id: int
     permitted: bool
+    lease_token: uuid.UUID | None
     event_type: str
     event_id: str
     attempts: int
     max_attempts: int | None
     url: str
     timeout_ms: int | None
+    rate_limit_per_s: float | None
     secrets: tuple[str, ...] = field(repr=False)
     payload: str | None = field(repr=False)
+
+    @property
+    def lease(self) -> Lease:
+        """The lease this attempt holds the row under (only for a permitted row)."""
+        if self.lease_token is None:
+            raise ValueError(f"message {self.message_id} was held back: it has no lease")
+        return Lease(self.message_id, self.lease_token)
 
 
 class MessageStatus(enum.StrEnum):
@@ -137,23 +150,26 @@ def claim_due(
     *,
     batch_size: int,
     lease_s: float,
+    probe_lease_s: float | None = None,
     inline_payload_bytes: int = 0,
     max_in_flight: int = 1_000_000,
 ) -> list[ClaimedMessage]:
     """Lease up to ``batch_size`` due rows for ``lease_s`` seconds, fewer when that would put
-    more than ``max_in_flight`` rows in flight."""
+    more than ``max_in_flight`` rows in flight. A half-open circuit's probe counts as gone stale
+    once it has run ``probe_lease_s`` (default ``lease_s``) without an outcome."""
     cur.execute(
         sql("claim_due"),
         {
             "batch_size": batch_size,
             "max_in_flight": max_in_flight,
             "lease_s": lease_s,
+            "probe_lease_s": lease_s if probe_lease_s is None else probe_lease_s,
             "inline_payload_bytes": inline_payload_bytes,
         },
     )
     return [
         ClaimedMessage(
-            message_id=row["id"],
+            message_id=row["message_id"],
             endpoint_id=row["endpoint_id"],
             event_type=row["event_type"],
             event_id=row["event_id"],
@@ -203,15 +219,17 @@ def begin_attempts(
     )
     return [
         StartedAttempt(
-            message_id=row["id"],
+            message_id=row["message_id"],
             endpoint_id=row["endpoint_id"],
             permitted=row["permitted"],
+            lease_token=row["lease_token"],
             event_type=row["event_type"],
             event_id=row["event_id"],
             attempts=row["attempts"],
             max_attempts=row["max_attempts"],
             url=row["url"],
             timeout_ms=row["timeout_ms"],
+            rate_limit_per_s=row["rate_limit_per_s"],
             secrets=tuple(s for s in (row["secret"], row["previous_secret"]) if s),
             payload=row["payload"],
         )
@@ -239,7 +257,6 @@ def record_outcomes(
                 f"retry outcome for message {outcome.lease.message_id} has no retry_at"
             )
     params: dict[str, Any] = {
-        "ids": [o.lease.message_id for o in outcomes],
         "outcomes": json.dumps(
             [
                 {

@@ -108,6 +108,10 @@ def decide(
         sqs_max_delay_s=settings.sqs_max_delay_s,
         rng=rng,
     )
+    if step.action is NextAction.RETRY_VIA_QUEUE and row.rate_limit_per_s is not None:
+        # The claim spends a rate-limited endpoint's tokens; a retry that came back through the
+        # queue would be sent without one. Its retries wait in the database for the claimer.
+        step = NextStep(NextAction.RETRY_VIA_DATABASE, step.delay_s)
     retry_at, keep_lease = None, False
     if step.action is NextAction.RETRY_VIA_QUEUE:
         # The queue message brings the row back; the claimer takes it only if that is lost.
@@ -116,7 +120,7 @@ def decide(
     elif step.action is NextAction.RETRY_VIA_DATABASE:
         retry_at = now + timedelta(seconds=step.delay_s)
     outcome = AttemptOutcome(
-        lease=attempt.job.envelope.lease,
+        lease=row.lease,
         endpoint_id=row.endpoint_id,
         status=STATUS_AFTER[step.action],
         attempt_number=attempt_number,

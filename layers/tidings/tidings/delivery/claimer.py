@@ -58,6 +58,8 @@ class ClaimerSettings(Protocol):
     @property
     def claim_stop_before_timeout_s(self) -> float: ...
     @property
+    def lease_queue_allowance_s(self) -> float: ...
+    @property
     def lease_s(self) -> float: ...
 
 
@@ -83,7 +85,8 @@ class Claimer:
             lambda cur: delivery.claim_due(
                 cur,
                 batch_size=self.settings.claim_batch_size,
-                lease_s=self.settings.lease_s,
+                lease_s=self.settings.lease_s + self.settings.lease_queue_allowance_s,
+                probe_lease_s=self.settings.lease_s,
                 inline_payload_bytes=INLINE_PAYLOAD_BYTES,
                 max_in_flight=self.settings.claim_max_in_flight,
             )

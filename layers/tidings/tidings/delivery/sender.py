@@ -192,7 +192,7 @@ class Sender:
                 "send_budget_s": round(budget_s, 3),
             },
         )
-        leases = [job.envelope.lease for job in jobs]
+        leases = [job.row.lease for job in jobs]
         try:
             self.db.run(lambda cur: delivery.release_leases(cur, leases))
         except _UNAVAILABLE:

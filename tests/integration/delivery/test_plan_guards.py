@@ -1,0 +1,116 @@
+"""The delivery statements read only what has work, whatever plan the session caches.
+
+Each hot statement is a PL/pgSQL function whose plans PostgreSQL caches for the session: after
+five runs it may switch to a generic plan, which ignores the values passed. So every guard runs
+both with the default plan cache and with ``plan_cache_mode = force_generic_plan``, on a queue
+that looks like a real one: many idle endpoints, a long history of delivered messages and logged
+attempts, and a few endpoints with due work. What the plans read comes from PostgreSQL's
+statistics counters (see ``tests.support.scans``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.support.scans import Reads, reads_during, scanned
+from tests.support.seed import seed_messages
+from tidings.dal import delivery
+from tidings.dal.connection import Cursor, Database
+from tidings.dal.delivery import AttemptOutcome, AttemptRequest, CircuitSummary, MessageStatus
+
+IDLE_ENDPOINTS = 20_000
+BUSY = (17, 9_000, 19_999)
+QUEUE_TABLES = {"messages", "events", "endpoints", "endpoint_health"}
+COOLDOWNS = {"base_cooldown_s": 300.0, "max_cooldown_s": 3600.0}
+
+
+@pytest.fixture(params=["auto", "force_generic_plan"])
+def queue(request: pytest.FixtureRequest, db: Database) -> Iterator[Database]:
+    with db.cursor() as cur:
+        cur.execute(
+            "INSERT INTO tidings.endpoints (url, secret)"
+            " SELECT 'https://r.example/' || g, 'whsec_x' FROM generate_series(1, %s) g",
+            (IDLE_ENDPOINTS,),
+        )
+        # History: delivered messages with their attempts, outside the claim's index.
+        seed_messages(cur, 5, 30_000, status="delivered")
+        cur.execute(
+            "INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, attempted_at,"
+            " status_code, response_ms)"
+            " SELECT id, endpoint_id, 1, delivered_at, 200, 5 FROM tidings.messages"
+        )
+        for endpoint_id in BUSY:
+            seed_messages(cur, endpoint_id, 300)
+    with db.connection.cursor() as cur:
+        cur.execute("VACUUM ANALYZE")
+        cur.execute("SET plan_cache_mode = %s", (request.param,))
+    for _ in range(6):  # past the plan cache's five custom plans
+        _deliver(db, _claim(db))
+    yield db
+
+
+def _claim(db: Database) -> list[delivery.ClaimedMessage]:
+    return db.run(lambda cur: delivery.claim_due(cur, batch_size=10, lease_s=60))
+
+
+def _begin(cur: Cursor, rows: list[delivery.ClaimedMessage]) -> list[delivery.StartedAttempt]:
+    return delivery.begin_attempts(
+        cur, [AttemptRequest(r.lease, r.attempts + 1) for r in rows], lease_s=60
+    )
+
+
+def _record(cur: Cursor, started: list[delivery.StartedAttempt]) -> None:
+    now = datetime.now(UTC)
+    delivery.record_outcomes(
+        cur,
+        [
+            AttemptOutcome(s.lease, s.endpoint_id, MessageStatus.DELIVERED, 1, now, 200, 5)
+            for s in started
+        ],
+        [CircuitSummary(e, True, 0, now, None) for e in sorted({s.endpoint_id for s in started})],
+        **COOLDOWNS,
+    )
+
+
+def _deliver(db: Database, rows: list[delivery.ClaimedMessage]) -> None:
+    started = db.run(lambda cur: _begin(cur, rows))
+    db.run(lambda cur: _record(cur, started))
+
+
+def test_the_claim_visits_only_endpoints_with_queued_work(queue: Database) -> None:
+    found: list[delivery.ClaimedMessage] = []
+    reads = reads_during(
+        queue, lambda cur: found.extend(delivery.claim_due(cur, batch_size=10, lease_s=60))
+    )
+    assert len(found) == 10
+    assert not scanned(reads) & QUEUE_TABLES, reads
+    # The busy endpoints and nothing of the 20,000 idle ones.
+    assert reads["endpoints"].index_rows <= len(BUSY), reads["endpoints"]
+    assert reads["endpoint_health"].index_rows <= len(BUSY), reads["endpoint_health"]
+
+
+def test_beginning_reads_the_batch_by_key(queue: Database) -> None:
+    rows = _claim(queue)
+    started: list[delivery.StartedAttempt] = []
+    reads = reads_during(queue, lambda cur: started.extend(_begin(cur, rows)))
+    assert len(started) == 10
+    assert not scanned(reads) & QUEUE_TABLES, reads
+
+
+def test_recording_never_reads_through_the_queue_or_the_attempt_log(queue: Database) -> None:
+    started = queue.run(lambda cur: _begin(cur, _claim(queue)))
+    reads = reads_during(queue, lambda cur: _record(cur, started))
+    assert not scanned(reads) & QUEUE_TABLES, reads
+    attempts = {name: r for name, r in reads.items() if name.startswith("attempts")}
+    assert not scanned(attempts), attempts
+    assert sum(r.index_rows for r in attempts.values()) <= len(started), attempts
+
+
+def test_the_guard_sees_a_sequential_scan(queue: Database) -> None:
+    """The counters are read after the work, not before it: a scan does show."""
+    reads = reads_during(queue, lambda cur: cur.execute("SELECT count(*) FROM tidings.events"))
+    assert reads["events"] == Reads(1, reads["events"].seq_rows, 0, 0)
+    assert reads["events"].seq_rows >= 30_000
