@@ -1,0 +1,212 @@
+"""The database at the size of a large deployment: 100,000 endpoints, 50 of them with due work,
+and 10 million logged attempts.
+
+Measures, in one run and on the same server:
+- the claim among 100 endpoints and among 100,000 (50 busy in both, 200 due rows each): the median
+  of ``--claims`` claims of 100 rows, each claimed batch then marked delivered, as senders would;
+  ``claim_ratio`` is the second over the first (the claim's cost should follow the work, not the
+  endpoint count);
+- one run of each scheduled job on the large database, as its schedule runs it: the percentiles
+  (its first run, which builds the histograms from a day of attempts, and the run 5 minutes
+  later, which every later run is like), the health monitor, the dead-letter report and the
+  pruner.
+
+The large database holds, besides the busy endpoints' due rows: 1,000,000 delivered messages over
+the last 8 days (a day's worth past the 7-day retention), 20,000 dead letters over the last two
+days (half of them reported), and 10,000,000 attempts over the last 48 hours spread over every
+endpoint, 2 % of them failures, a hundred endpoints failing for six days.
+
+The last line is JSON. Run: ``python bench/scale.py`` (embedded PostgreSQL) or with
+``DATABASE_URL`` set; seeding takes several minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from support import fresh_database, server_dsn
+
+from tidings.config import Settings
+from tidings.dal import delivery
+from tidings.dal.connection import Database
+from tidings.local.notifier import MemoryNotifier
+from tidings.maintenance.dead_letter_report import run_report
+from tidings.maintenance.health_monitor import run_monitor
+from tidings.maintenance.percentiles import run_scheduled_refresh
+from tidings.maintenance.pruning import prune
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+BUSY_ENDPOINTS = 50
+DUE_ROWS = 200
+CLAIM_BATCH = 100
+
+
+def add_endpoints(db: Database, count: int) -> list[int]:
+    """``count`` endpoints; the busy ones spread over the id range, each with its due rows."""
+    with db.connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO tidings.endpoints (url, secret)"
+            " SELECT 'https://receiver.example/' || g, %s FROM generate_series(1, %s) g",
+            (SECRET, count),
+        )
+        cur.execute("SELECT id FROM tidings.endpoints ORDER BY id")
+        ids = [row[0] for row in cur.fetchall()]
+        busy = ids[:: max(1, len(ids) // BUSY_ENDPOINTS)][:BUSY_ENDPOINTS]
+        cur.execute(
+            """
+            WITH ev AS (
+                INSERT INTO tidings.events (event_type, event_id, payload)
+                SELECT 'bench.due', 'due-' || e || '-' || g, jsonb_build_object('n', g)
+                FROM unnest(%(busy)s::bigint[]) e, generate_series(1, %(rows)s) g
+                RETURNING id, split_part(event_id, '-', 2)::bigint AS endpoint_id
+            )
+            INSERT INTO tidings.messages (event_ref, endpoint_id, event_type)
+            SELECT id, endpoint_id, 'bench.due' FROM ev
+            """,
+            {"busy": busy, "rows": DUE_ROWS},
+        )
+    return busy
+
+
+def add_history(db: Database, attempts: int, delivered: int, dead_letters: int) -> None:
+    """Delivered messages and dead letters with their events, and the attempt log."""
+    with db.connection.cursor() as cur:
+        cur.execute("SELECT tidings.create_attempt_partitions(current_date - 3, 7)")
+        cur.execute(
+            """
+            WITH ev AS (
+                INSERT INTO tidings.events (event_type, event_id, payload, created_at)
+                SELECT 'bench.old', 'old-' || g, jsonb_build_object('n', g),
+                       now() - (g::double precision / %(n)s) * interval '8 days'
+                FROM generate_series(1, %(n)s) g
+                RETURNING id, created_at
+            )
+            INSERT INTO tidings.messages (event_ref, endpoint_id, event_type, status, attempts,
+                                          created_at, delivered_at)
+            SELECT ev.id, 1 + ev.id %% e.n, 'bench.old', 'delivered', 1, ev.created_at,
+                   ev.created_at + interval '1 second'
+            FROM ev, (SELECT count(*) AS n FROM tidings.endpoints) e
+            """,
+            {"n": delivered},
+        )
+        cur.execute(
+            """
+            WITH ev AS (
+                INSERT INTO tidings.events (event_type, event_id, payload, created_at)
+                SELECT 'bench.dead', 'dead-' || g, jsonb_build_object('n', g),
+                       now() - (g::double precision / %(n)s) * interval '2 days'
+                FROM generate_series(1, %(n)s) g
+                RETURNING id, created_at
+            )
+            INSERT INTO tidings.messages (event_ref, endpoint_id, event_type, status, attempts,
+                                          created_at, dead_lettered_at, dead_letter_reported_at,
+                                          last_error, last_status_code)
+            SELECT ev.id, 1 + (ev.id * 7919) %% 1000, 'bench.dead', 'dead_letter', 5,
+                   ev.created_at, ev.created_at + interval '1 hour',
+                   CASE WHEN ev.id %% 2 = 0 THEN now() END, 'http_503', 503
+            FROM ev
+            """,
+            {"n": dead_letters},
+        )
+        # In time order, as senders insert them; 2 % failures; the last 100 endpoints only fail.
+        cur.execute(
+            """
+            INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, attempted_at,
+                                          status_code, response_ms, error_class)
+            SELECT g, e.endpoint_id, 1, e.at,
+                   CASE WHEN e.failing THEN 503 ELSE 200 END,
+                   (20 + random() * 400)::integer,
+                   CASE WHEN e.failing THEN 'http_503' END
+            FROM (SELECT count(*) AS n FROM tidings.endpoints) c
+            CROSS JOIN generate_series(1, %(n)s) g
+            CROSS JOIN LATERAL (
+                SELECT 1 + g %% c.n AS endpoint_id,
+                       now() - interval '48 hours' + (g::double precision / %(n)s)
+                           * interval '48 hours' AS at,
+                       g %% 50 = 0 OR g %% c.n >= c.n - 100 AS failing
+            ) e
+            """,
+            {"n": attempts},
+        )
+        cur.execute(
+            "UPDATE tidings.endpoint_health"
+            " SET last_failure_at = now(), last_success_at = now() - interval '6 days'"
+            " WHERE endpoint_id > (SELECT max(id) - 100 FROM tidings.endpoints)"
+        )
+        cur.execute("VACUUM ANALYZE")
+
+
+def median_claim_ms(db: Database, claims: int) -> float:
+    timings = []
+    for _ in range(claims):
+        started = time.perf_counter()
+        rows = db.run(
+            lambda cur: delivery.claim_due(
+                cur, batch_size=CLAIM_BATCH, lease_s=180, probe_lease_s=120
+            )
+        )
+        timings.append((time.perf_counter() - started) * 1000)
+        if not rows:
+            raise RuntimeError("the claim found nothing due: too few due rows for the claims")
+        with db.cursor() as cur:
+            cur.execute(
+                "UPDATE tidings.messages SET status = 'delivered', delivered_at = now(),"
+                " attempts = 1, lease_token = NULL WHERE id = ANY (%s)",
+                ([r.message_id for r in rows],),
+            )
+    return statistics.median(timings[3:])
+
+
+def timed(work: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    work()
+    return round(time.perf_counter() - started, 2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--endpoints", type=int, default=100_000)
+    parser.add_argument("--attempts", type=int, default=10_000_000)
+    parser.add_argument("--delivered", type=int, default=1_000_000)
+    parser.add_argument("--dead-letters", type=int, default=20_000)
+    parser.add_argument("--claims", type=int, default=33)
+    args = parser.parse_args()
+    settings = Settings()
+    result: dict[str, Any] = {"endpoints": args.endpoints, "attempts": args.attempts}
+    with server_dsn() as dsn:
+        with fresh_database(dsn) as url:
+            db = Database(url)
+            add_endpoints(db, 100)
+            with db.connection.cursor() as cur:
+                cur.execute("VACUUM ANALYZE")
+            result["claim_ms_100"] = round(median_claim_ms(db, args.claims), 2)
+            db.close()
+        with fresh_database(dsn) as url:
+            db = Database(url)
+            started = time.perf_counter()
+            add_endpoints(db, args.endpoints)
+            add_history(db, args.attempts, args.delivered, args.dead_letters)
+            result["seed_s"] = round(time.perf_counter() - started, 1)
+            result["claim_ms_100k"] = round(median_claim_ms(db, args.claims), 2)
+            now = datetime.now(UTC)
+            result["percentiles_build_s"] = timed(lambda: run_scheduled_refresh(db, settings, now))
+            result["percentiles_s"] = timed(
+                lambda: run_scheduled_refresh(db, settings, now + timedelta(minutes=5))
+            )
+            notifier = MemoryNotifier()
+            result["health_monitor_s"] = timed(lambda: run_monitor(db, notifier, settings))
+            result["dead_letter_report_s"] = timed(lambda: run_report(db, notifier, settings))
+            result["pruner_s"] = timed(lambda: prune(db, settings))
+            db.close()
+    result["claim_ratio"] = round(result["claim_ms_100k"] / result["claim_ms_100"], 2)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
