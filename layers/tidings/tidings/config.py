@@ -95,6 +95,11 @@ class Settings:
     # attempts of this many seconds before the last roll-up; later stragglers are not counted
     # (a sender records its outcomes within seconds; a lease lasts lease_s).
     percentiles_rollup_margin_s: float = 300.0
+    # Building the histograms from a whole window (first run, or the window's length changed):
+    # a slice of the attempt log at a time, for at most a budget per run, so that every run of
+    # the job is short however large the deployment.
+    percentiles_build_slice_s: float = 3600.0
+    percentiles_build_budget_s: float = 5.0
     # The period whose delivered/failed counts and delivery latency the health summary shows.
     health_recent_s: float = 3600.0
     # Dead-letter report: the window the operator's view (tidings dead-letters) shows by default,
@@ -150,6 +155,8 @@ class Settings:
             "prune_batch_size",
             "sender_concurrency",
             "latency_window_s",
+            "percentiles_build_slice_s",
+            "percentiles_build_budget_s",
             "health_recent_s",
             "dead_letter_report_window_s",
             "dead_letter_report_max_rows",

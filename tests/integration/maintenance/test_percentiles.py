@@ -126,6 +126,35 @@ def test_percentiles_match_the_exact_ones_within_the_stated_error(db: Database) 
     assert stored[2] == NOW
 
 
+def test_a_build_too_big_for_one_run_goes_on_in_the_next_and_ends_exact(db: Database) -> None:
+    """A build with no time budget rolls one slice per run; the figures appear only once the
+    histograms reach the present, and then match the exact percentiles."""
+    rng = random.Random(11)
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur)
+    rows = random_attempts(rng, 2000, NOW - timedelta(hours=26), NOW + timedelta(hours=1), 90)
+    add(db, endpoint_id, rows)
+    settings = SETTINGS.replace(percentiles_build_slice_s=6 * 3600, percentiles_build_budget_s=1e-9)
+    runs, now = [], NOW
+    while len(runs) < 10:
+        refreshed = refresh(db, now, settings)
+        runs.append(refreshed)
+        if not refreshed.building:
+            break
+        assert refreshed.endpoints == ()
+        now += timedelta(minutes=5)
+    # A day's window in slices of six hours: four to reach the present, the last one short.
+    assert len(runs) == 5
+    assert [r.building for r in runs] == [True] * 4 + [False]
+    assert runs[-1].rebuilt
+    assert_close(runs[-1], endpoint_id, in_window(rows, now))
+    # And the next run is an ordinary one.
+    later = now + timedelta(minutes=5)
+    following = refresh(db, later, settings)
+    assert not following.building and not following.rebuilt
+    assert_close(following, endpoint_id, in_window(rows, later))
+
+
 def test_incremental_runs_keep_matching_as_the_window_moves(db: Database) -> None:
     """Runs every 5 minutes for 40 minutes: minutes enter and leave the window, attempts
     arrive late (stamped before the previous run), and every run matches a fresh exact count."""

@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 from tidings.dal.percentiles import PercentilesState
 from tidings.maintenance.percentiles import (
     BUCKET_GROWTH,
+    BUILDING,
     LAYOUT,
     MAX_RELATIVE_ERROR,
     bucket_of,
     bucket_value,
+    floor_minute,
     plan_rollup,
 )
 
@@ -90,3 +92,14 @@ def test_bad_arguments_are_refused() -> None:
         plan_rollup(empty, NOW.replace(tzinfo=None), window_s=DAY, margin_s=0)
     with pytest.raises(ValueError, match="window"):
         plan_rollup(empty, NOW, window_s=0, margin_s=0)
+
+
+def test_a_build_under_way_continues_where_the_last_run_stopped() -> None:
+    start = floor_minute(floor_minute(NOW) - timedelta(seconds=DAY))
+    halfway = start + timedelta(hours=9)
+    state = PercentilesState(halfway, start, DAY, {**LAYOUT, BUILDING: True})
+    plan = plan_rollup(state, NOW, window_s=DAY, margin_s=900)
+    assert (plan.rebuild, plan.building, plan.reroll_from) == (False, True, halfway)
+    # A complete build is no longer building.
+    done = PercentilesState(NOW, start, DAY, LAYOUT)
+    assert not plan_rollup(done, NOW, window_s=DAY, margin_s=900).building

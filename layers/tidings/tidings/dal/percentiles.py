@@ -66,15 +66,8 @@ def reset_latency_window(cur: Cursor) -> None:
     cur.execute(sql("reset_latency_window"))
 
 
-def rebuild_latency_window(
-    cur: Cursor, *, now: datetime, window_from: datetime, growth: float
-) -> None:
-    cur.execute(
-        sql("rebuild_latency_window"),
-        {"now": now, "reroll_from": window_from, "growth": growth},
-    )
-    # The roll-ups that follow find their rows by minute; without fresh statistics the planner
-    # would take a day of rows for a few minutes and scan them all.
+def analyze_latency_histograms(cur: Cursor) -> None:
+    """Fresh planner statistics for the histograms, after a build filled them."""
     cur.execute(sql("analyze_latency_histograms"))
 
 

@@ -17,11 +17,17 @@ Each endpoint keeps, per percentile, the bucket holding it and the counts before
 bucket. A run applies the window's changes to those counts and steps to a neighbouring bucket only
 where the percentile left its bucket, so its cost follows the few buckets that changed, not the
 size of the histograms.
+
+Building the histograms from a whole window of attempts (the first run, or after the window's
+length or the histograms' layout changed) is done a slice of ``percentiles_build_slice_s`` at a
+time, for at most ``percentiles_build_budget_s`` per run: a large deployment's first runs each
+take a bounded time, and the endpoints' figures are written once the histograms are complete.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -41,6 +47,8 @@ MAX_RELATIVE_ERROR = (BUCKET_GROWTH - 1) / (BUCKET_GROWTH + 1)
 PERCENTILES = (50, 95, 99)
 # Stored with the histograms: histograms and positions built otherwise are rebuilt, not mixed.
 LAYOUT = {"growth": BUCKET_GROWTH, "percentiles": list(PERCENTILES)}
+# Marks, beside the layout, histograms still being built.
+BUILDING = "building"
 
 
 def bucket_of(latency_ms: int) -> int:
@@ -77,6 +85,10 @@ class PercentileSettings(Protocol):
     @property
     def percentiles_rollup_margin_s(self) -> float: ...
     @property
+    def percentiles_build_slice_s(self) -> float: ...
+    @property
+    def percentiles_build_budget_s(self) -> float: ...
+    @property
     def slow_endpoint_min_samples(self) -> int: ...
     @property
     def slow_endpoint_p95_ms(self) -> int: ...
@@ -86,14 +98,17 @@ class PercentileSettings(Protocol):
 class RollupPlan:
     """What one percentiles run reads and where its window starts.
 
-    ``rebuild``: the histograms are rebuilt from the attempts (first run, the window's length
-    or the histograms' layout changed, or time went backwards). ``reroll_from``: the attempts
-    read start here. ``window_from``: the window's new first minute.
+    ``rebuild``: the histograms are forgotten and built anew from the attempts (first run, the
+    window's length or the histograms' layout changed, or time went backwards). ``building``:
+    the histograms are being built, a slice at a time, from ``reroll_from`` on (after a rebuild
+    began, until they reach the present). ``reroll_from``: the attempts read start here.
+    ``window_from``: the window's new first minute.
     """
 
     rebuild: bool
     reroll_from: datetime
     window_from: datetime
+    building: bool = False
 
 
 def plan_rollup(
@@ -104,14 +119,17 @@ def plan_rollup(
     if window_s <= 0 or margin_s < 0:
         raise ValueError(f"window ({window_s} s) must be positive and margin ({margin_s} s) >= 0")
     window_from = floor_minute(floor_minute(now) - timedelta(seconds=window_s))
+    layout = {k: v for k, v in state.layout.items() if k != BUILDING}
     if (
         state.rolled_to is None
         or state.window_from is None
         or state.window_s != window_s
-        or dict(state.layout) != LAYOUT
+        or layout != LAYOUT
         or state.window_from > window_from
     ):
-        return RollupPlan(True, window_from, window_from)
+        return RollupPlan(True, window_from, window_from, building=True)
+    if state.layout.get(BUILDING):
+        return RollupPlan(False, max(state.rolled_to, window_from), window_from, building=True)
     reroll_from = floor_minute(min(state.rolled_to, now) - timedelta(seconds=margin_s))
     return RollupPlan(
         rebuild=False,
@@ -126,6 +144,10 @@ class PercentileRefresh:
 
     endpoints: tuple[EndpointPercentiles, ...]
     rebuilt: bool
+    # The histograms are still being built; no endpoint's figures were written this run.
+    building: bool = False
+    # How far the histograms reach.
+    rolled_to: datetime | None = None
 
     def threshold_changes(self) -> tuple[EndpointPercentiles, ...]:
         return tuple(e for e in self.endpoints if e.failure_threshold != e.previous_threshold)
@@ -157,37 +179,87 @@ def refresh_percentiles(
         window_s=settings.latency_window_s,
         margin_s=settings.percentiles_rollup_margin_s,
     )
-    changes = WindowChanges()
-    if plan.rebuild:
-        dal.allow_large_rollup(cur)
-        dal.reset_latency_window(cur)
-        dal.rebuild_latency_window(cur, now=now, window_from=plan.window_from, growth=BUCKET_GROWTH)
-    else:
-        changes = dal.advance_latency_window(
-            cur,
-            now=now,
-            reroll_from=plan.reroll_from,
-            window_from=plan.window_from,
-            growth=BUCKET_GROWTH,
-        )
+    if plan.building:
+        return _build(cur, settings, now, plan)
+    changes = dal.advance_latency_window(
+        cur,
+        now=now,
+        reroll_from=plan.reroll_from,
+        window_from=plan.window_from,
+        growth=BUCKET_GROWTH,
+    )
+    assert state.rolled_to is not None  # a plan that is not building follows a complete build
     dal.save_percentiles_state(
         cur,
-        rolled_to=now if plan.rebuild or state.rolled_to is None else max(now, state.rolled_to),
+        rolled_to=max(now, state.rolled_to),
         window_from=plan.window_from,
         window_s=settings.latency_window_s,
         layout=LAYOUT,
     )
-    endpoints = dal.update_endpoint_percentiles(
+    return PercentileRefresh(_place(cur, settings, now, changes, rebuilt=False), rebuilt=False)
+
+
+def _build(
+    cur: Cursor, settings: PercentileSettings, now: datetime, plan: RollupPlan
+) -> PercentileRefresh:
+    """Roll the window's attempts into the histograms a slice at a time, for at most the build
+    budget; once they reach ``now``, place every endpoint's percentiles afresh."""
+    dal.allow_large_rollup(cur)
+    if plan.rebuild:
+        dal.reset_latency_window(cur)
+    slice_ = timedelta(seconds=settings.percentiles_build_slice_s)
+    deadline = time.monotonic() + settings.percentiles_build_budget_s
+    rolled_to = plan.reroll_from
+    # At least one slice a run, so that a build always moves on.
+    while rolled_to < now:
+        until = min(rolled_to + slice_, now)
+        dal.advance_latency_window(
+            cur,
+            now=until,
+            reroll_from=rolled_to,
+            window_from=plan.window_from,
+            growth=BUCKET_GROWTH,
+        )
+        rolled_to = until
+        if time.monotonic() >= deadline:
+            break
+    done = rolled_to >= now
+    dal.save_percentiles_state(
         cur,
-        now=now,
-        changes=changes,
-        rebuilt=plan.rebuild,
-        growth=BUCKET_GROWTH,
-        slow_p95_ms=settings.circuit_slow_p95_ms,
-        slow_threshold=settings.circuit_slow_failure_threshold,
-        normal_threshold=settings.circuit_failure_threshold,
+        rolled_to=rolled_to,
+        window_from=plan.window_from,
+        window_s=settings.latency_window_s,
+        layout=LAYOUT if done else {**LAYOUT, BUILDING: True},
     )
-    return PercentileRefresh(tuple(endpoints), plan.rebuild)
+    if not done:
+        return PercentileRefresh((), rebuilt=False, building=True, rolled_to=rolled_to)
+    # The roll-ups that follow find their rows by minute; without fresh statistics the planner
+    # would take a day of rows for a few minutes and scan them all.
+    dal.analyze_latency_histograms(cur)
+    endpoints = _place(cur, settings, now, WindowChanges(), rebuilt=True)
+    return PercentileRefresh(endpoints, rebuilt=True, rolled_to=rolled_to)
+
+
+def _place(
+    cur: Cursor,
+    settings: PercentileSettings,
+    now: datetime,
+    changes: WindowChanges,
+    *,
+    rebuilt: bool,
+) -> tuple[EndpointPercentiles, ...]:
+    return tuple(
+        dal.update_endpoint_percentiles(
+            cur,
+            now=now,
+            changes=changes,
+            rebuilt=rebuilt,
+            growth=BUCKET_GROWTH,
+            slow_p95_ms=settings.circuit_slow_p95_ms,
+            slow_threshold=settings.circuit_slow_failure_threshold,
+            normal_threshold=settings.circuit_failure_threshold,
+        )
+    )
 
 
 def run_scheduled_refresh(
@@ -196,6 +268,11 @@ def run_scheduled_refresh(
     """The scheduled job: refresh in one transaction, log threshold changes and slow endpoints,
     count the slow ones as a metric, and describe the run."""
     refresh = db.run(lambda cur: refresh_percentiles(cur, settings, now), transaction=True)
+    if refresh.building:
+        logger.info(
+            "building the latency histograms; figures follow once they are complete",
+            extra={"rolled_to": refresh.rolled_to.isoformat() if refresh.rolled_to else None},
+        )
     slow = refresh.slow(
         p95_ms=settings.slow_endpoint_p95_ms, min_samples=settings.slow_endpoint_min_samples
     )
@@ -222,6 +299,7 @@ def run_scheduled_refresh(
     return {
         "endpoints": len(refresh.endpoints),
         "rebuilt": refresh.rebuilt,
+        "building": refresh.building,
         "threshold_changes": [c.endpoint_id for c in refresh.threshold_changes()],
         "slow_endpoints": [
             {"endpoint_id": e.endpoint_id, "p95_ms": e.p95_ms, "sample_count": e.sample_count}

@@ -13,37 +13,12 @@ ON CONFLICT (job) DO UPDATE SET updated_at = s.updated_at
 RETURNING s.rolled_to, s.window_from, s.window_s, s.details;
 
 -- name: reset_latency_window
--- Forgets the window histogram and the minute histograms before they are rebuilt from the
--- attempts (first run, or the window's length changed).
+-- Forgets the window histogram and the minute histograms before they are built anew from the
+-- attempts (first run, or the window's length or the histograms' layout changed).
 WITH minutes AS (
     DELETE FROM tidings.latency_buckets
 )
 DELETE FROM tidings.latency_window;
-
--- name: rebuild_latency_window
--- Rolls every attempt made in [reroll_from, now) up into per-minute log-scale histograms and
--- sums them into the window histogram (after reset_latency_window emptied them).
-WITH fresh AS (
-    SELECT a.endpoint_id,
-           date_trunc('minute', a.attempted_at) AS minute,
-           CASE WHEN a.response_ms <= 0 THEN -1
-                ELSE floor(ln(a.response_ms::double precision) / ln(%(growth)s))
-           END::smallint AS bucket,
-           count(*)::integer AS n
-    FROM tidings.attempts a
-    WHERE a.attempted_at >= %(reroll_from)s
-      AND a.attempted_at < %(now)s
-      AND a.response_ms IS NOT NULL
-    GROUP BY 1, 2, 3
-),
-stored AS (
-    -- In minute order, as the runs that follow add them: each later run's minutes that leave
-    -- the window then sit on few pages.
-    INSERT INTO tidings.latency_buckets (minute, endpoint_id, bucket, n)
-    SELECT minute, endpoint_id, bucket, n FROM fresh ORDER BY minute, endpoint_id, bucket
-)
-INSERT INTO tidings.latency_window (endpoint_id, bucket, n)
-SELECT endpoint_id, bucket, sum(n) FROM fresh GROUP BY endpoint_id, bucket;
 
 -- name: advance_latency_window
 -- Rolls the attempts made in [reroll_from, now) up into per-minute log-scale histograms
@@ -123,7 +98,7 @@ USING unnest(%(endpoint_ids)s::bigint[], %(buckets)s::smallint[]) AS e(endpoint_
 WHERE w.endpoint_id = e.endpoint_id AND w.bucket = e.bucket AND w.n = 0;
 
 -- name: analyze_latency_histograms
--- Refreshes the planner's statistics of the histograms after a rebuild filled them.
+-- Refreshes the planner's statistics of the histograms after a build filled them.
 ANALYZE tidings.latency_buckets, tidings.latency_window;
 
 -- name: allow_large_rollup
