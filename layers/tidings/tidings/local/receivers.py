@@ -291,6 +291,9 @@ class Receivers:
         self.secrets: dict[Kind, list[str]] = {}
         # Requests to paths that are no receiver's: PRIVATE_TARGET_PATH among them.
         self.strays: Counter[str] = Counter()
+        # The bytes of each long body (huge, dripped) that left before the sender stopped
+        # reading: with socket buffers, a bounded reader lets only a few MB of 50 leave.
+        self.bodies_sent: dict[Kind, list[int]] = {}
         self.verifier = verifier
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -362,6 +365,10 @@ class Receivers:
                 )
                 for kind, t in self.tallies.items()
             }
+
+    def _body_sent(self, kind: Kind, size: int) -> None:
+        with self._lock:
+            self.bodies_sent.setdefault(kind, []).append(size)
 
     def _stray(self, path: str) -> None:
         with self._lock:
@@ -519,12 +526,12 @@ def _handler_class(receivers: Receivers) -> type[BaseHTTPRequestHandler]:
             if reply.delay_s or receivers.latency_s:
                 receivers._closing.wait(reply.delay_s + receivers.latency_s)
             try:
-                self._reply(reply)
+                self._reply(kind, reply)
             except OSError:
                 # The sender gave up (its timeout, or it read all it wanted), as senders do.
                 self.close_connection = True
 
-        def _reply(self, reply: Reply) -> None:
+        def _reply(self, kind: Kind, reply: Reply) -> None:
             if reply.reset or reply.hang:
                 self._reset()
             elif reply.raw is not None:
@@ -536,7 +543,11 @@ def _handler_class(receivers: Receivers) -> type[BaseHTTPRequestHandler]:
                 receivers._closing.wait(0.05)
                 self._reset()
             elif reply.body_bytes is not None:
-                self._answer_long(reply)
+                sent: list[int] = []
+                try:
+                    self._answer_long(reply, sent)
+                finally:
+                    receivers._body_sent(kind, sum(sent))
             else:
                 self._answer(reply.status, reply.headers, reply.header_bytes)
 
@@ -547,22 +558,24 @@ def _handler_class(receivers: Receivers) -> type[BaseHTTPRequestHandler]:
             self._head(status, (*headers, ("Content-Length", str(len(payload)))), header_bytes)
             self.wfile.write(payload)
 
-        def _answer_long(self, reply: Reply) -> None:
+        def _answer_long(self, reply: Reply, sent: list[int]) -> None:
             """A body of ``reply.body_bytes``, in chunks or (dripping) a byte at a time, until
-            it is all sent or the sender stops reading."""
+            it is all sent or the sender stops reading; ``sent`` gets what left."""
             size = reply.body_bytes or 0
             self._head(reply.status, (("Content-Length", str(size)),))
             self.close_connection = True
             if reply.drip_s:
                 for _ in range(size):
                     self.wfile.write(b".")
-                    self.wfile.flush()
+                    sent.append(1)
                     if receivers._closing.wait(reply.drip_s):
                         return
                 return
             chunk = b"x" * 65536
             for start in range(0, size, len(chunk)):
-                self.wfile.write(chunk[: size - start])
+                piece = chunk[: size - start]
+                self.wfile.write(piece)
+                sent.append(len(piece))
 
         def _head(
             self, status: int, headers: tuple[tuple[str, str], ...], header_bytes: int = 0
