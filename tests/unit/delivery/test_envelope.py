@@ -9,17 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.delivery.envelope import (
-    INLINE_PAYLOAD_BYTES,
-    MAX_ATTEMPT,
-    MAX_MESSAGE_ID,
-    DeliveryEnvelope,
-    MalformedEnvelope,
-)
+from tidings.delivery.envelope import INLINE_PAYLOAD_BYTES, DeliveryEnvelope, MalformedEnvelope
 from tidings.queue import MAX_BODY_BYTES, OutgoingMessage
 from tidings.queue.base import validate_outgoing
 
 TOKEN = uuid.UUID("6f1c1f9e-7d39-4a55-9d67-3c8c2f1c0b11")
+# The database's ranges: messages.id is a bigint, an attempt number an integer.
+MAX_MESSAGE_ID = 2**63 - 1
+MAX_ATTEMPT = 2**31 - 1
 
 
 @given(
