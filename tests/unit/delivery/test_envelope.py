@@ -88,6 +88,20 @@ def _body(**fields: object) -> str:
         ("[" * 100_000 + "]" * 100_000, "not JSON|nested too deeply"),
         ('{"message_id": ' + "9" * 5000 + "}", "not JSON"),
     ],
+    ids=[
+        "message_id 2^63",
+        "message_id 10^400",
+        "message_id 0",
+        "message_id float",
+        "attempt 2^31",
+        "attempt 0",
+        "attempt null",
+        "lease_token a number",
+        "lease_token null",
+        "payload a lone surrogate",
+        "nested 100000 deep",
+        "a number of 5000 digits",
+    ],
 )
 def test_an_envelope_the_database_could_not_take_is_malformed(body: str, problem: str) -> None:
     with pytest.raises(MalformedEnvelope, match=problem):
@@ -124,3 +138,30 @@ def test_any_body_is_an_envelope_in_range_or_malformed(body: str) -> None:
     assert 1 <= envelope.message_id <= MAX_MESSAGE_ID
     assert 1 <= envelope.attempt <= MAX_ATTEMPT
     assert envelope.payload is None or envelope.payload.encode("utf-8")
+
+
+@given(
+    message_id=st.integers(min_value=-(2**70), max_value=2**70),
+    attempt=st.integers(min_value=-(2**40), max_value=2**40),
+    token=st.uuids(),
+    payload=st.none() | st.text(),
+)
+def test_an_envelope_is_accepted_only_within_the_databases_ranges(
+    message_id: int, attempt: int, token: uuid.UUID, payload: str | None
+) -> None:
+    body = json.dumps(
+        {
+            "message_id": message_id,
+            "attempt": attempt,
+            "lease_token": str(token),
+            "payload": payload,
+        }
+    )
+    in_range = 1 <= message_id <= MAX_MESSAGE_ID and 1 <= attempt <= MAX_ATTEMPT
+    try:
+        envelope = DeliveryEnvelope.from_body(body)
+    except MalformedEnvelope:
+        assert not in_range
+    else:
+        assert in_range
+        assert (envelope.message_id, envelope.attempt) == (message_id, attempt)
