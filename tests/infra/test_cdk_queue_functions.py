@@ -159,9 +159,9 @@ def test_the_ingest_function_knows_the_ports_the_sender_may_open(
     dev: Synthesized, prod: Synthesized
 ) -> None:
     # Endpoints on other ports are refused when created, as the sender could never reach them.
-    assert [s.name for s in FUNCTION_SPECS if s.manages_endpoints] == ["ingest"]
     for synth in (dev, prod):
         environment = _function(synth, "ingest")["Properties"]["Environment"]["Variables"]
+        assert "TIDINGS_ENDPOINT_PORTS" in environment, sorted(environment)
         ports = environment["TIDINGS_ENDPOINT_PORTS"]
         assert ports == ",".join(str(port) for port in synth.config.endpoint_ports)
         settings = Settings.from_env({"TIDINGS_ENDPOINT_PORTS": ports})
@@ -169,6 +169,7 @@ def test_the_ingest_function_knows_the_ports_the_sender_may_open(
             synth.config.endpoint_ports
         )
     assert prod.config.endpoint_ports == (443, 8443)
+    assert [s.name for s in FUNCTION_SPECS if s.manages_endpoints] == ["ingest"]
 
 
 def test_each_function_has_its_own_role_granting_what_its_spec_needs(dev: Synthesized) -> None:
