@@ -221,4 +221,9 @@ class Functions(Construct):
             environment["TIDINGS_ALERTS_TOPIC_ARN"] = self._topic.topic_arn
         if spec.reaches_endpoints:
             environment["TIDINGS_HTTP_TIMEOUT_S"] = str(self._config.http_timeout_s)
+        if spec.manages_endpoints:
+            # The ports the sender's security group opens: an endpoint elsewhere is refused.
+            environment["TIDINGS_ENDPOINT_PORTS"] = ",".join(
+                str(port) for port in self._config.endpoint_ports
+            )
         return environment

@@ -26,7 +26,7 @@ from tidings.config import Settings
 from tidings.dal.connection import Database, connect
 from tidings.dal.operator import DemoEvent, enqueue_events
 from tidings.local.receivers import Kind, Receivers
-from tidings.local.runtime import LOOPBACK_NETWORKS
+from tidings.local.runtime import ANY_PORT, LOOPBACK_NETWORKS
 
 EVENTS = 5000
 ENDPOINTS = 4
@@ -174,7 +174,7 @@ def test_no_message_is_lost_when_the_runtime_and_database_fail(
     migrations.migrate(conn)
     conn.close()
     settings = Settings.from_env(FAULT_SETTINGS, database_url=postgres.dsn).replace(
-        allowed_networks=LOOPBACK_NETWORKS
+        allowed_networks=LOOPBACK_NETWORKS, endpoint_ports=ANY_PORT
     )
     receivers = Receivers((Kind.CHAOS,), verifier=standard_verifier, seed=21).start()
     db = Database(postgres.dsn)

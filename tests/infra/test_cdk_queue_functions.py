@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tests.infra.conftest import Synthesized
+from tidings.config import Settings
 from tidings.deployment import FUNCTION_SPECS, SENDER, schedule_interval_s
 
 REQUIRED_ENVIRONMENT = {
@@ -146,9 +147,29 @@ def test_environment_follows_the_contract(dev: Synthesized) -> None:
         if spec.publishes_alerts:
             assert environment["TIDINGS_ALERTS_TOPIC_ARN"] == {"Ref": topic_id}
         assert ("TIDINGS_HTTP_TIMEOUT_S" in environment) is spec.reaches_endpoints
+        assert ("TIDINGS_ENDPOINT_PORTS" in environment) is spec.manages_endpoints, spec.name
+        if spec.manages_endpoints:
+            assert environment["TIDINGS_ENDPOINT_PORTS"] == "80,443"
         # The scheduled report claims what no report has named, whatever the schedule: no window.
         assert "TIDINGS_DEAD_LETTER_REPORT_WINDOW_S" not in environment, spec.name
     assert [s.name for s in FUNCTION_SPECS if s.connects_directly] == ["migrator"]
+
+
+def test_the_ingest_function_knows_the_ports_the_sender_may_open(
+    dev: Synthesized, prod: Synthesized
+) -> None:
+    # Endpoints on other ports are refused when created, as the sender could never reach them.
+    for synth in (dev, prod):
+        environment = _function(synth, "ingest")["Properties"]["Environment"]["Variables"]
+        assert "TIDINGS_ENDPOINT_PORTS" in environment, sorted(environment)
+        ports = environment["TIDINGS_ENDPOINT_PORTS"]
+        assert ports == ",".join(str(port) for port in synth.config.endpoint_ports)
+        settings = Settings.from_env({"TIDINGS_ENDPOINT_PORTS": ports})
+        assert [p for p in (80, 443, 6379, 8443) if settings.allows_port(p)] == list(
+            synth.config.endpoint_ports
+        )
+    assert prod.config.endpoint_ports == (443, 8443)
+    assert [s.name for s in FUNCTION_SPECS if s.manages_endpoints] == ["ingest"]
 
 
 def test_each_function_has_its_own_role_granting_what_its_spec_needs(dev: Synthesized) -> None:

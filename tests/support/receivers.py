@@ -3,7 +3,7 @@
 Paths (all answer POST):
 - ``/ok``: 200 with a short body;
 - ``/status/<code>``: that status (``/status/500``, ``/status/410``, ``/status/400``);
-- ``/retry-after/<code>/<value>``: that status with ``Retry-After: <value>``;
+- ``/retry-after/<code>/<value>``: that status with ``Retry-After: <value>`` (percent-decoded);
 - ``/slow/<ms>``: 200 after ``ms`` milliseconds;
 - ``/hang``: never answers (until the receiver stops);
 - ``/reset``: reads the request, then resets the connection (TCP RST);
@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif kind == "status":
             self._answer(int(args[0]), f"status {args[0]}".encode())
         elif kind == "retry-after":
-            self._answer(int(args[0]), b"later", {"Retry-After": args[1]})
+            value = unquote(args[1]) if len(args) > 1 else ""
+            self._answer(int(args[0]), b"later", {"Retry-After": value})
         elif kind == "slow":
             time.sleep(int(args[0]) / 1000)
             self._answer(200, b"slowly")

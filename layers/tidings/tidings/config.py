@@ -77,6 +77,10 @@ class Settings:
 
     # SSRF guard: comma-separated networks that are allowed although private (e.g. "127.0.0.0/8")
     allowed_networks: tuple[str, ...] = field(default_factory=tuple)
+    # The ports the deployed sender may open to endpoints (the stage's endpointPorts, which its
+    # security group allows): an endpoint on another port could never be reached and is refused.
+    # Comma-separated port numbers or ranges ("80,443,8000-8999"); the local runtime allows all.
+    endpoint_ports: tuple[str, ...] = ("80", "443")
 
     # Ingest
     max_payload_bytes: int = 262144
@@ -183,6 +187,32 @@ class Settings:
             raise ConfigError(f"{_env_name('dead_letter_pattern_share')} must be within (0, 1]")
         if self.circuit_max_cooldown_s < self.circuit_cooldown_s:
             raise ConfigError(f"{_env_name('circuit_max_cooldown_s')} is below the cooldown")
+        try:
+            port_ranges(self.endpoint_ports)
+        except ValueError as exc:
+            raise ConfigError(f"{_env_name('endpoint_ports')}: {exc}") from None
+
+    def allows_port(self, port: int) -> bool:
+        """Whether an endpoint on ``port`` can be reached (``endpoint_ports``)."""
+        return any(low <= port <= high for low, high in port_ranges(self.endpoint_ports))
+
+
+def port_ranges(items: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+    """``("80", "8000-8999")`` as ``((80, 80), (8000, 8999))``; ValueError names a bad item."""
+    if not items:
+        raise ValueError("at least one port is needed")
+    ranges: list[tuple[int, int]] = []
+    for item in items:
+        low_text, dash, high_text = item.strip().partition("-")
+        try:
+            low = int(low_text)
+            high = int(high_text) if dash else low
+        except ValueError:
+            raise ValueError(f"{item!r} is not a port or a range of ports") from None
+        if not 1 <= low <= high <= 65535:
+            raise ValueError(f"{item!r} is not within 1..65535 (low-high)")
+        ranges.append((low, high))
+    return tuple(ranges)
 
 
 _PLAIN_NAMES = {

@@ -27,6 +27,9 @@ class FunctionSpec:
     publishes_alerts: bool = False
     # Makes HTTP requests to customer endpoints on any public address (ports 80 and 443).
     reaches_endpoints: bool = False
+    # Creates and changes endpoints, so it must know which ports the sender may open
+    # (``TIDINGS_ENDPOINT_PORTS``, the stage's endpointPorts) to refuse the others.
+    manages_endpoints: bool = False
     # Connects to the database instance directly instead of through RDS Proxy.
     connects_directly: bool = False
 
@@ -64,6 +67,7 @@ INGEST = FunctionSpec(
     description="The ingest API: events, endpoints, subscriptions, look-ups, replay",
     timeout_s=29,
     memory_mb=512,
+    manages_endpoints=True,
 )
 PERCENTILES = FunctionSpec(
     name="percentiles",

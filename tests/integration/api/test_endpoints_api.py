@@ -91,9 +91,103 @@ def test_host_names_are_resolved_and_judged_by_their_addresses(
 def test_allowed_networks_permit_loopback(api: Api, settings, database_url: str) -> None:
     from tidings import wiring
 
-    wiring.override(settings=settings.replace(allowed_networks=("127.0.0.0/8",)))
+    wiring.override(
+        settings=settings.replace(allowed_networks=("127.0.0.0/8",), endpoint_ports=("9000",))
+    )
     reply = api.post("/v1/endpoints", {"url": "http://127.0.0.1:9000/hook"})
     assert reply.status == 201, reply.raw
+
+
+# --- issue 11: what a receiver's owner can and cannot ask for ---------------------------------
+
+
+def _resolving(monkeypatch: pytest.MonkeyPatch, answers: dict[str, str]) -> None:
+    def resolver(host: str, port: int, family: int = 0, type: int = 0):
+        if host not in answers:
+            raise socket.gaierror(socket.EAI_NONAME, "unknown")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answers[host], port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+
+
+@pytest.mark.parametrize(
+    ("host", "address", "kind"),
+    [
+        ("localhost", "127.0.0.1", "a loopback address"),
+        ("db.internal.example", "10.20.30.40", "a private address"),
+        ("metadata.internal.example", "169.254.169.254", "a cloud metadata address"),
+        ("nat.internal.example", "100.64.7.9", "a shared (carrier-grade NAT) address"),
+    ],
+)
+def test_a_refused_target_is_explained_without_its_address(
+    api: Api, monkeypatch: pytest.MonkeyPatch, host: str, address: str, kind: str
+) -> None:
+    _resolving(monkeypatch, {host: address, "public.example": "93.184.215.14"})
+    refused = api.post("/v1/endpoints", {"url": f"https://{host}/hook"})
+    assert (refused.status, refused.error["code"], refused.error["field"]) == (
+        422,
+        "blocked_url",
+        "url",
+    )
+    assert address not in refused.raw
+    assert refused.error["message"] == f"{host} is not allowed as a target: it resolves to {kind}"
+    created = api.create_endpoint(url="https://public.example/hook")
+    changed = api.patch(f"/v1/endpoints/{created['id']}", {"url": f"https://{host}/hook"})
+    assert changed.error["code"] == "blocked_url"
+    assert address not in changed.raw
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://93.184.215.14:6379/", "https://93.184.215.14:8443/hook", "http://93.184.215.14:22/"],
+)
+def test_a_port_the_sender_cannot_open_is_refused_naming_the_allowed_ports(
+    api: Api, db: Database, url: str
+) -> None:
+    reply = api.post("/v1/endpoints", {"url": url})
+    assert (reply.status, reply.error["code"], reply.error["field"]) == (
+        422,
+        "port_not_allowed",
+        "url",
+    )
+    assert "the allowed ports are 80, 443" in reply.error["message"]
+    from tests.integration.api.conftest import count
+
+    assert count(db, "endpoints") == 0
+    created = api.create_endpoint()
+    changed = api.patch(f"/v1/endpoints/{created['id']}", {"url": url})
+    assert (changed.status, changed.error["code"]) == (422, "port_not_allowed")
+    assert api.get(f"/v1/endpoints/{created['id']}").body["url"] == PUBLIC_URL
+
+
+def test_the_allowed_ports_are_the_deployments(api: Api, settings) -> None:
+    from tidings import wiring
+
+    wiring.override(settings=settings.replace(endpoint_ports=("443", "8000-8999")))
+    for url in (
+        "https://93.184.215.14/",
+        "https://93.184.215.14:8443/",
+        "http://93.184.215.14:8000/",
+    ):
+        assert api.post("/v1/endpoints", {"url": url}).status == 201, url
+    refused = api.post("/v1/endpoints", {"url": "http://93.184.215.14/"})
+    assert refused.error["code"] == "port_not_allowed"
+    assert "the allowed ports are 443, 8000-8999" in refused.error["message"]
+
+
+@pytest.mark.parametrize("rate", [1e-300, 0.01, 1 / 61, 0.0166])
+def test_a_rate_limit_below_one_request_a_minute_is_refused(api: Api, rate: float) -> None:
+    reply = api.post("/v1/endpoints", {"url": PUBLIC_URL, "rate_limit_per_s": rate})
+    assert (reply.status, reply.error["field"]) == (422, "rate_limit_per_s"), reply.raw
+    created = api.create_endpoint()
+    changed = api.patch(f"/v1/endpoints/{created['id']}", {"rate_limit_per_s": rate})
+    assert (changed.status, changed.error["field"]) == (422, "rate_limit_per_s")
+
+
+@pytest.mark.parametrize("rate", [1 / 60, 0.5, 22.0, 1_000_000])
+def test_a_rate_limit_of_one_request_a_minute_or_more_is_kept(api: Api, rate: float) -> None:
+    created = api.create_endpoint(rate_limit_per_s=rate)
+    assert created["rate_limit_per_s"] == rate
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,9 @@ from tidings.dal.connection import Database
 @pytest.fixture
 def cli(database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     monkeypatch.setenv("DATABASE_URL", database_url)
-    # The targets below are public documentation addresses, resolved without the network.
+    # The targets below are loopback addresses, resolved without the network, on port 9.
     monkeypatch.setenv("TIDINGS_ALLOWED_NETWORKS", "127.0.0.0/8")
+    monkeypatch.setenv("TIDINGS_ENDPOINT_PORTS", "9")
 
     def run(*argv: str) -> tuple[int, str, str]:
         code = main(list(argv))
@@ -143,6 +144,65 @@ def test_bad_requests_exit_2_naming_the_problem(
     code, _, err = cli(*argv)
     assert code == 2
     assert named in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (
+            ("endpoints", "add", "http://127.0.0.1:6379/x", "--event-type", "a"),
+            "the URL's port 6379 cannot be reached from this deployment; the allowed ports are 9",
+        ),
+        (
+            (
+                "endpoints",
+                "add",
+                "http://127.0.0.1:9/x",
+                "--event-type",
+                "a",
+                "--rate-limit",
+                "1e-300",
+            ),
+            "rate_limit_per_s must be at least one request a minute",
+        ),
+        (
+            (
+                "endpoints",
+                "add",
+                "http://127.0.0.1:9/x",
+                "--event-type",
+                "a",
+                "--rate-limit",
+                "0.01",
+            ),
+            "(rate_limit_per_s)",
+        ),
+    ],
+)
+def test_endpoints_the_sender_could_never_serve_are_refused_with_exit_2(
+    cli: Any, db: Database, argv: tuple[str, ...], named: str
+) -> None:
+    code, out, err = cli(*argv)
+    assert code == 2, out
+    assert named in err
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM tidings.endpoints")
+        assert cur.fetchone() == (0,)
+
+
+def test_a_refused_address_is_not_disclosed(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    def resolver(host: str, port: int, family: int = 0, type: int = 0):
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.9.8.7", port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    code, _, err = cli("endpoints", "add", "http://vault.internal.example:9/x", "--event-type", "a")
+    assert code == 2
+    assert (
+        "vault.internal.example is not allowed as a target: it resolves to a private address" in err
+    )
+    assert "10.9.8.7" not in err
 
 
 @pytest.mark.parametrize(

@@ -139,5 +139,7 @@ def test_stop_returns_promptly_and_unwires(tmp_path: Path, database_url: str) ->
 def test_dev_settings_allow_loopback_only() -> None:
     settings = dev_settings({"TIDINGS_ALLOWED_NETWORKS": "10.0.0.0/8"})
     assert settings.allowed_networks == LOOPBACK_NETWORKS
+    # Local receivers listen on any port: no security group stands in between.
+    assert all(settings.allows_port(port) for port in (1, 80, 6379, 54321, 65535))
     assert settings.lease_s == 60.0
     assert dev_settings({"TIDINGS_LEASE_S": "90"}).lease_s == 90.0

@@ -109,8 +109,9 @@ def test_demo_plan_keeps_the_mix_and_is_repeatable() -> None:
     plan = event_plan(5000, random.Random(1))
     assert len(plan) == 5000
     counts = Counter(event.event_type for event in plan)
-    assert counts["demo.gone"] == DEMO_FIXED[Kind.GONE]
-    assert counts["demo.dead"] == DEMO_FIXED[Kind.DEAD]
+    for kind, fixed in DEMO_FIXED.items():
+        assert counts[f"demo.{kind.value}"] == fixed, kind
+    assert counts["demo.dead"] == DEMO_FIXED[Kind.DEAD] == 8
     assert counts["demo.healthy"] > counts["demo.flaky"] > counts["demo.slow"]
     assert len({event.event_id for event in plan}) == 5000
     assert event_plan(5000, random.Random(1)) == plan

@@ -325,6 +325,11 @@ def test_any_blocked_answer_refuses_the_target() -> None:
     assert caught.value.reason == "metadata"
     assert caught.value.ip == ip("169.254.169.254")
     assert "rebind.example" in str(caught.value) and "metadata" in str(caught.value)
+    # The message reaches API callers and logs: it names the kind of address, never the address.
+    assert "169.254.169.254" not in str(caught.value)
+    assert str(caught.value) == (
+        "rebind.example is not allowed as a target: it resolves to a cloud metadata address"
+    )
     assert isinstance(caught.value, ValueError)
 
 

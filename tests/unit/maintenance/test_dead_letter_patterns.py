@@ -57,6 +57,10 @@ def stats(
         (stats(5, span_s=901), Pattern.SLOW_ACCUMULATION),
         (stats(4, span_s=10), Pattern.SLOW_ACCUMULATION),
         (stats(1), Pattern.SLOW_ACCUMULATION),
+        # A redirect is an answer, never followed: however many at once, not an outage.
+        (stats(5, top_error="http_307", top_status_code=307), Pattern.REDIRECTED),
+        (stats(1, span_s=9000, top_error="http_301", top_status_code=301), Pattern.REDIRECTED),
+        (stats(5, top_error="http_400", top_status_code=400), Pattern.OUTAGE_CLUSTER),
         (stats(10, span_s=60, top_error="endpoint disabled: 410 Gone"), Pattern.ENDPOINT_DISABLED),
         (stats(3, auth=3, top_error="endpoint deleted"), Pattern.ENDPOINT_DISABLED),
         (stats(1, top_error="http_410", top_status_code=410), Pattern.ENDPOINT_DISABLED),

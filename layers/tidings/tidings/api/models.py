@@ -7,6 +7,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from tidings.logic.endpoints import (
+    MAX_RATE_LIMIT_PER_S,
+    MIN_RATE_LIMIT_PER_S,
     CreatedEndpoint,
     Endpoint,
     EndpointHealth,
@@ -25,6 +27,14 @@ def _not_null(value: Any) -> Any:
 
 
 Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
+RateLimit = Annotated[
+    float,
+    Field(
+        ge=MIN_RATE_LIMIT_PER_S,
+        le=MAX_RATE_LIMIT_PER_S,
+        description="Requests per second to this endpoint, at least one a minute (1/60).",
+    ),
+]
 EventType = Annotated[str, Field(min_length=1, max_length=200)]
 EventId = Annotated[str, Field(min_length=1, max_length=200)]
 # Any JSON value except null: objects, arrays, strings, numbers, booleans.
@@ -89,12 +99,17 @@ class BatchResult(BaseModel):
 
 
 class CreateEndpoint(_Strict):
-    url: str = Field(min_length=1, max_length=2048, description="http(s), no credentials")
+    url: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="http(s), no credentials, on a port the deployment allows (80 and 443 "
+        "unless its endpointPorts say otherwise)",
+    )
     description: str = Field(default="", max_length=1000)
     event_types: list[EventType] = Field(
         default_factory=lambda: ["*"], min_length=1, max_length=100
     )
-    rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
+    rate_limit_per_s: RateLimit | None = None
     max_attempts: int | None = Field(default=None, ge=1, le=100)
     timeout_ms: int | None = Field(default=None, ge=100, le=60_000)
 
@@ -105,7 +120,7 @@ class UpdateEndpoint(_Strict):
     url: str | None = Field(default=None, min_length=1, max_length=2048)
     description: str | None = Field(default=None, max_length=1000)
     event_types: list[EventType] | None = Field(default=None, min_length=1, max_length=100)
-    rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
+    rate_limit_per_s: RateLimit | None = None
     max_attempts: int | None = Field(default=None, ge=1, le=100)
     timeout_ms: int | None = Field(default=None, ge=100, le=60_000)
     enabled: bool | None = None

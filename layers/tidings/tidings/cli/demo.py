@@ -20,9 +20,11 @@ def register(subparsers: Any) -> None:
         help="run the dev runtime against demo receivers and show delivery live",
         description=(
             "Start the dev runtime (its own temporary embedded PostgreSQL) with receivers on "
-            "loopback that are healthy, slow, flaky, rate limited, gone and dead; send events; "
-            "show progress per endpoint; print the dead-letter report. Delays are shortened by "
-            "settings (tidings.local.demo.DEMO_SETTINGS), which the environment can override."
+            "loopback that are healthy, slow, flaky, rate limited, gone, dead, and hostile "
+            "(unusable Retry-After, a 50 MB body, a redirect to a private address, 401); send "
+            "events; show progress per endpoint; print the dead-letter report. Delays are "
+            "shortened by settings (tidings.local.demo.DEMO_SETTINGS), which the environment can "
+            "override."
         ),
     )
     parser.add_argument("--events", type=positive_int, default=5000, help="events to send (5000)")

@@ -24,7 +24,12 @@ def register(subparsers: Any) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     add = actions.add_parser("add", help="add an endpoint; prints its id and its secret (once)")
-    add.add_argument("url", metavar="URL", help="where to deliver (http or https)")
+    add.add_argument(
+        "url",
+        metavar="URL",
+        help="where to deliver: http or https, on a port of TIDINGS_ENDPOINT_PORTS (80 and 443 "
+        "by default; against the dev runtime, any port)",
+    )
     add.add_argument(
         "--event-type",
         dest="event_types",
@@ -34,7 +39,13 @@ def register(subparsers: Any) -> None:
         help="an event type to receive ('*' for all); repeat for more",
     )
     add.add_argument("--description", default="", help="a note for people")
-    add.add_argument("--rate-limit", type=float, default=None, metavar="PER_SECOND")
+    add.add_argument(
+        "--rate-limit",
+        type=float,
+        default=None,
+        metavar="PER_SECOND",
+        help="requests per second to it, at least one a minute (1/60 = 0.0167)",
+    )
     add.add_argument("--max-attempts", type=int, default=None)
     add.add_argument("--timeout-ms", type=int, default=None)
     add.add_argument("--json", action="store_true", help="print JSON")

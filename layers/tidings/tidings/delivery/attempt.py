@@ -6,12 +6,17 @@ database after a backoff, or dead-lettered (and the endpoint disabled on 410 Gon
 along the way: the answer reads as a ``Verdict`` (``retry_policy``), which leads to a
 ``NextStep``, which leaves the message in a ``MessageStatus``.
 
+When ``decide`` itself fails on one attempt (a defect: nothing a receiver sends may cause it),
+``internal_failure`` settles that attempt from the row and the settings alone, so the rest of the
+batch is decided and recorded as usual.
+
 ``circuit_summaries`` reduces a batch's decisions to what each endpoint's circuit breaker needs.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -24,9 +29,10 @@ from tidings.dal.delivery import (
     StartedAttempt,
 )
 from tidings.delivery import circuit_breaker, retry_policy
+from tidings.delivery.backoff import retry_delay_s
 from tidings.delivery.envelope import DeliveryEnvelope
 from tidings.delivery.http_transport import HttpResult
-from tidings.delivery.retry_policy import NextAction, NextStep, Verdict, VerdictKind
+from tidings.delivery.retry_policy import AttemptError, NextAction, NextStep, Verdict, VerdictKind
 
 
 class RetrySettings(Protocol):
@@ -52,6 +58,14 @@ STATUS_AFTER = {
     NextAction.DEAD_LETTER: MessageStatus.DEAD_LETTER,
     NextAction.DEAD_LETTER_AND_DISABLE: MessageStatus.DEAD_LETTER,
 }
+
+
+# The error class of an attempt the sender failed on itself.
+INTERNAL_ERROR = AttemptError.INTERNAL.value
+# What PostgreSQL's integer columns hold; an elapsed time beyond it is stored as the largest.
+_MAX_INT4 = 2**31 - 1
+# Characters PostgreSQL text cannot hold (NUL) or JSON cannot carry to it (lone surrogates).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def webhook_id(message_id: int) -> str:
@@ -97,6 +111,8 @@ def decide(
 ) -> Decision:
     """The fate of one attempt, decided at ``now``."""
     result, row = attempt.result, attempt.job.row
+    if result.error is AttemptError.INTERNAL:
+        return internal_failure(attempt, settings, now=now, rng=rng)
     verdict = retry_policy.classify(result.status_code, result.error, result.retry_after, now=now)
     attempt_number = row.attempts + 1
     step = retry_policy.decide_next(
@@ -126,13 +142,58 @@ def decide(
         attempt_number=attempt_number,
         attempted_at=attempt.attempted_at,
         status_code=result.status_code,
-        response_ms=result.elapsed_ms if result.status_code is not None else None,
+        response_ms=(
+            min(max(result.elapsed_ms, 0), _MAX_INT4) if result.status_code is not None else None
+        ),
         error_class=None if verdict.kind is VerdictKind.DELIVERED else verdict.reason,
-        response_excerpt=result.excerpt,
+        response_excerpt=storable_text(result.excerpt),
         retry_at=retry_at,
         keep_lease=keep_lease,
     )
     return Decision(attempt, verdict, step, outcome)
+
+
+def internal_failure(
+    attempt: Attempt,
+    settings: RetrySettings,
+    *,
+    now: datetime,
+    rng: random.Random | None = None,
+) -> Decision:
+    """The fate of an attempt that ``decide`` failed on: a failed attempt with the error class
+    ``internal_error``, counted like any other. It is retried through the database after the
+    backoff (no queue message to build), and dead-lettered once the row's attempts are used up.
+
+    Built from the row and the settings alone, never from what came back, so whatever made
+    ``decide`` fail cannot make this fail too; nothing of the answer is kept.
+    """
+    row = attempt.job.row
+    attempt_number = row.attempts + 1
+    verdict = Verdict(VerdictKind.RETRY, INTERNAL_ERROR)
+    retry_at = None
+    if attempt_number >= (row.max_attempts or settings.max_attempts):
+        step = NextStep(NextAction.DEAD_LETTER)
+    else:
+        delay = retry_delay_s(
+            attempt_number, base_s=settings.backoff_base_s, max_s=settings.backoff_max_s, rng=rng
+        )
+        step = NextStep(NextAction.RETRY_VIA_DATABASE, delay)
+        retry_at = now + timedelta(seconds=delay)
+    outcome = AttemptOutcome(
+        lease=row.lease,
+        endpoint_id=row.endpoint_id,
+        status=STATUS_AFTER[step.action],
+        attempt_number=attempt_number,
+        attempted_at=attempt.attempted_at,
+        error_class=INTERNAL_ERROR,
+        retry_at=retry_at,
+    )
+    return Decision(attempt, verdict, step, outcome)
+
+
+def storable_text(text: str | None) -> str | None:
+    """``text`` with what PostgreSQL text cannot hold (NUL, lone surrogates) replaced by U+FFFD."""
+    return None if text is None else _UNSTORABLE.sub("\ufffd", text)
 
 
 def circuit_summaries(decisions: Sequence[Decision]) -> list[CircuitSummary]:
@@ -140,10 +201,13 @@ def circuit_summaries(decisions: Sequence[Decision]) -> list[CircuitSummary]:
 
     A retryable verdict is a failure; any HTTP answer that is not is a success (the endpoint is
     up). A request refused before it was sent (blocked address, invalid URL, a secret that cannot
-    sign) says nothing about the endpoint's health and is left out.
+    sign) says nothing about the endpoint's health and is left out, and so does an attempt the
+    sender failed on itself (``internal_error``): that is Tidings' fault, not the endpoint's.
     """
     outcomes: dict[int, list[tuple[bool, datetime]]] = {}
     for d in decisions:
+        if d.verdict.reason == INTERNAL_ERROR:
+            continue
         if d.verdict.kind is VerdictKind.RETRY:
             success = False
         elif d.attempt.result.status_code is not None:

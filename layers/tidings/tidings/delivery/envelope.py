@@ -18,6 +18,13 @@ _ENVELOPE_OVERHEAD_BYTES = 512
 INLINE_PAYLOAD_BYTES = MAX_BODY_BYTES - _ENVELOPE_OVERHEAD_BYTES
 
 
+# The ranges of the database columns an envelope's numbers go to: messages.id is a bigint, the
+# attempt number an integer. A number outside them is refused here, so that it never reaches a
+# statement it would fail for the whole batch.
+MAX_MESSAGE_ID = 2**63 - 1
+MAX_ATTEMPT = 2**31 - 1
+
+
 class MalformedEnvelope(ValueError):
     """A queue message body is not a delivery envelope; the message says what is wrong."""
 
@@ -52,23 +59,28 @@ class DeliveryEnvelope:
 
     @classmethod
     def from_body(cls, body: str) -> DeliveryEnvelope:
+        """The envelope in ``body``; anything else raises ``MalformedEnvelope`` (and only that),
+        naming what is wrong without quoting the payload."""
         try:
             data = json.loads(body)
         except (TypeError, ValueError) as exc:
-            raise MalformedEnvelope(f"body is not JSON: {exc}") from None
+            raise MalformedEnvelope(f"body is not JSON: {type(exc).__name__}") from None
+        except RecursionError:
+            raise MalformedEnvelope("body is JSON nested too deeply") from None
         if not isinstance(data, dict):
             raise MalformedEnvelope(f"body is a JSON {type(data).__name__}, not an object")
-        message_id = data.get("message_id")
-        attempt = data.get("attempt")
+        message_id = _bounded_int(data.get("message_id"), "message_id", MAX_MESSAGE_ID)
+        attempt = _bounded_int(data.get("attempt"), "attempt", MAX_ATTEMPT)
         payload = data.get("payload")
-        if not isinstance(message_id, int) or not _is_positive_int(message_id):
-            raise MalformedEnvelope(f"message_id must be a positive integer, got {message_id!r}")
-        if not isinstance(attempt, int) or not _is_positive_int(attempt):
-            raise MalformedEnvelope(f"attempt must be a positive integer, got {attempt!r}")
         if payload is not None and not isinstance(payload, str):
             raise MalformedEnvelope("payload must be the event's JSON text")
+        if payload is not None and not _is_unicode(payload):
+            raise MalformedEnvelope("payload is not valid Unicode (lone surrogate)")
+        token_text = data.get("lease_token")
+        if not isinstance(token_text, str):
+            raise MalformedEnvelope("lease_token must be a UUID")
         try:
-            token = uuid.UUID(str(data.get("lease_token")))
+            token = uuid.UUID(token_text)
         except ValueError:
             raise MalformedEnvelope("lease_token must be a UUID") from None
         return cls(message_id=message_id, lease_token=token, attempt=attempt, payload=payload)
@@ -78,5 +90,17 @@ class DeliveryEnvelope:
         return delivery.Lease(self.message_id, self.lease_token)
 
 
-def _is_positive_int(value: int) -> bool:
-    return not isinstance(value, bool) and value > 0
+def _bounded_int(value: object, name: str, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        # Shown only when short: a number of a million digits is not worth a log line.
+        shown = repr(value) if len(repr(value)) <= 40 else f"a {type(value).__name__}"
+        raise MalformedEnvelope(f"{name} must be an integer within 1..{maximum}, got {shown}")
+    return value
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -333,15 +333,16 @@ _FAILURE_KINDS: tuple[tuple[tuple[type[BaseException], ...], AttemptError], ...]
     ((requests.exceptions.SSLError,), AttemptError.TLS),
     ((ConnectionRefusedError,), AttemptError.CONNECTION_REFUSED),
     ((socket.timeout, urllib3.exceptions.TimeoutError), AttemptError.TIMEOUT),
+    # Before the malformed answers: a closed connection (RemoteDisconnected) is also a
+    # BadStatusLine to http.client.
     (
-        (
-            ConnectionResetError,
-            ConnectionAbortedError,
-            BrokenPipeError,
-            http.client.RemoteDisconnected,
-            urllib3.exceptions.ProtocolError,
-            requests.exceptions.ChunkedEncodingError,
-        ),
+        (ConnectionResetError, ConnectionAbortedError, BrokenPipeError),
+        AttemptError.CONNECTION_RESET,
+    ),
+    # Garbage instead of a status line, a header line over 64 KiB, more than 100 headers.
+    ((http.client.HTTPException,), AttemptError.INVALID_RESPONSE),
+    (
+        (urllib3.exceptions.ProtocolError, requests.exceptions.ChunkedEncodingError),
         AttemptError.CONNECTION_RESET,
     ),
     ((socket.gaierror, urllib3.exceptions.NameResolutionError), AttemptError.DNS),

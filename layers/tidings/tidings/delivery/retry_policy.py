@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import enum
 import random
+import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from datetime import UTC, datetime, timedelta
 
 from tidings.delivery.backoff import retry_delay_s
 
 
 class AttemptError(enum.Enum):
-    """Why an attempt got no HTTP response at all."""
+    """Why an attempt got no usable HTTP response at all."""
 
     TIMEOUT = "timeout"
     CONNECTION_REFUSED = "connection_refused"
     CONNECTION_RESET = "connection_reset"
+    # What came back is not an HTTP response: garbage, a malformed status line, headers past
+    # the limits (a line over 64 KiB, more than 100 of them).
+    INVALID_RESPONSE = "invalid_response"
     DNS = "dns"
     TLS = "tls"
     BLOCKED_ADDRESS = "blocked_address"
     INVALID_URL = "invalid_url"
     # The endpoint's stored secret cannot sign (it was written around the API): nothing was sent.
     SIGNING_FAILED = "signing_failed"
+    # The sender itself failed on this one record (a defect in Tidings, not the receiver's
+    # doing): the record counts a failed attempt and the rest of its batch goes on.
+    INTERNAL = "internal_error"
     OTHER = "other"
 
 
@@ -68,28 +74,101 @@ _PERMANENT_ERRORS = frozenset(
 )
 
 
+# What a Retry-After may ask for at most: 2^31 - 1 seconds, the largest delta-seconds common HTTP
+# implementations represent (RFC 9111 §1.2.2). A longer wait (a number past it, a date decades
+# ahead) is an overflow, not a request to wait, and the header is treated as absent. What is
+# honoured is bounded again, by the maximum retry delay, in ``decide_next``.
+MAX_RETRY_AFTER_S = 2**31 - 1
+_DELTA_SECONDS = re.compile(r"[0-9]+", re.ASCII)
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_MONTH = "(?P<month>" + "|".join(_MONTHS) + ")"
+_TIME = r"(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2})"
+# The three forms of an HTTP-date (RFC 9110 §5.6.7), each with its weekday: IMF-fixdate, which
+# senders use (with a numeric zone tolerated in place of GMT), and the obsolete RFC 850 and
+# asctime forms, which recipients must still accept. ASCII digits only, every field its width.
+_HTTP_DATES = tuple(
+    re.compile(pattern, re.ASCII)
+    for pattern in (
+        r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), (?P<day>[0-9]{2}) "
+        + _MONTH
+        + r" (?P<year>[0-9]{4}) "
+        + _TIME
+        + r" (?:GMT|UTC|UT|(?P<zone>[+-][0-9]{4}))",
+        r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), (?P<day>[0-9]{2})-"
+        + _MONTH
+        + r"-(?P<year2>[0-9]{2}) "
+        + _TIME
+        + " GMT",
+        r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) "
+        + _MONTH
+        + r" (?P<day>[ 0-9][0-9]) "
+        + _TIME
+        + r" (?P<year>[0-9]{4})",
+    )
+)
+
+
 def parse_retry_after(value: str | None, now: datetime) -> float | None:
     """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date, RFC 9110 §10.2.3).
 
-    A time in the past gives 0; a value that is neither form gives None.
+    Only a usable header gives a number: exactly one delta-seconds (ASCII digits) or exactly one
+    HTTP-date in the future, asking for at most ``MAX_RETRY_AFTER_S``. Anything else (empty,
+    negative, fractional, non-ASCII digits, repeated or comma-joined values, a date in the past
+    or out of range, an overflowing number) gives None, as if the receiver had sent none. Never
+    raises for any text.
     """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     if value is None:
         return None
-    text = value.strip()
-    unsigned = text.removeprefix("-")
-    if unsigned.isascii() and unsigned.isdigit():
-        # float() rather than int(): an absurdly long digit string becomes inf, not an error.
-        return max(0.0, float(text))
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
+    text = value.strip(" \t")
+    if _DELTA_SECONDS.fullmatch(text):
+        # Measured as text first: int() refuses thousands of digits, and would be slow on them.
+        digits = text.lstrip("0") or "0"
+        if len(digits) > len(str(MAX_RETRY_AFTER_S)) or int(digits) > MAX_RETRY_AFTER_S:
+            return None
+        return float(int(digits))
+    when = _http_date(text, now)
+    if when is None:
         return None
-    if when.tzinfo is None:
-        # RFC 5322 "-0000" parses as naive; HTTP-dates are always GMT.
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now).total_seconds())
+    wait = (when - now).total_seconds()
+    return wait if 0 < wait <= MAX_RETRY_AFTER_S else None
+
+
+def _http_date(text: str, now: datetime) -> datetime | None:
+    """The moment an HTTP-date names, or None when ``text`` is not exactly one valid date."""
+    match = next((m for m in (p.fullmatch(text) for p in _HTTP_DATES) if m), None)
+    if match is None:
+        return None
+    fields = match.groupdict()
+    if fields.get("year2") is not None:
+        # RFC 9110: a two-digit year more than 50 years ahead is the most recent past such year.
+        year = now.year - now.year % 100 + int(fields["year2"])
+        if year > now.year + 50:
+            year -= 100
+    else:
+        year = int(fields["year"])
+    zone = fields.get("zone")
+    offset = timedelta(0)
+    if zone is not None:
+        hours, minutes = int(zone[1:3]), int(zone[3:5])
+        if hours > 23 or minutes > 59:
+            return None
+        offset = timedelta(hours=hours, minutes=minutes) * (-1 if zone[0] == "-" else 1)
+    try:
+        local = datetime(
+            year,
+            _MONTHS.index(fields["month"]) + 1,
+            int(fields["day"]),
+            int(fields["hour"]),
+            int(fields["minute"]),
+            int(fields["second"]),
+            tzinfo=UTC,
+        )
+        return local - offset
+    except (ValueError, OverflowError):
+        # February 30th, hour 25, a year at the very edge of the calendar: not a date.
+        return None
 
 
 def classify(

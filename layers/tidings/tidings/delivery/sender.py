@@ -6,6 +6,12 @@ disabled endpoint, atomically) after the last one returns. Retries with a short 
 through the queue with ``DelaySeconds`` while the row keeps its lease; longer ones wait in the
 database for the claimer. The database is the source of truth: an SQS record is acknowledged once
 its row's outcome is written, and only what must come back from SQS is reported as failed.
+
+No record can fail its neighbours. A body that is not an envelope is reported failed on its own;
+an unexpected error while signing, sending or deciding one record makes that record a failed
+attempt with the error class ``internal_error`` (logged with its message id, never its payload);
+outcomes the record statement refuses together are written one by one; a retry message that
+cannot be built leaves its row to the database; observations are reported record by record.
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ import functools
 import math
 import random
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Protocol
 
 import psycopg2
@@ -34,6 +42,7 @@ from tidings.delivery.attempt import (
     circuit_summaries,
     decide,
     endpoints_to_disable,
+    internal_failure,
     webhook_id,
 )
 from tidings.delivery.envelope import DeliveryEnvelope, MalformedEnvelope
@@ -66,6 +75,9 @@ class BatchReport:
 # The database could not be reached or gave up on the statement (timeout, failover): worth
 # trying the batch again later. Any other database error is a defect and propagates.
 _UNAVAILABLE = (psycopg2.OperationalError, psycopg2.InterfaceError)
+# The record statement refused a value of the batch (out of range, not storable, a broken
+# rule): one record's data, so the outcomes are written one by one to isolate it.
+_REFUSED_VALUES = (psycopg2.DataError, psycopg2.IntegrityError, ValueError)
 
 # After the last request the invocation still needs time to record the outcomes (a statement
 # bounded by the statement timeout) and to answer: requests get what remains beyond that.
@@ -137,30 +149,30 @@ class Sender:
                 extra={"message_ids": sorted(env.message_id for env in envelopes.values())},
             )
             return BatchReport(failed_record_ids=frozenset(poison | set(envelopes)))
-        jobs = _jobs(envelopes, started)
-        skipped = len(envelopes) - len(jobs)
-        if not jobs:
+        jobs, unsendable = _jobs(envelopes, started)
+        skipped = len(envelopes) - len(jobs) - len(unsendable)
+        if not jobs and not unsendable:
             return BatchReport(failed_record_ids=frozenset(poison), skipped=skipped)
         budget_s = self._send_budget_s(remaining_ms)
         if budget_s is not None and budget_s < MIN_SEND_BUDGET_S:
-            unsent = self._give_back(jobs, budget_s)
+            unsent = self._give_back([*jobs, *unsendable], budget_s)
             return BatchReport(
-                failed_record_ids=frozenset(poison | unsent), skipped=skipped + len(jobs)
+                failed_record_ids=frozenset(poison | unsent),
+                skipped=skipped + len(jobs) + len(unsendable),
             )
-        attempts = self._send_all(jobs, budget_s)
-        decisions = [
-            decide(attempt, self.settings, now=datetime.now(UTC), rng=self._rng)
-            for attempt in attempts
+        attempts = self._send_all(jobs, budget_s) + [
+            Attempt(job, datetime.now(UTC), _NOT_SENT) for job in unsendable
         ]
+        decisions = [self._decide(attempt) for attempt in attempts]
         try:
-            recorded = self._record(decisions)
+            decisions, recorded = self._record(decisions)
         except _UNAVAILABLE:
             logger.exception(
                 "database unavailable after sending; the attempted records return to the queue",
-                extra={"message_ids": sorted(job.row.message_id for job in jobs)},
+                extra={"message_ids": sorted(a.job.row.message_id for a in attempts)},
             )
             return BatchReport(
-                failed_record_ids=frozenset(poison | {job.record_id for job in jobs}),
+                failed_record_ids=frozenset(poison | {a.job.record_id for a in attempts}),
                 skipped=skipped,
             )
         written = [d for d in decisions if d.outcome.lease.message_id in recorded.written_ids]
@@ -209,6 +221,19 @@ class Sender:
 
     def _send(self, job: Job, budget_s: float | None) -> Attempt:
         attempted_at = datetime.now(UTC)
+        try:
+            return Attempt(job, attempted_at, self._post(job, budget_s))
+        except Exception as exc:
+            # The transport answers for everything the receiver and the network do; reaching
+            # here is a defect of the sender's own, and it stays with this one record.
+            _log_internal_error(
+                "sending failed inside the sender: a failed attempt (internal_error)",
+                job,
+                exc,
+            )
+            return Attempt(job, attempted_at, _NOT_SENT)
+
+    def _post(self, job: Job, budget_s: float | None) -> HttpResult:
         body = job.payload.encode("utf-8")
         timeout_s = (
             job.row.timeout_ms / 1000 if job.row.timeout_ms else self.settings.http_timeout_s
@@ -225,13 +250,64 @@ class Sender:
                 "cannot sign the delivery",
                 extra={"message_id": job.row.message_id, "endpoint_id": job.row.endpoint_id},
             )
-            failure = HttpResult(None, AttemptError.SIGNING_FAILED, 0, detail="signing failed")
-            return Attempt(job, attempted_at, failure)
-        return Attempt(
-            job, attempted_at, self.transport.post(job.row.url, body, headers, timeout_s)
-        )
+            return HttpResult(None, AttemptError.SIGNING_FAILED, 0, detail="signing failed")
+        return self.transport.post(job.row.url, body, headers, timeout_s)
 
-    def _record(self, decisions: Sequence[Decision]) -> delivery.RecordResult:
+    def _decide(self, attempt: Attempt) -> Decision:
+        return decide_or_fail(attempt, self.settings, now=datetime.now(UTC), rng=self._rng)
+
+    def _record(
+        self, decisions: Sequence[Decision]
+    ) -> tuple[list[Decision], delivery.RecordResult]:
+        """Record the batch; the decisions as recorded (an outcome the statement refused is
+        replaced by an ``internal_error`` failure) and what the statement wrote."""
+        try:
+            return list(decisions), self._record_together(decisions)
+        except _REFUSED_VALUES as exc:
+            if len(decisions) < 2:
+                return self._record_alone(decisions[0]) if decisions else ([], _NOTHING_WRITTEN)
+            # The error's text is not logged: it may quote a value of the batch.
+            logger.warning(
+                "the batch's outcomes were refused together; recording them one by one",
+                extra={
+                    "message_ids": sorted(d.outcome.lease.message_id for d in decisions),
+                    "error_type": type(exc).__name__,
+                    "sqlstate": getattr(exc, "pgcode", None),
+                },
+            )
+        recorded: list[Decision] = []
+        results: list[delivery.RecordResult] = []
+        for decision in decisions:
+            kept, result = self._record_alone(decision)
+            recorded.extend(kept)
+            results.append(result)
+        return recorded, _merged(results)
+
+    def _record_alone(self, decision: Decision) -> tuple[list[Decision], delivery.RecordResult]:
+        try:
+            return [decision], self._record_together([decision])
+        except _REFUSED_VALUES as exc:
+            _log_internal_error(
+                "an outcome was refused: recorded as a failed attempt (internal_error)",
+                decision.attempt.job,
+                exc,
+            )
+        failure = internal_failure(
+            decision.attempt, self.settings, now=datetime.now(UTC), rng=self._rng
+        )
+        try:
+            return [failure], self._record_together([failure])
+        except _REFUSED_VALUES as exc:
+            # Nothing more to try: the row stays leased, and the claimer takes it back when
+            # its lease runs out.
+            _log_internal_error(
+                "an internal_error failure was refused: the row waits for its lease to expire",
+                failure.attempt.job,
+                exc,
+            )
+            return [failure], _NOTHING_WRITTEN
+
+    def _record_together(self, decisions: Sequence[Decision]) -> delivery.RecordResult:
         outcomes = [d.outcome for d in decisions]
         health = circuit_summaries(decisions)
         disable = endpoints_to_disable(decisions)
@@ -247,29 +323,29 @@ class Sender:
         )
 
     def _requeue(self, retries: Sequence[Decision]) -> None:
-        """Send retry messages; a row whose message the queue refused is released at once."""
+        """Send retry messages; a row whose message the queue refused (or that could not be
+        built) is released at once, to wait out its delay in the database."""
         if not retries:
             return
         by_id = {str(d.outcome.lease.message_id): d for d in retries}
-        outgoing = [
-            OutgoingMessage(
-                id=key,
-                body=DeliveryEnvelope(
-                    d.outcome.lease.message_id,
-                    d.outcome.lease.token,
-                    d.outcome.attempt_number + 1,
-                    d.attempt.job.payload,
-                ).to_body(),
-                delay_s=min(MAX_DELAY_S, math.ceil(d.step.delay_s)),
-            )
-            for key, d in by_id.items()
-        ]
+        outgoing: list[OutgoingMessage] = []
+        unbuilt: list[str] = []
+        for key, d in by_id.items():
+            try:
+                outgoing.append(_retry_message(key, d))
+            except Exception as exc:
+                _log_internal_error(
+                    "building a retry message failed; the row waits out its delay in the database",
+                    d.attempt.job,
+                    exc,
+                )
+                unbuilt.append(key)
         try:
-            failed = self.queue.send_batch(outgoing)
+            failed = self.queue.send_batch(outgoing) if outgoing else []
         except Exception:
             logger.exception("sending retry messages failed; releasing their leases")
-            failed = list(by_id)
-        for key in failed:
+            failed = [m.id for m in outgoing]
+        for key in [*unbuilt, *failed]:
             self._release(by_id[key])
         if failed:
             logger.warning(
@@ -281,12 +357,81 @@ class Sender:
         lease, delay_s = decision.outcome.lease, decision.step.delay_s
         try:
             self.db.run(lambda cur: delivery.release_leases(cur, [lease], delay_s=delay_s))
-        except _UNAVAILABLE:
+        except Exception:
             # Its outcome is written; the claimer takes the row back when the lease runs out.
             logger.exception(
                 "could not release the lease of an unsent retry",
                 extra={"message_id": lease.message_id},
             )
+
+
+def decide_or_fail(
+    attempt: Attempt,
+    settings: RetrySettings,
+    *,
+    now: datetime,
+    rng: random.Random | None = None,
+) -> Decision:
+    """The attempt's fate; should deciding it fail, whatever the answer held, a counted
+    ``internal_error`` failure of this record alone. Never raises for an attempt."""
+    try:
+        return decide(attempt, settings, now=now, rng=rng)
+    except Exception as exc:
+        _log_internal_error(
+            "deciding an attempt's fate failed: a failed attempt (internal_error)",
+            attempt.job,
+            exc,
+        )
+        return internal_failure(attempt, settings, now=now, rng=rng)
+
+
+# The result of an attempt the sender failed on before an answer came (nothing was sent, or
+# what was sent is unknown): decided as an ``internal_error`` failure.
+_NOT_SENT = HttpResult(None, AttemptError.INTERNAL, 0, detail="internal error in the sender")
+_NOTHING_WRITTEN = delivery.RecordResult(frozenset(), (), frozenset())
+
+
+def _retry_message(key: str, decision: Decision) -> OutgoingMessage:
+    return OutgoingMessage(
+        id=key,
+        body=DeliveryEnvelope(
+            decision.outcome.lease.message_id,
+            decision.outcome.lease.token,
+            decision.outcome.attempt_number + 1,
+            decision.attempt.job.payload,
+        ).to_body(),
+        delay_s=min(MAX_DELAY_S, math.ceil(decision.step.delay_s)),
+    )
+
+
+def _merged(results: Sequence[delivery.RecordResult]) -> delivery.RecordResult:
+    return delivery.RecordResult(
+        written_ids=frozenset().union(*(r.written_ids for r in results)),
+        transitions=tuple(t for r in results for t in r.transitions),
+        disabled_endpoint_ids=frozenset().union(*(r.disabled_endpoint_ids for r in results)),
+    )
+
+
+def _log_internal_error(what: str, job: Job, exc: BaseException) -> None:
+    """Log a defect met on one record: its ids, the error's type and where it was raised.
+
+    Never the error's text nor its traceback's messages: they could quote the payload, a header
+    the receiver sent, or the endpoint's URL.
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    last = frames[-1] if frames else None
+    logger.error(
+        what,
+        extra={
+            "message_id": job.row.message_id,
+            "endpoint_id": job.row.endpoint_id,
+            "error_type": type(exc).__name__,
+            "sqlstate": getattr(exc, "pgcode", None),
+            "raised_at": f"{Path(last.filename).name}:{last.lineno} in {last.name}"
+            if last
+            else None,
+        },
+    )
 
 
 def _parse(records: Sequence[QueueRecord]) -> tuple[dict[str, DeliveryEnvelope], set[str]]:
@@ -315,9 +460,11 @@ def _parse(records: Sequence[QueueRecord]) -> tuple[dict[str, DeliveryEnvelope],
 
 def _jobs(
     envelopes: Mapping[str, DeliveryEnvelope], started: Sequence[delivery.StartedAttempt]
-) -> list[Job]:
+) -> tuple[list[Job], list[Job]]:
+    """The jobs to send, and those that cannot be sent (their row came without a payload)."""
     rows = {row.message_id: row for row in started}
     jobs: list[Job] = []
+    unsendable: list[Job] = []
     for record_id, envelope in envelopes.items():
         row = rows.get(envelope.message_id)
         if row is None:
@@ -331,33 +478,24 @@ def _jobs(
             continue
         payload = envelope.payload if envelope.payload is not None else row.payload
         if payload is None:
-            raise RuntimeError(f"message {row.message_id} has no payload to send")
+            logger.error(
+                "no payload to send; the record counts a failed attempt (internal_error)",
+                extra={"message_id": row.message_id, "endpoint_id": row.endpoint_id},
+            )
+            unsendable.append(Job(record_id, envelope, row, ""))
+            continue
         jobs.append(Job(record_id, envelope, row, payload))
-    return jobs
+    return jobs, unsendable
 
 
 def _report_observations(decisions: Sequence[Decision], recorded: delivery.RecordResult) -> None:
     for d in decisions:
-        written = d.outcome.lease.message_id in recorded.written_ids
-        result = d.attempt.result
-        logger.info(
-            "delivery attempt",
-            extra={
-                "message_id": d.outcome.lease.message_id,
-                "endpoint_id": d.outcome.endpoint_id,
-                "attempt": d.outcome.attempt_number,
-                "status_code": result.status_code,
-                "error": result.error.value if result.error else None,
-                "error_detail": result.detail,
-                "latency_ms": result.elapsed_ms,
-                "next": d.step.action.value,
-                "delay_s": round(d.step.delay_s, 3),
-                "recorded": written,
-            },
-        )
-        if result.status_code is not None:
-            metrics.add_metric(
-                name="DeliveryLatency", unit=MetricUnit.Milliseconds, value=result.elapsed_ms
+        try:
+            _observe(d, d.outcome.lease.message_id in recorded.written_ids)
+        except Exception as exc:
+            # Observations are for people; one that cannot be made loses only itself.
+            _log_internal_error(
+                "reporting an attempt failed; its outcome is recorded", d.attempt.job, exc
             )
     for transition in recorded.transitions:
         logger.warning(
@@ -372,6 +510,30 @@ def _report_observations(decisions: Sequence[Decision], recorded: delivery.Recor
     for endpoint_id in sorted(recorded.disabled_endpoint_ids):
         logger.warning(
             "endpoint disabled: it answered 410 Gone", extra={"endpoint_id": endpoint_id}
+        )
+
+
+def _observe(d: Decision, written: bool) -> None:
+    result = d.attempt.result
+    logger.info(
+        "delivery attempt",
+        extra={
+            "message_id": d.outcome.lease.message_id,
+            "endpoint_id": d.outcome.endpoint_id,
+            "attempt": d.outcome.attempt_number,
+            "status_code": result.status_code,
+            "error": result.error.value if result.error else None,
+            "error_class": d.outcome.error_class,
+            "error_detail": result.detail,
+            "latency_ms": result.elapsed_ms,
+            "next": d.step.action.value,
+            "delay_s": round(d.step.delay_s, 3),
+            "recorded": written,
+        },
+    )
+    if d.outcome.status_code is not None and d.outcome.response_ms is not None:
+        metrics.add_metric(
+            name="DeliveryLatency", unit=MetricUnit.Milliseconds, value=d.outcome.response_ms
         )
 
 

@@ -28,11 +28,32 @@ class InvalidTargetUrl(ValueError):
     """The URL can never be a webhook target; the message names the problem."""
 
 
+# How a refused address is described to people: the kind of address, never the address itself
+# (an API caller must not learn what an internal name resolves to).
+_KINDS_OF_ADDRESS = {
+    "metadata": "a cloud metadata address",
+    "unspecified": "an unspecified address",
+    "private": "a private address",
+    "cgnat": "a shared (carrier-grade NAT) address",
+    "loopback": "a loopback address",
+    "link_local": "a link-local address",
+    "reserved": "a reserved address",
+    "multicast": "a multicast address",
+    "broadcast": "a broadcast address",
+}
+
+
 class BlockedTarget(ValueError):
-    """The target resolves to an address the SSRF rules refuse."""
+    """The target resolves to an address the SSRF rules refuse.
+
+    The message says why in general terms ("it resolves to a private address") and never
+    names the address: it reaches API callers, the CLI and logs. ``ip`` is for the code alone.
+    """
 
     def __init__(self, host: str, ip: IPAddress, reason: str) -> None:
-        super().__init__(f"{host} resolves to {ip}, which is refused as {reason}")
+        kind = _KINDS_OF_ADDRESS.get(reason, "a refused address")
+        verb = "is" if host == str(ip) else "resolves to"
+        super().__init__(f"{host} is not allowed as a target: it {verb} {kind}")
         self.host = host
         self.ip = ip
         self.reason = reason

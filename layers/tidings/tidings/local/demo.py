@@ -1,8 +1,10 @@
 """``tidings demo``: the dev runtime delivering to receivers that behave well and badly.
 
-Receivers on loopback (healthy, slow, flaky, rate limited, gone, dead) each get an endpoint; a
-few thousand events are recorded through ``tidings.enqueue``; the table shows each endpoint's
-progress until every message is delivered or dead-lettered; then the dead-letter report.
+Receivers on loopback (healthy, slow, flaky, rate limited, gone, dead, and four from the zoo of
+hostile ones: unusable Retry-After headers, a 50 MB body, a redirect to a private address, 401)
+each get an endpoint; a few thousand events are recorded through ``tidings.enqueue``; the table
+shows each endpoint's progress until every message is delivered or dead-lettered; then the
+dead-letter report.
 
 The demo is quick because its settings are short (``DEMO_SETTINGS``: backoff, cooldowns, lease),
 not because any code path differs: any of them can be overridden from the environment.
@@ -56,11 +58,37 @@ DEMO_MIX: Mapping[Kind, float] = {
     Kind.RATE_LIMITED: 0.15,
     Kind.SLOW: 0.1,
 }
-# A dead endpoint's messages can only fail through one circuit probe at a time, so it gets few.
-DEMO_FIXED: Mapping[Kind, int] = {Kind.GONE: 10, Kind.DEAD: 8}
+# A dead endpoint's messages can only fail through one circuit probe at a time, so it gets few;
+# so does the one that answers 429/503 with Retry-After headers no one could use. The other
+# hostile receivers each show one thing: a 50 MB body costs the sender its first 65 KiB, a
+# redirect is an answer and is not followed, a 401 reads as changed credentials in the report.
+DEMO_FIXED: Mapping[Kind, int] = {
+    Kind.GONE: 10,
+    Kind.DEAD: 8,
+    Kind.UNUSABLE_RETRY_AFTER: 5,
+    Kind.HUGE_BODY: 10,
+    Kind.REDIRECT_PRIVATE: 5,
+    Kind.UNAUTHORIZED: 5,
+}
+DEMO_KINDS: tuple[Kind, ...] = (
+    Kind.HEALTHY,
+    Kind.SLOW,
+    Kind.FLAKY,
+    Kind.RATE_LIMITED,
+    Kind.GONE,
+    Kind.DEAD,
+    Kind.UNUSABLE_RETRY_AFTER,
+    Kind.HUGE_BODY,
+    Kind.REDIRECT_PRIVATE,
+    Kind.UNAUTHORIZED,
+)
 # Per-endpoint settings of the demo endpoints: the rate-limited receiver allows 20/s.
 RATE_LIMITED_ENDPOINT_PER_S = 22.0
 DEAD_ENDPOINT_MAX_ATTEMPTS = 3
+DEMO_MAX_ATTEMPTS: Mapping[Kind, int] = {
+    Kind.DEAD: DEAD_ENDPOINT_MAX_ATTEMPTS,
+    Kind.UNUSABLE_RETRY_AFTER: DEAD_ENDPOINT_MAX_ATTEMPTS,
+}
 DEMO_INTERVALS_S = {
     "percentiles": 5.0,
     "health_monitor": 5.0,
@@ -132,7 +160,7 @@ def run_demo(
     workdir = Path(tempfile.mkdtemp(prefix="tidings-demo-"))
     log_stream = (workdir / "runtime.log").open("a", encoding="utf-8")
     quiet_handlers(log_stream)
-    receivers = Receivers(seed=options.seed).start()
+    receivers = Receivers(DEMO_KINDS, seed=options.seed).start()
     runtime = DevRuntime(
         demo_settings(),
         RuntimeConfig(
@@ -191,14 +219,14 @@ def create_demo_endpoints(db: Database, receivers: Receivers, settings: Settings
     from tidings.logic.endpoints import create_endpoint
 
     names: dict[int, str] = {}
-    for kind in (Kind.HEALTHY, Kind.SLOW, Kind.FLAKY, Kind.RATE_LIMITED, Kind.GONE, Kind.DEAD):
+    for kind in DEMO_KINDS:
         created = create_endpoint(
             db,
             url=receivers.url(kind),
             description=f"demo {kind.value} receiver",
             event_types=[f"demo.{kind.value}"],
             rate_limit_per_s=RATE_LIMITED_ENDPOINT_PER_S if kind is Kind.RATE_LIMITED else None,
-            max_attempts=DEAD_ENDPOINT_MAX_ATTEMPTS if kind is Kind.DEAD else None,
+            max_attempts=DEMO_MAX_ATTEMPTS.get(kind),
             settings=settings,
         )
         receivers.register_secret(kind, created.secret)

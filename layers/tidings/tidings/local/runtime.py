@@ -33,8 +33,10 @@ from tidings.notify import Notifier, SnsNotifier
 from tidings.observability import logger
 from tidings.queue import DeliveryQueue, SqsQueue
 
-# Local delivery targets: loopback and nothing else.
+# Local delivery targets: loopback and nothing else, on any port (local receivers listen on
+# whatever port they were given; no security group stands between them and the sender).
 LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
+ANY_PORT = ("1-65535",)
 # Without TIDINGS_LEASE_S the dev runtime leases for 60 s, so that the work a crashed runtime held
 # comes back within about a minute.
 DEV_LEASE_S = 60.0
@@ -48,13 +50,16 @@ _FAILURE_WAIT_S = 1.0
 
 
 def dev_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-    """Settings from the environment, with loopback (only) allowed as a delivery target."""
+    """Settings from the environment, with loopback (only) allowed as a delivery target, on
+    any port."""
     env = os.environ if environ is None else environ
     defaults: dict[str, Any] = {}
     if "TIDINGS_LEASE_S" not in env:
         defaults["lease_s"] = DEV_LEASE_S
     settings = Settings.from_env(env, **defaults)
-    return settings.replace(allowed_networks=LOOPBACK_NETWORKS, **overrides)
+    return settings.replace(
+        allowed_networks=LOOPBACK_NETWORKS, endpoint_ports=ANY_PORT, **overrides
+    )
 
 
 @dataclass(frozen=True, slots=True)

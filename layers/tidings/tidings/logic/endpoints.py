@@ -28,6 +28,10 @@ from tidings.logic.validation import (
 MAX_URL_LENGTH = 2048
 MAX_DESCRIPTION_LENGTH = 1000
 MAX_EVENT_TYPES = 100
+# An endpoint's rate limit: at least one request a minute (a slower bucket would keep its
+# messages waiting for hours), at most a million a second.
+MIN_RATE_LIMIT_PER_S = 1 / 60
+MAX_RATE_LIMIT_PER_S = 1_000_000
 
 
 class Endpoint(BaseModel):
@@ -197,7 +201,9 @@ def endpoint_health(db: Database, endpoint_id: int) -> EndpointHealth:
 
 
 def check_target_url(url: str, settings: Settings, resolver: ssrf.Resolver | None = None) -> str:
-    """``url`` if it may be a webhook target: http(s), no credentials, not a refused address."""
+    """``url`` if it may be a webhook target: http(s), no credentials, not a refused address
+    (the refusal names the kind of address, never the address), on a port the deployment's
+    sender can open."""
     clean_text(url, "url", max_length=MAX_URL_LENGTH)
     allowed = ssrf.parse_allowed_networks(settings.allowed_networks)
     try:
@@ -210,6 +216,14 @@ def check_target_url(url: str, settings: Settings, resolver: ssrf.Resolver | Non
         raise InvalidInput(
             "unresolvable_host", "the URL's host does not resolve to an address", "url"
         ) from None
+    port = target.url.port
+    if not settings.allows_port(port):
+        raise InvalidInput(
+            "port_not_allowed",
+            f"the URL's port {port} cannot be reached from this deployment; "
+            f"the allowed ports are {', '.join(settings.endpoint_ports)}",
+            "url",
+        )
     # The scheme is stored in lower case (HTTPS://... is the same target).
     scheme = target.url.scheme
     return scheme + url[len(scheme) :]
@@ -268,10 +282,11 @@ def _optional_rate(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput("invalid_type", "rate_limit_per_s must be a number", "rate_limit_per_s")
     rate = float(value)
-    if not 0 < rate <= 1_000_000:
+    if not MIN_RATE_LIMIT_PER_S <= rate <= MAX_RATE_LIMIT_PER_S:
         raise InvalidInput(
             "invalid_value",
-            "rate_limit_per_s must be above 0 and at most 1000000",
+            "rate_limit_per_s must be at least one request a minute (1/60 = 0.0167) "
+            f"and at most {MAX_RATE_LIMIT_PER_S}",
             "rate_limit_per_s",
         )
     return rate

@@ -61,6 +61,7 @@ class Pattern(enum.StrEnum):
     ENDPOINT_MISCONFIGURED = "endpoint_misconfigured"
     CREDENTIALS_CHANGED = "credentials_changed"
     RATE_LIMITED = "rate_limited"
+    REDIRECTED = "redirected"
     OUTAGE_CLUSTER = "outage_cluster"
     SLOW_ACCUMULATION = "slow_accumulation"
 
@@ -91,6 +92,11 @@ ACTIONS = {
     Pattern.RATE_LIMITED: (
         "The receiver rate-limits us (429): lower the endpoint's rate limit (rate_limit_per_s) "
         "below what it accepts, then replay the dead letters."
+    ),
+    Pattern.REDIRECTED: (
+        "The receiver answers with a redirect (3xx), which is never followed: its URL moved, or "
+        "something in front of it redirects (to HTTPS, to a login page). Update the endpoint's "
+        "URL to where the receiver really is, then replay the dead letters."
     ),
     Pattern.OUTAGE_CLUSTER: (
         "Many failed within a short span: the receiver was down. Once it answers again, replay "
@@ -128,12 +134,9 @@ class PatternRules:
 
 def classify(stats: DeadLetterStats, rules: PatternRules) -> Pattern:
     """The pattern an endpoint's dead letters match."""
-    top_error = stats.top_error or ""
-    # 410 Gone disables the endpoint as it dead-letters the message.
-    if top_error.startswith(UNREACHABLE_REASONS) or stats.top_status_code == 410:
-        return Pattern.ENDPOINT_DISABLED
-    if top_error in MISCONFIGURED_ERRORS:
-        return Pattern.ENDPOINT_MISCONFIGURED
+    named = _named_by_top_answer(stats)
+    if named is not None:
+        return named
     if stats.auth_refusals >= rules.share * stats.dead_letters:
         return Pattern.CREDENTIALS_CHANGED
     if stats.rate_limited >= rules.share * stats.dead_letters:
@@ -142,6 +145,19 @@ def classify(stats: DeadLetterStats, rules: PatternRules) -> Pattern:
     if stats.dead_letters >= rules.outage_min_count and span_s <= rules.outage_span_s:
         return Pattern.OUTAGE_CLUSTER
     return Pattern.SLOW_ACCUMULATION
+
+
+def _named_by_top_answer(stats: DeadLetterStats) -> Pattern | None:
+    """The pattern the most common error or status names by itself, if it does."""
+    top_error = stats.top_error or ""
+    # 410 Gone disables the endpoint as it dead-letters the message.
+    if top_error.startswith(UNREACHABLE_REASONS) or stats.top_status_code == 410:
+        return Pattern.ENDPOINT_DISABLED
+    if top_error in MISCONFIGURED_ERRORS:
+        return Pattern.ENDPOINT_MISCONFIGURED
+    if stats.top_status_code is not None and 300 <= stats.top_status_code <= 399:
+        return Pattern.REDIRECTED
+    return None
 
 
 @dataclass(frozen=True, slots=True)
