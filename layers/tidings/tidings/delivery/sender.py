@@ -22,7 +22,7 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -214,10 +214,17 @@ class Sender:
 
     def _send_all(self, jobs: Sequence[Job], budget_s: float | None) -> list[Attempt]:
         """Send every job concurrently; attempts come back in the order they finished."""
-        futures: list[Future[Attempt]] = [
-            self._executor.submit(self._send, job, budget_s) for job in jobs
+        futures: list[Future[tuple[float, Attempt]]] = [
+            self._executor.submit(self._send_timed, job, budget_s) for job in jobs
         ]
-        return [future.result() for future in as_completed(futures)]
+        # Woken once, when all are done, rather than once per request.
+        wait(futures)
+        finished = sorted((future.result() for future in futures), key=lambda done: done[0])
+        return [attempt for _, attempt in finished]
+
+    def _send_timed(self, job: Job, budget_s: float | None) -> tuple[float, Attempt]:
+        attempt = self._send(job, budget_s)
+        return time.monotonic(), attempt
 
     def _send(self, job: Job, budget_s: float | None) -> Attempt:
         attempted_at = datetime.now(UTC)
