@@ -102,6 +102,7 @@ CREATE TABLE tidings.endpoints (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     app_id bigint DEFAULT 1 NOT NULL,
+    retry_schedule integer[],
     CONSTRAINT endpoints_app_id_fkey FOREIGN KEY (app_id) REFERENCES tidings.applications(id),
     CONSTRAINT endpoints_check CHECK (((previous_secret IS NULL) = (previous_secret_expires_at IS NULL))),
     CONSTRAINT endpoints_description_check CHECK ((length(description) <= 1000)),
@@ -109,6 +110,7 @@ CREATE TABLE tidings.endpoints (
     CONSTRAINT endpoints_pkey PRIMARY KEY (id),
     CONSTRAINT endpoints_previous_secret_check CHECK ((previous_secret ~~ 'whsec\_%'::text)),
     CONSTRAINT endpoints_rate_limit_per_s_check CHECK ((rate_limit_per_s > (0)::double precision)),
+    CONSTRAINT endpoints_retry_schedule_check CHECK (((retry_schedule IS NULL) OR ((array_ndims(retry_schedule) = 1) AND ((cardinality(retry_schedule) >= 1) AND (cardinality(retry_schedule) <= 50)) AND (array_position(retry_schedule, NULL::integer) IS NULL) AND (1 <= ALL (retry_schedule)) AND (86400 >= ALL (retry_schedule))))),
     CONSTRAINT endpoints_secret_check CHECK ((secret ~~ 'whsec\_%'::text)),
     CONSTRAINT endpoints_timeout_ms_check CHECK (((timeout_ms >= 100) AND (timeout_ms <= 60000))),
     CONSTRAINT endpoints_url_check CHECK (((url ~ '^https?://'::text) AND (length(url) <= 2048)))

@@ -153,6 +153,7 @@ def create_endpoint(body: Annotated[CreateEndpoint, Body()]) -> Response[Created
         max_attempts=body.max_attempts,
         timeout_ms=body.timeout_ms,
         rate_limit_per_s=body.rate_limit_per_s,
+        retry_schedule=body.retry_schedule,
         settings=wiring.settings(),
     )
     return _json(201, created)
@@ -165,17 +166,19 @@ def create_endpoint(body: Annotated[CreateEndpoint, Body()]) -> Response[Created
     tags=["endpoints"],
 )
 def list_endpoints(cursor: Cursor = None, limit: Limit = 50) -> EndpointPage:
-    return endpoints.list_endpoints(wiring.database(), cursor=cursor, limit=limit)
+    return endpoints.list_endpoints(
+        wiring.database(), cursor=cursor, limit=limit, settings=wiring.settings()
+    )
 
 
 @router.get(
     "/v1/endpoints/<endpoint_id>",
-    summary="One endpoint (never its secret)",
+    summary="One endpoint (never its secret), with the retry schedule its messages follow",
     responses={**_ok(200, Endpoint, "The endpoint"), **_errors(404)},
     tags=["endpoints"],
 )
 def get_endpoint(endpoint_id: EndpointIdPath) -> Endpoint:
-    return endpoints.get_endpoint(wiring.database(), endpoint_id)
+    return endpoints.get_endpoint(wiring.database(), endpoint_id, settings=wiring.settings())
 
 
 @router.patch(

@@ -1,4 +1,5 @@
-"""``tidings endpoints add|list|disable|rotate-secret``: manage webhook endpoints."""
+"""``tidings endpoints add|list|show|update|disable|rotate-secret|recover``: manage webhook
+endpoints."""
 
 from __future__ import annotations
 
@@ -19,6 +20,47 @@ def endpoint_id(text: str) -> int:
     return value
 
 
+# What ``--retry-schedule`` takes to go back to the deployment's schedule.
+DEFAULT_SCHEDULE_WORD = "default"
+
+
+def retry_schedule_arg(text: str) -> tuple[float, ...] | None:
+    """``5,300,1800``: delays in whole seconds; ``default``: the deployment's schedule."""
+    from tidings.delivery.retry_schedule import parse_endpoint_schedule
+
+    if text.strip().lower() == DEFAULT_SCHEDULE_WORD:
+        return None
+    parts = [part.strip() for part in text.split(",")]
+    delays: list[int] = []
+    for position, part in enumerate(parts, start=1):
+        if not part.isascii() or not part.isdigit():
+            raise argparse.ArgumentTypeError(
+                f"retry schedule {text!r}: delay {position} ({part!r}) is not a whole number "
+                "of seconds (write e.g. 5,300,1800)"
+            )
+        delays.append(int(part))
+    try:
+        return parse_endpoint_schedule(delays)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"retry schedule {text!r} {exc}") from None
+
+
+def describe_schedule(delays: list[float]) -> str:
+    """``5s, 5m, 30m, 2h (27.6 h, 5 attempts)``"""
+    if not delays:
+        return "no retries (1 attempt)"
+    total = sum(delays)
+    span = f"{total / 3600:.1f} h" if total >= 3600 else f"{total:g} s"
+    return f"{', '.join(_duration(d) for d in delays)} ({span}, {len(delays) + 1} attempts)"
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("endpoints", help="add, list, disable endpoints; rotate secrets")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -35,7 +77,16 @@ def register(subparsers: Any) -> None:
     )
     add.add_argument("--description", default="", help="a note for people")
     add.add_argument("--rate-limit", type=float, default=None, metavar="PER_SECOND")
-    add.add_argument("--max-attempts", type=int, default=None)
+    add.add_argument(
+        "--retry-schedule",
+        type=retry_schedule_arg,
+        default=None,
+        metavar="SECONDS",
+        help="its own waits between attempts, e.g. 5,300,1800,7200 (default: the deployment's)",
+    )
+    add.add_argument(
+        "--max-attempts", type=int, default=None, help="deprecated: use --retry-schedule"
+    )
     add.add_argument("--timeout-ms", type=int, default=None)
     add.add_argument("--json", action="store_true", help="print JSON")
     add.set_defaults(handler=run_add)
@@ -43,6 +94,23 @@ def register(subparsers: Any) -> None:
     listing = actions.add_parser("list", help="list endpoints")
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(handler=run_list)
+
+    show = actions.add_parser("show", help="one endpoint, with the retry schedule it follows")
+    show.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(handler=run_show)
+
+    update = actions.add_parser("update", help="change an endpoint's retry schedule")
+    update.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
+    update.add_argument(
+        "--retry-schedule",
+        type=retry_schedule_arg,
+        required=True,
+        metavar="SECONDS",
+        help="its own waits between attempts, e.g. 5,300,1800 ('default': the deployment's)",
+    )
+    update.add_argument("--json", action="store_true", help="print JSON")
+    update.set_defaults(handler=run_update)
 
     disable = actions.add_parser("disable", help="stop delivering to an endpoint")
     disable.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
@@ -69,6 +137,7 @@ def run_add(args: argparse.Namespace) -> int:
             max_attempts=args.max_attempts,
             timeout_ms=args.timeout_ms,
             rate_limit_per_s=args.rate_limit,
+            retry_schedule=args.retry_schedule,
             settings=where.settings,
         )
     if args.json:
@@ -76,6 +145,7 @@ def run_add(args: argparse.Namespace) -> int:
         return 0
     print(f"endpoint {created.id} added: {created.url}")
     print(f"  event types: {', '.join(created.event_types)}")
+    print(f"  retries:     {describe_schedule(created.retry_schedule)}")
     print(f"  secret:      {created.secret}")
     print("  (the secret is shown this once; keep it to verify signatures)")
     return 0
@@ -88,7 +158,9 @@ def run_list(args: argparse.Namespace) -> int:
     with target() as where, use_case_errors():
         cursor: str | None = None
         while True:
-            page = endpoints.list_endpoints(where.db, cursor=cursor, limit=100)
+            page = endpoints.list_endpoints(
+                where.db, cursor=cursor, limit=100, settings=where.settings
+            )
             found.extend(page.items)
             cursor = page.next_cursor
             if cursor is None:
@@ -111,6 +183,54 @@ def run_list(args: argparse.Namespace) -> int:
         for e in found
     ]
     print(table(("id", "url", "event types", "state", "rate/s", "created (UTC)"), rows))
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from tidings.logic import endpoints
+
+    with target() as where, use_case_errors():
+        found = endpoints.get_endpoint(where.db, args.endpoint_id, settings=where.settings)
+    if args.json:
+        print_json(found)
+        return 0
+    source = {
+        "endpoint": "its own",
+        "max_attempts": f"the deployment's, for {found.max_attempts} attempts",
+        "default": "the deployment's",
+    }[found.retry_schedule_source]
+    facts: list[tuple[str, object]] = [
+        ("endpoint", found.id),
+        ("url", found.url),
+        ("description", found.description or "-"),
+        ("event types", ", ".join(found.event_types)),
+        ("state", "enabled" if found.enabled else f"disabled ({found.disabled_reason or '-'})"),
+        ("retries", f"{describe_schedule(found.retry_schedule)}: {source}"),
+        ("rate limit", f"{found.rate_limit_per_s:g}/s" if found.rate_limit_per_s else "-"),
+        ("timeout", f"{found.timeout_ms} ms" if found.timeout_ms else "the deployment's"),
+        ("created", when(found.created_at)),
+        ("updated", when(found.updated_at)),
+    ]
+    width = max(len(name) for name, _ in facts)
+    for name, value in facts:
+        print(f"{name.ljust(width)}  {value}")
+    return 0
+
+
+def run_update(args: argparse.Namespace) -> int:
+    from tidings.logic import endpoints
+
+    with target() as where, use_case_errors():
+        changed = endpoints.update_endpoint(
+            where.db,
+            args.endpoint_id,
+            {"retry_schedule": args.retry_schedule},
+            settings=where.settings,
+        )
+    if args.json:
+        print_json(changed)
+    else:
+        print(f"endpoint {changed.id}: retries {describe_schedule(changed.retry_schedule)}")
     return 0
 
 

@@ -298,3 +298,11 @@ def record_outcomes(
         ),
         disabled_endpoint_ids=frozenset(disabled_ids),
     )
+
+
+def retry_schedules(cur: Cursor, endpoint_ids: Sequence[int]) -> dict[int, tuple[float, ...]]:
+    """The retry schedules of those of ``endpoint_ids`` that have their own."""
+    if not endpoint_ids:
+        return {}
+    cur.execute(sql("endpoint_retry_schedules"), {"endpoint_ids": list(endpoint_ids)})
+    return {int(row[0]): tuple(float(d) for d in row[1]) for row in cur.fetchall()}

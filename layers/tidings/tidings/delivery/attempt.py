@@ -11,7 +11,6 @@ along the way: the answer reads as a ``Verdict`` (``retry_policy``), which leads
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -30,14 +29,9 @@ from tidings.delivery.retry_policy import NextAction, NextStep, Verdict, Verdict
 
 
 class RetrySettings(Protocol):
-    """What deciding an attempt's fate reads of the settings."""
+    """What deciding an attempt's fate reads of the settings (the retry schedule comes with
+    each attempt: its endpoint's own, or the deployment's)."""
 
-    @property
-    def max_attempts(self) -> int: ...
-    @property
-    def backoff_base_s(self) -> float: ...
-    @property
-    def backoff_max_s(self) -> float: ...
     @property
     def sqs_max_delay_s(self) -> int: ...
     @property
@@ -88,25 +82,31 @@ class Decision:
     outcome: AttemptOutcome
 
 
+def verdict_of(attempt: Attempt, *, now: datetime) -> Verdict:
+    """How the answer (or the failure) of an attempt reads."""
+    result = attempt.result
+    return retry_policy.classify(result.status_code, result.error, result.retry_after, now=now)
+
+
 def decide(
     attempt: Attempt,
     settings: RetrySettings,
     *,
     now: datetime,
-    rng: random.Random | None = None,
+    schedule: Sequence[float],
 ) -> Decision:
-    """The fate of one attempt, decided at ``now``."""
+    """The fate of one attempt, decided at ``now``, for a message that follows ``schedule``
+    (``retry_schedule.effective``: its endpoint's or the deployment's, fitted to its row's
+    ``max_attempts``)."""
     result, row = attempt.result, attempt.job.row
-    verdict = retry_policy.classify(result.status_code, result.error, result.retry_after, now=now)
+    verdict = verdict_of(attempt, now=now)
     attempt_number = row.attempts + 1
     step = retry_policy.decide_next(
         verdict,
         failed_attempts=attempt_number,
-        max_attempts=row.max_attempts or settings.max_attempts,
-        base_s=settings.backoff_base_s,
-        max_s=settings.backoff_max_s,
+        schedule=schedule,
+        message_id=row.message_id,
         sqs_max_delay_s=settings.sqs_max_delay_s,
-        rng=rng,
     )
     if step.action is NextAction.RETRY_VIA_QUEUE and row.rate_limit_per_s is not None:
         # The claim spends a rate-limited endpoint's tokens; a retry that came back through the

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import math
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
@@ -25,7 +24,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from tidings.dal import delivery
 from tidings.dal.connection import Database
-from tidings.delivery import signing
+from tidings.delivery import retry_schedule, signing
 from tidings.delivery.attempt import (
     Attempt,
     Decision,
@@ -34,11 +33,12 @@ from tidings.delivery.attempt import (
     circuit_summaries,
     decide,
     endpoints_to_disable,
+    verdict_of,
     webhook_id,
 )
 from tidings.delivery.envelope import DeliveryEnvelope, MalformedEnvelope
 from tidings.delivery.http_transport import HttpResult, HttpTransport
-from tidings.delivery.retry_policy import AttemptError, NextAction
+from tidings.delivery.retry_policy import AttemptError, NextAction, VerdictKind
 from tidings.observability import logger, metrics
 from tidings.queue import MAX_DELAY_S, DeliveryQueue, OutgoingMessage
 
@@ -74,7 +74,7 @@ ANSWER_MARGIN_S = 5.0
 MIN_SEND_BUDGET_S = 1.0
 
 
-class SenderSettings(RetrySettings, Protocol):
+class SenderSettings(RetrySettings, retry_schedule.ScheduleSettings, Protocol):
     """What the sender reads of the settings (beyond deciding each attempt's fate)."""
 
     @property
@@ -103,14 +103,11 @@ class Sender:
         queue: DeliveryQueue,
         settings: SenderSettings,
         transport: HttpTransport,
-        *,
-        rng: random.Random | None = None,
     ) -> None:
         self.db = db
         self.queue = queue
         self.settings = settings
         self.transport = transport
-        self._rng = rng
         self._executor = _shared_executor(settings.sender_concurrency)
 
     def process(
@@ -148,11 +145,13 @@ class Sender:
                 failed_record_ids=frozenset(poison | unsent), skipped=skipped + len(jobs)
             )
         attempts = self._send_all(jobs, budget_s)
-        decisions = [
-            decide(attempt, self.settings, now=datetime.now(UTC), rng=self._rng)
-            for attempt in attempts
-        ]
+        now = datetime.now(UTC)
         try:
+            schedules = self._schedules(attempts, now)
+            decisions = [
+                decide(a, self.settings, now=now, schedule=schedules[a.job.row.message_id])
+                for a in attempts
+            ]
             recorded = self._record(decisions)
         except _UNAVAILABLE:
             logger.exception(
@@ -175,6 +174,27 @@ class Sender:
             ),
             skipped=skipped,
         )
+
+    def _schedules(
+        self, attempts: Sequence[Attempt], now: datetime
+    ) -> dict[int, retry_schedule.Schedule]:
+        """Each attempt's retry schedule, by message id. Endpoints' own schedules are read (one
+        statement) only when an attempt is to be retried: a batch that delivered needs none."""
+        default = retry_schedule.deployment_default(self.settings)
+        retrying = sorted(
+            {
+                a.job.row.endpoint_id
+                for a in attempts
+                if verdict_of(a, now=now).kind is VerdictKind.RETRY
+            }
+        )
+        own = self.db.run(lambda cur: delivery.retry_schedules(cur, retrying)) if retrying else {}
+        return {
+            a.job.row.message_id: retry_schedule.effective(
+                own.get(a.job.row.endpoint_id), default, a.job.row.max_attempts
+            )
+            for a in attempts
+        }
 
     def _send_budget_s(self, remaining_ms: Callable[[], int] | None) -> float | None:
         """Seconds the requests may take, or None when the invocation has no deadline."""

@@ -30,3 +30,10 @@ FROM tidings.record_outcomes_v1(%(outcomes)s::jsonb, %(health_endpoint_ids)s::bi
                                 %(last_failure_at)s::timestamptz[], %(disable_ids)s::bigint[],
                                 %(disable_reasons)s::text[], %(base_cooldown_s)s,
                                 %(max_cooldown_s)s);
+
+-- name: endpoint_retry_schedules
+-- The retry schedules (seconds) of those of the given endpoints that have their own; the sender
+-- reads them only for a batch with attempts to retry.
+SELECT e.id, e.retry_schedule
+FROM tidings.endpoints e
+WHERE e.id = ANY (%(endpoint_ids)s::bigint[]) AND e.retry_schedule IS NOT NULL;
