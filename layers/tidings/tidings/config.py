@@ -126,6 +126,10 @@ class Settings:
     attempt_partitions_ahead_days: int = 3
     prune_max_batches: int = 200
     prune_lock_timeout_ms: int = 2000
+    # Migrations: the longest a migration waits for a table's lock (so what queues behind its
+    # request waits no longer), and how often one that could not get its locks is tried.
+    migration_lock_timeout_ms: int = 3000
+    migration_lock_attempts: int = 20
     # Health monitor: undelivered messages of deleted or disabled endpoints dead-lettered per
     # batch, and the batches per run.
     unreachable_batch_size: int = 5000
@@ -172,6 +176,8 @@ class Settings:
             "prune_lock_timeout_ms",
             "unreachable_batch_size",
             "unreachable_max_batches",
+            "migration_lock_timeout_ms",
+            "migration_lock_attempts",
         )
         for name in positive:
             if getattr(self, name) <= 0:
