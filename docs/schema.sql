@@ -49,6 +49,19 @@ CREATE TABLE tidings.attempts (
 
 CREATE TABLE tidings.attempts_default PARTITION OF tidings.attempts DEFAULT;
 
+CREATE TABLE tidings.attempts_kept (
+    id bigint NOT NULL,
+    message_id bigint NOT NULL,
+    endpoint_id bigint NOT NULL,
+    attempt_number integer NOT NULL,
+    attempted_at timestamp with time zone NOT NULL,
+    status_code integer,
+    response_ms integer,
+    error_class text,
+    response_excerpt text,
+    CONSTRAINT attempts_kept_pkey PRIMARY KEY (id)
+);
+
 CREATE TABLE tidings.claim_rotation (
     singleton boolean DEFAULT true NOT NULL,
     after_app_id bigint DEFAULT 0 NOT NULL,
@@ -204,7 +217,9 @@ CREATE UNIQUE INDEX attempts_once ON ONLY tidings.attempts USING btree (message_
 CREATE INDEX attempts_default_attempted_at_idx ON tidings.attempts_default USING brin (attempted_at);
 CREATE INDEX attempts_default_endpoint_id_attempted_at_idx ON tidings.attempts_default USING btree (endpoint_id, attempted_at);
 CREATE UNIQUE INDEX attempts_default_message_id_attempted_at_attempt_number_idx ON tidings.attempts_default USING btree (message_id, attempted_at, attempt_number);
+CREATE INDEX attempts_kept_by_message ON tidings.attempts_kept USING btree (message_id);
 CREATE INDEX endpoints_by_app ON tidings.endpoints USING btree (app_id, id);
+CREATE INDEX events_by_time ON tidings.events USING brin (created_at);
 CREATE INDEX messages_claimable ON tidings.messages USING btree (endpoint_id, next_attempt_at) WHERE (status = ANY (ARRAY['pending'::tidings.message_status, 'failed'::tidings.message_status, 'in_flight'::tidings.message_status]));
 CREATE INDEX messages_dead_letters ON tidings.messages USING btree (endpoint_id, dead_lettered_at) WHERE (status = 'dead_letter'::tidings.message_status);
 CREATE INDEX messages_delivered ON tidings.messages USING btree (delivered_at) WHERE (status = 'delivered'::tidings.message_status);
@@ -534,25 +549,38 @@ BEGIN
     RETURN NEW;
 END $function$;
 
+CREATE OR REPLACE FUNCTION tidings.drop_attempt_partition(partition text, lock_timeout_ms integer)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF partition !~ '^attempts_[0-9]{8}$' OR NOT EXISTS (
+        SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'tidings.attempts'::regclass AND c.relname = partition) THEN
+        RETURN false;
+    END IF;
+    PERFORM set_config('lock_timeout', lock_timeout_ms::text, true);
+    EXECUTE format('DROP TABLE tidings.%I', partition);
+    RETURN true;
+END $function$;
+
 CREATE OR REPLACE FUNCTION tidings.drop_oldest_attempt_partition(cutoff timestamp with time zone, lock_timeout_ms integer)
  RETURNS text
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-    victim text;
+    victim text := tidings.oldest_attempt_partition(cutoff);
+    newest_message bigint;
 BEGIN
-    PERFORM set_config('lock_timeout', lock_timeout_ms::text, true);
-    SELECT c.relname INTO victim
-    FROM pg_inherits i
-    JOIN pg_class c ON c.oid = i.inhrelid
-    WHERE i.inhparent = 'tidings.attempts'::regclass
-      AND c.relname ~ '^attempts_[0-9]{8}$'
-      AND (to_date(substr(c.relname, 10), 'YYYYMMDD') + 1)::timestamp AT TIME ZONE 'UTC' <= cutoff
-    ORDER BY c.relname
-    LIMIT 1;
-    IF victim IS NOT NULL THEN
-        EXECUTE format('DROP TABLE tidings.%I', victim);
+    IF victim IS NULL THEN
+        RETURN NULL;
     END IF;
+    EXECUTE format('SELECT max(message_id) FROM tidings.%I', victim) INTO newest_message;
+    IF newest_message >= (SELECT min(m.id) FROM tidings.messages m) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('lock_timeout', lock_timeout_ms::text, true);
+    EXECUTE format('DROP TABLE tidings.%I', victim);
     RETURN victim;
 END $function$;
 
@@ -751,6 +779,58 @@ BEGIN
     END LOOP;
     RETURN created;
 END $function$;
+
+CREATE OR REPLACE FUNCTION tidings.keep_live_attempts(partition text, after_id bigint, batch_size integer)
+ RETURNS TABLE(scanned integer, kept integer, last_id bigint)
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF partition !~ '^attempts_[0-9]{8}$' THEN
+        RAISE EXCEPTION 'tidings.keep_live_attempts: % is not a daily attempt partition', partition
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY EXECUTE format($q$
+        WITH batch AS (
+            SELECT a.* FROM tidings.%I a
+            WHERE a.id > $1
+            ORDER BY a.id
+            LIMIT $2
+        ),
+        live AS (
+            SELECT b.* FROM batch b
+            JOIN tidings.messages m ON m.id = b.message_id
+            FOR KEY SHARE OF m
+        ),
+        copied AS (
+            INSERT INTO tidings.attempts_kept (id, message_id, endpoint_id, attempt_number,
+                                               attempted_at, status_code, response_ms,
+                                               error_class, response_excerpt)
+            SELECT l.id, l.message_id, l.endpoint_id, l.attempt_number, l.attempted_at,
+                   l.status_code, l.response_ms, l.error_class, l.response_excerpt
+            FROM live l
+            ON CONFLICT (id) DO NOTHING
+            RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM batch)::integer,
+               (SELECT count(*) FROM copied)::integer,
+               (SELECT max(b.id) FROM batch b)
+    $q$, partition) USING after_id, batch_size;
+END $function$;
+
+CREATE OR REPLACE FUNCTION tidings.oldest_attempt_partition(cutoff timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT c.relname::text
+    FROM pg_inherits i
+    JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'tidings.attempts'::regclass
+      AND c.relname ~ '^attempts_[0-9]{8}$'
+      AND (to_date(substr(c.relname, 10), 'YYYYMMDD') + 1)::timestamp AT TIME ZONE 'UTC' <= cutoff
+    ORDER BY c.relname
+    LIMIT 1
+$function$;
 
 CREATE OR REPLACE FUNCTION tidings.probe_may_start(state tidings.circuit_state, opened_at timestamp with time zone, cooldown_s double precision, probe_started_at timestamp with time zone, lease_s double precision)
  RETURNS boolean

@@ -96,6 +96,9 @@ class Settings:
 
     # Ingest
     max_payload_bytes: int = 262144
+    # The same (event_type, event_id) within this long of its first recording creates nothing:
+    # the pruner forgets an event once this has passed and no message of it is kept any more.
+    idempotency_window_s: float = 7 * 86400.0
 
     # Measuring, alerting, pruning
     latency_window_s: float = 86400.0
@@ -103,7 +106,10 @@ class Settings:
     slow_endpoint_min_samples: int = 20
     oldest_undelivered_alert_s: float = 1800.0
     disable_after_failing_s: float = 5 * 86400.0
-    attempts_retention_s: float = 86400.0
+    # Daily attempt partitions are dropped once their day is older than this (and the latency
+    # window); the attempts of messages still kept are moved aside first, so keep it at least
+    # the delivered retention: then only dead letters and late messages have attempts to move.
+    attempts_retention_s: float = 7 * 86400.0
     delivered_retention_s: float = 7 * 86400.0
     dead_letter_retention_s: float = 30 * 86400.0
     prune_batch_size: int = 5000
@@ -164,6 +170,7 @@ class Settings:
             "circuit_failure_threshold",
             "circuit_cooldown_s",
             "max_payload_bytes",
+            "idempotency_window_s",
             "prune_batch_size",
             "sender_concurrency",
             "latency_window_s",

@@ -17,12 +17,22 @@ LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = m.endpoint_id
 WHERE m.id = %(message_id)s
 
 -- name: attempts_of_message
--- Every recorded HTTP attempt of one message, in the order they were made.
-SELECT a.attempt_number, a.attempted_at, a.status_code, a.response_ms, a.error_class,
-       a.response_excerpt
-FROM tidings.attempts a
-WHERE a.message_id = %(message_id)s
-ORDER BY a.attempted_at, a.attempt_number, a.id
+-- Every recorded HTTP attempt of one message, in the order they were made: from the attempt
+-- partitions, and from attempts_kept for days whose partition was dropped while it was kept.
+SELECT h.attempt_number, h.attempted_at, h.status_code, h.response_ms, h.error_class,
+       h.response_excerpt
+FROM (
+    SELECT a.id, a.attempt_number, a.attempted_at, a.status_code, a.response_ms, a.error_class,
+           a.response_excerpt
+    FROM tidings.attempts a
+    WHERE a.message_id = %(message_id)s
+    UNION ALL
+    SELECT k.id, k.attempt_number, k.attempted_at, k.status_code, k.response_ms, k.error_class,
+           k.response_excerpt
+    FROM tidings.attempts_kept k
+    WHERE k.message_id = %(message_id)s
+) h
+ORDER BY h.attempted_at, h.attempt_number, h.id
 
 -- name: list_messages
 -- A page of messages, newest first, before the cursor id (NULL for the first page), optionally
