@@ -16,6 +16,7 @@ from tidings.logic.endpoints import (
 from tidings.logic.events import SendResult
 from tidings.logic.messages import Attempt, Message, MessageDetail, MessagePage, MessageStatus
 from tidings.logic.replay import ReplayResult
+from tidings.logic.resend import RecoverResult
 
 
 def _not_null(value: Any) -> Any:
@@ -67,6 +68,8 @@ __all__ = [
     "MessageDetail",
     "MessagePage",
     "MessageStatus",
+    "RecoverRequest",
+    "RecoverResult",
     "ReplayRequest",
     "ReplayResult",
     "RotatedSecret",
@@ -147,6 +150,15 @@ class ReplayRequest(_Strict):
     endpoint_id: Id | None = None
     since: AwareDatetime | None = Field(default=None, description="dead-lettered at or after")
     until: AwareDatetime | None = Field(default=None, description="dead-lettered before")
+
+
+class RecoverRequest(_Strict):
+    """The window of the messages to send again, by the time they were created."""
+
+    since: AwareDatetime = Field(description="created at or after")
+    until: AwareDatetime | None = Field(
+        default=None, description="created before (default: now; the answer says which)"
+    )
 
 
 class ErrorDetail(BaseModel):

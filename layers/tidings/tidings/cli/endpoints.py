@@ -4,10 +4,12 @@ endpoints."""
 from __future__ import annotations
 
 import argparse
+import sys
+from datetime import datetime
 from typing import Any
 
-from tidings.cli.support import print_json, target, use_case_errors, when
-from tidings.local.progress import table
+from tidings.cli.support import parse_time, print_json, target, use_case_errors, when
+from tidings.local.progress import LiveDisplay, progress_bar, table
 
 
 def endpoint_id(text: str) -> int:
@@ -22,6 +24,19 @@ def endpoint_id(text: str) -> int:
 
 # What ``--retry-schedule`` takes to go back to the deployment's schedule.
 DEFAULT_SCHEDULE_WORD = "default"
+
+
+def time_arg(text: str) -> datetime:
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def batch_size_arg(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= 10_000:
+        raise argparse.ArgumentTypeError(f"batch size {text!r} must be a whole number 1..10000")
+    return int(text)
 
 
 def retry_schedule_arg(text: str) -> tuple[float, ...] | None:
@@ -111,6 +126,31 @@ def register(subparsers: Any) -> None:
     )
     update.add_argument("--json", action="store_true", help="print JSON")
     update.set_defaults(handler=run_update)
+
+    recover = actions.add_parser(
+        "recover",
+        help="send again every message of an endpoint since a time that is not delivered",
+    )
+    recover.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
+    recover.add_argument(
+        "--since",
+        type=time_arg,
+        required=True,
+        metavar="TIME",
+        help="created at or after TIME: ISO 8601 (UTC unless zoned) or an age (30m, 2h, 7d)",
+    )
+    recover.add_argument(
+        "--until", type=time_arg, default=None, metavar="TIME", help="created before TIME"
+    )
+    recover.add_argument(
+        "--batch-size",
+        type=batch_size_arg,
+        default=1000,
+        metavar="N",
+        help="messages per transaction (1 to 10000; default 1000)",
+    )
+    recover.add_argument("--json", action="store_true", help="print JSON")
+    recover.set_defaults(handler=run_recover)
 
     disable = actions.add_parser("disable", help="stop delivering to an endpoint")
     disable.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
@@ -231,6 +271,41 @@ def run_update(args: argparse.Namespace) -> int:
         print_json(changed)
     else:
         print(f"endpoint {changed.id}: retries {describe_schedule(changed.retry_schedule)}")
+    return 0
+
+
+def run_recover(args: argparse.Namespace) -> int:
+    from tidings.logic.resend import recover_endpoint
+
+    display = LiveDisplay(sys.stderr, every_s=2.0)
+
+    def progress(done: int, total: int) -> None:
+        if not args.json:
+            display.show(f"recovering endpoint {args.endpoint_id} " + progress_bar(done, total))
+
+    with target() as where, use_case_errors():
+        result = recover_endpoint(
+            where.db,
+            args.endpoint_id,
+            since=args.since,
+            until=args.until,
+            batch_size=args.batch_size,
+            progress=progress,
+        )
+    if args.json:
+        print_json(result)
+        return 0
+    if result.matched:
+        display.show(
+            f"recovering endpoint {args.endpoint_id} "
+            + progress_bar(result.matched, result.matched),
+            final=True,
+        )
+    # A message can leave those states between the look-up and its batch (delivered, replayed).
+    print(
+        f"endpoint {result.endpoint_id}: sent {result.requeued} of {result.matched} undelivered "
+        f"message(s) created {when(result.since)} to {when(result.until)} UTC again"
+    )
     return 0
 
 
