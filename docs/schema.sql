@@ -7,6 +7,18 @@ CREATE TYPE tidings.circuit_state AS ENUM ('closed', 'open', 'half_open');
 
 CREATE TYPE tidings.message_status AS ENUM ('pending', 'in_flight', 'delivered', 'failed', 'dead_letter');
 
+CREATE TABLE tidings.alert_outbox (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    alert_key text NOT NULL,
+    subject text NOT NULL,
+    body text NOT NULL,
+    attributes jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    due_at timestamp with time zone NOT NULL,
+    tries integer DEFAULT 1 NOT NULL,
+    CONSTRAINT alert_outbox_pkey PRIMARY KEY (id)
+);
+
 CREATE TABLE tidings.alerts (
     alert_key text NOT NULL,
     kind text NOT NULL,
@@ -211,6 +223,7 @@ CREATE TABLE tidings.subscriptions (
     CONSTRAINT subscriptions_pkey PRIMARY KEY (endpoint_id, event_type)
 );
 
+CREATE INDEX alert_outbox_due ON tidings.alert_outbox USING btree (due_at, id);
 CREATE INDEX attempts_by_endpoint_time ON ONLY tidings.attempts USING btree (endpoint_id, attempted_at);
 CREATE INDEX attempts_by_time ON ONLY tidings.attempts USING brin (attempted_at);
 CREATE UNIQUE INDEX attempts_once ON ONLY tidings.attempts USING btree (message_id, attempted_at, attempt_number);
