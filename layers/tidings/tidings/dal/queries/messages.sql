@@ -116,15 +116,26 @@ JOIN tidings.events ev ON ev.id = n.event_ref
 
 -- name: recovery_candidates
 -- The ids, in order, of one endpoint's messages created in [since, until) that are not delivered
--- and not being attempted: dead letters and failed messages awaiting a retry (found through the
--- two partial indexes that hold them).
-SELECT m.id
-FROM tidings.messages m
-WHERE m.endpoint_id = %(endpoint_id)s
-  AND m.status IN ('dead_letter', 'failed')
-  AND m.created_at >= %(since)s
-  AND m.created_at < %(until)s
-ORDER BY m.id
+-- and not being attempted: dead letters and failed messages awaiting a retry, each found through
+-- the partial index that holds them (a message created at or after since died after it too).
+SELECT c.id
+FROM (
+    SELECT m.id
+    FROM tidings.messages m
+    WHERE m.endpoint_id = %(endpoint_id)s
+      AND m.status = 'dead_letter'
+      AND m.dead_lettered_at >= %(since)s
+      AND m.created_at >= %(since)s
+      AND m.created_at < %(until)s
+    UNION ALL
+    SELECT m.id
+    FROM tidings.messages m
+    WHERE m.endpoint_id = %(endpoint_id)s
+      AND m.status = 'failed'
+      AND m.created_at >= %(since)s
+      AND m.created_at < %(until)s
+) c
+ORDER BY c.id
 
 -- name: recover_messages
 -- Starts a new delivery of those of the given messages of one endpoint that are still dead
