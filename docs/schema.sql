@@ -7,6 +7,18 @@ CREATE TYPE tidings.circuit_state AS ENUM ('closed', 'open', 'half_open');
 
 CREATE TYPE tidings.message_status AS ENUM ('pending', 'in_flight', 'delivered', 'failed', 'dead_letter');
 
+CREATE TABLE tidings.alert_outbox (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    alert_key text NOT NULL,
+    subject text NOT NULL,
+    body text NOT NULL,
+    attributes jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    due_at timestamp with time zone NOT NULL,
+    tries integer DEFAULT 1 NOT NULL,
+    CONSTRAINT alert_outbox_pkey PRIMARY KEY (id)
+);
+
 CREATE TABLE tidings.alerts (
     alert_key text NOT NULL,
     kind text NOT NULL,
@@ -48,6 +60,19 @@ CREATE TABLE tidings.attempts (
 ) PARTITION BY RANGE (attempted_at);
 
 CREATE TABLE tidings.attempts_default PARTITION OF tidings.attempts DEFAULT;
+
+CREATE TABLE tidings.attempts_kept (
+    id bigint NOT NULL,
+    message_id bigint NOT NULL,
+    endpoint_id bigint NOT NULL,
+    attempt_number integer NOT NULL,
+    attempted_at timestamp with time zone NOT NULL,
+    status_code integer,
+    response_ms integer,
+    error_class text,
+    response_excerpt text,
+    CONSTRAINT attempts_kept_pkey PRIMARY KEY (id)
+);
 
 CREATE TABLE tidings.claim_rotation (
     singleton boolean DEFAULT true NOT NULL,
@@ -102,6 +127,7 @@ CREATE TABLE tidings.endpoints (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     app_id bigint DEFAULT 1 NOT NULL,
+    retry_schedule integer[],
     CONSTRAINT endpoints_app_id_fkey FOREIGN KEY (app_id) REFERENCES tidings.applications(id),
     CONSTRAINT endpoints_check CHECK (((previous_secret IS NULL) = (previous_secret_expires_at IS NULL))),
     CONSTRAINT endpoints_description_check CHECK ((length(description) <= 1000)),
@@ -109,6 +135,7 @@ CREATE TABLE tidings.endpoints (
     CONSTRAINT endpoints_pkey PRIMARY KEY (id),
     CONSTRAINT endpoints_previous_secret_check CHECK ((previous_secret ~~ 'whsec\_%'::text)),
     CONSTRAINT endpoints_rate_limit_per_s_check CHECK ((rate_limit_per_s > (0)::double precision)),
+    CONSTRAINT endpoints_retry_schedule_check CHECK (((retry_schedule IS NULL) OR ((array_ndims(retry_schedule) = 1) AND ((cardinality(retry_schedule) >= 1) AND (cardinality(retry_schedule) <= 50)) AND (array_position(retry_schedule, NULL::integer) IS NULL) AND (1 <= ALL (retry_schedule)) AND (86400 >= ALL (retry_schedule))))),
     CONSTRAINT endpoints_secret_check CHECK ((secret ~~ 'whsec\_%'::text)),
     CONSTRAINT endpoints_timeout_ms_check CHECK (((timeout_ms >= 100) AND (timeout_ms <= 60000))),
     CONSTRAINT endpoints_url_check CHECK (((url ~ '^https?://'::text) AND (length(url) <= 2048)))
@@ -196,13 +223,16 @@ CREATE TABLE tidings.subscriptions (
     CONSTRAINT subscriptions_pkey PRIMARY KEY (endpoint_id, event_type)
 );
 
+CREATE INDEX alert_outbox_due ON tidings.alert_outbox USING btree (due_at, id);
 CREATE INDEX attempts_by_endpoint_time ON ONLY tidings.attempts USING btree (endpoint_id, attempted_at);
 CREATE INDEX attempts_by_time ON ONLY tidings.attempts USING brin (attempted_at);
 CREATE UNIQUE INDEX attempts_once ON ONLY tidings.attempts USING btree (message_id, attempted_at, attempt_number);
 CREATE INDEX attempts_default_attempted_at_idx ON tidings.attempts_default USING brin (attempted_at);
 CREATE INDEX attempts_default_endpoint_id_attempted_at_idx ON tidings.attempts_default USING btree (endpoint_id, attempted_at);
 CREATE UNIQUE INDEX attempts_default_message_id_attempted_at_attempt_number_idx ON tidings.attempts_default USING btree (message_id, attempted_at, attempt_number);
+CREATE INDEX attempts_kept_by_message ON tidings.attempts_kept USING btree (message_id);
 CREATE INDEX endpoints_by_app ON tidings.endpoints USING btree (app_id, id);
+CREATE INDEX events_by_time ON tidings.events USING brin (created_at);
 CREATE INDEX messages_claimable ON tidings.messages USING btree (endpoint_id, next_attempt_at) WHERE (status = ANY (ARRAY['pending'::tidings.message_status, 'failed'::tidings.message_status, 'in_flight'::tidings.message_status]));
 CREATE INDEX messages_dead_letters ON tidings.messages USING btree (endpoint_id, dead_lettered_at) WHERE (status = 'dead_letter'::tidings.message_status);
 CREATE INDEX messages_delivered ON tidings.messages USING btree (delivered_at) WHERE (status = 'delivered'::tidings.message_status);
@@ -211,7 +241,7 @@ CREATE INDEX messages_unreported_dead_letters ON tidings.messages USING btree (d
 CREATE INDEX subscriptions_by_event_type ON tidings.subscriptions USING btree (event_type);
 
 CREATE OR REPLACE FUNCTION tidings.begin_attempts_v1(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision)
- RETURNS TABLE(message_id bigint, endpoint_id bigint, permitted boolean, lease_token uuid, event_type text, event_id text, attempts integer, max_attempts integer, url text, timeout_ms integer, rate_limit_per_s double precision, secret text, previous_secret text, payload text)
+ RETURNS TABLE(message_id bigint, endpoint_id bigint, permitted boolean, lease_token uuid, event_type text, event_id text, attempts integer, max_attempts integer, url text, timeout_ms integer, rate_limit_per_s double precision, retry_schedule integer[], secret text, previous_secret text, payload text)
  LANGUAGE plpgsql
 AS $function$
 #variable_conflict use_column
@@ -283,7 +313,7 @@ BEGIN
     SELECT v.id, v.endpoint_id, s.id IS NOT NULL, s.lease_token,
            m.event_type, ev.event_id, m.attempts,
            coalesce(m.max_attempts, e.max_attempts),
-           e.url, e.timeout_ms, e.rate_limit_per_s, e.secret,
+           e.url, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule, e.secret,
            CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END,
            CASE WHEN v.want_payload THEN ev.payload::text END
     FROM verdict v
@@ -532,25 +562,38 @@ BEGIN
     RETURN NEW;
 END $function$;
 
+CREATE OR REPLACE FUNCTION tidings.drop_attempt_partition(partition text, lock_timeout_ms integer)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF partition !~ '^attempts_[0-9]{8}$' OR NOT EXISTS (
+        SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'tidings.attempts'::regclass AND c.relname = partition) THEN
+        RETURN false;
+    END IF;
+    PERFORM set_config('lock_timeout', lock_timeout_ms::text, true);
+    EXECUTE format('DROP TABLE tidings.%I', partition);
+    RETURN true;
+END $function$;
+
 CREATE OR REPLACE FUNCTION tidings.drop_oldest_attempt_partition(cutoff timestamp with time zone, lock_timeout_ms integer)
  RETURNS text
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-    victim text;
+    victim text := tidings.oldest_attempt_partition(cutoff);
+    newest_message bigint;
 BEGIN
-    PERFORM set_config('lock_timeout', lock_timeout_ms::text, true);
-    SELECT c.relname INTO victim
-    FROM pg_inherits i
-    JOIN pg_class c ON c.oid = i.inhrelid
-    WHERE i.inhparent = 'tidings.attempts'::regclass
-      AND c.relname ~ '^attempts_[0-9]{8}$'
-      AND (to_date(substr(c.relname, 10), 'YYYYMMDD') + 1)::timestamp AT TIME ZONE 'UTC' <= cutoff
-    ORDER BY c.relname
-    LIMIT 1;
-    IF victim IS NOT NULL THEN
-        EXECUTE format('DROP TABLE tidings.%I', victim);
+    IF victim IS NULL THEN
+        RETURN NULL;
     END IF;
+    EXECUTE format('SELECT max(message_id) FROM tidings.%I', victim) INTO newest_message;
+    IF newest_message >= (SELECT min(m.id) FROM tidings.messages m) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('lock_timeout', lock_timeout_ms::text, true);
+    EXECUTE format('DROP TABLE tidings.%I', victim);
     RETURN victim;
 END $function$;
 
@@ -749,6 +792,58 @@ BEGIN
     END LOOP;
     RETURN created;
 END $function$;
+
+CREATE OR REPLACE FUNCTION tidings.keep_live_attempts(partition text, after_id bigint, batch_size integer)
+ RETURNS TABLE(scanned integer, kept integer, last_id bigint)
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF partition !~ '^attempts_[0-9]{8}$' THEN
+        RAISE EXCEPTION 'tidings.keep_live_attempts: % is not a daily attempt partition', partition
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY EXECUTE format($q$
+        WITH batch AS (
+            SELECT a.* FROM tidings.%I a
+            WHERE a.id > $1
+            ORDER BY a.id
+            LIMIT $2
+        ),
+        live AS (
+            SELECT b.* FROM batch b
+            JOIN tidings.messages m ON m.id = b.message_id
+            FOR KEY SHARE OF m
+        ),
+        copied AS (
+            INSERT INTO tidings.attempts_kept (id, message_id, endpoint_id, attempt_number,
+                                               attempted_at, status_code, response_ms,
+                                               error_class, response_excerpt)
+            SELECT l.id, l.message_id, l.endpoint_id, l.attempt_number, l.attempted_at,
+                   l.status_code, l.response_ms, l.error_class, l.response_excerpt
+            FROM live l
+            ON CONFLICT (id) DO NOTHING
+            RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM batch)::integer,
+               (SELECT count(*) FROM copied)::integer,
+               (SELECT max(b.id) FROM batch b)
+    $q$, partition) USING after_id, batch_size;
+END $function$;
+
+CREATE OR REPLACE FUNCTION tidings.oldest_attempt_partition(cutoff timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT c.relname::text
+    FROM pg_inherits i
+    JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'tidings.attempts'::regclass
+      AND c.relname ~ '^attempts_[0-9]{8}$'
+      AND (to_date(substr(c.relname, 10), 'YYYYMMDD') + 1)::timestamp AT TIME ZONE 'UTC' <= cutoff
+    ORDER BY c.relname
+    LIMIT 1
+$function$;
 
 CREATE OR REPLACE FUNCTION tidings.probe_may_start(state tidings.circuit_state, opened_at timestamp with time zone, cooldown_s double precision, probe_started_at timestamp with time zone, lease_s double precision)
  RETURNS boolean

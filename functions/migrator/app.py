@@ -2,8 +2,9 @@
 
 Driven by the CDK custom-resource provider framework, which turns what this returns into the
 CloudFormation response and an exception into a failed deploy that shows its message. It
-connects to the database instance itself, not through RDS Proxy: DDL in one long transaction
-gains nothing from pooling, and a proxy created in the same deploy may not be ready yet.
+connects to the database instance itself, not through RDS Proxy: DDL gains nothing from pooling,
+and a proxy created in the same deploy may not be ready yet. Each migration waits at most
+TIDINGS_MIGRATION_LOCK_TIMEOUT_MS for a lock and is tried again a few times (``LockPolicy``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from tidings.config import get_settings
 from tidings.dal.connection import connect
-from tidings.migrations import migrate
+from tidings.migrations import LockPolicy, migrate
 from tidings.observability import logger
 
 PHYSICAL_RESOURCE_ID = "tidings-schema"
@@ -29,11 +30,12 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return {"PhysicalResourceId": event.get("PhysicalResourceId", PHYSICAL_RESOURCE_ID)}
     if request_type not in {"Create", "Update"}:
         raise ValueError(f"unknown custom resource RequestType {request_type!r}")
-    conn = connect(get_settings())
+    settings = get_settings()
+    conn = connect(settings)
     try:
         with conn.cursor() as cur:
             cur.execute("SET statement_timeout = %s", (MIGRATION_STATEMENT_TIMEOUT,))
-        applied = migrate(conn)
+        applied = migrate(conn, policy=LockPolicy.from_settings(settings))
     finally:
         conn.close()
     logger.info("schema is up to date", extra={"applied_now": applied})

@@ -32,8 +32,8 @@ MIX = {
     # Once its circuit opens, a dead endpoint fails one probe at a time: few messages, few tries.
     Kind.DEAD: 8,
 }
+# The deprecated attempt limit still works: the demo's schedule cut to three attempts.
 DEAD_MAX_ATTEMPTS = 3
-MAX_ATTEMPTS = 4
 
 
 @pytest.fixture
@@ -50,13 +50,9 @@ def test_every_message_ends_as_its_receiver_dictates(
     from tidings.delivery.attempt import webhook_id
     from tidings.logic.endpoints import create_endpoint
 
-    # The demo's short delays; a timeout above the slow receiver's longest answer.
+    # The demo's short delays (four attempts); a timeout above the slow receiver's longest answer.
     settings = dev_settings(
-        {
-            **DEMO_SETTINGS,
-            "TIDINGS_HTTP_TIMEOUT_S": "12",
-            "TIDINGS_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
-        },
+        {**DEMO_SETTINGS, "TIDINGS_HTTP_TIMEOUT_S": "12"},
         database_url=database_url,
     )
     workdir = Path(tempfile.mkdtemp(prefix="tidings-e2e-"))

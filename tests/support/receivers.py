@@ -9,6 +9,7 @@ Paths (all answer POST):
 - ``/reset``: reads the request, then resets the connection (TCP RST);
 - ``/big/<bytes>``: 200 with a body of that many bytes;
 - ``/hold``: answers 200 only once ``release()`` is called (or the receiver stops);
+- ``/outage``: 503 while ``down`` is set, else 200 (a receiver that is down, then back);
 - ``/cookie``: 200 with a ``Set-Cookie`` header;
 - ``/trickle``: a status line, then one header byte every 100 ms for five seconds, so that no
   single read waits long enough to time out.
@@ -71,8 +72,7 @@ class _Handler(BaseHTTPRequestHandler):
         with receiver.lock:
             receiver.requests.append(request)
         receiver.request_arrived.set()
-        parts = self.path.strip("/").split("/")
-        kind, args = parts[0], parts[1:]
+        kind, args = _behaviour(self.path, receiver)
         if kind == "ok":
             self._answer(200, b"thanks")
         elif kind == "status":
@@ -125,6 +125,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
+def _behaviour(path: str, receiver: Receiver) -> tuple[str, list[str]]:
+    """What a path asks for: a kind and its arguments."""
+    parts = path.strip("/").split("/")
+    if parts[0] == "outage":
+        return ("status", ["503"]) if receiver.down.is_set() else ("ok", [])
+    return parts[0], parts[1:]
+
+
 class Receiver:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -132,6 +140,7 @@ class Receiver:
         self.connections = 0
         self.request_arrived = threading.Event()
         self.released = threading.Event()
+        self.down = threading.Event()
         self.stopping = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.receiver = self

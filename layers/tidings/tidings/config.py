@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 ENV_PREFIX = "TIDINGS_"
+
+# The waits between attempts of a message whose endpoint has no schedule of its own: 5 s, 5 min,
+# 30 min, 2 h, 5 h, 10 h, 10 h (Svix's default). Eight attempts over 27.6 hours (99,305 s): the
+# last comes no sooner than that after the first, so a receiver may be down for a day and lose
+# nothing. See ``tidings.delivery.retry_schedule`` for how the delays and their jitter combine.
+DEFAULT_RETRY_SCHEDULE: tuple[float, ...] = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
+# The longest delay a schedule may hold, and the most delays.
+MAX_RETRY_DELAY_S = 86_400.0
+MAX_RETRY_DELAYS = 50
 
 
 class ConfigError(ValueError):
@@ -58,9 +68,15 @@ class Settings:
 
     # Attempts
     http_timeout_s: float = 15.0
-    max_attempts: int = 5
-    backoff_base_s: float = 30.0
-    backoff_max_s: float = 3600.0
+    # The deployment's retry schedule, in seconds (TIDINGS_RETRY_SCHEDULE="5,300,1800,..."); empty
+    # means DEFAULT_RETRY_SCHEDULE. An endpoint may have its own.
+    retry_schedule: tuple[float, ...] = ()
+    # The exponential formula of earlier releases (base * 2**(n-1) capped at max, for max_attempts
+    # attempts): when any of these is set (and retry_schedule is not), the schedule it generates is
+    # the deployment's; unset ones take 30 s, 3600 s and 5.
+    max_attempts: int | None = None
+    backoff_base_s: float | None = None
+    backoff_max_s: float | None = None
     sqs_max_delay_s: int = 900
     response_excerpt_bytes: int = 1024
     sender_concurrency: int = 10
@@ -84,6 +100,9 @@ class Settings:
 
     # Ingest
     max_payload_bytes: int = 262144
+    # The same (event_type, event_id) within this long of its first recording creates nothing:
+    # the pruner forgets an event once this has passed and no message of it is kept any more.
+    idempotency_window_s: float = 7 * 86400.0
 
     # Measuring, alerting, pruning
     latency_window_s: float = 86400.0
@@ -91,7 +110,10 @@ class Settings:
     slow_endpoint_min_samples: int = 20
     oldest_undelivered_alert_s: float = 1800.0
     disable_after_failing_s: float = 5 * 86400.0
-    attempts_retention_s: float = 86400.0
+    # Daily attempt partitions are dropped once their day is older than this (and the latency
+    # window); the attempts of messages still kept are moved aside first, so keep it at least
+    # the delivered retention: then only dead letters and late messages have attempts to move.
+    attempts_retention_s: float = 7 * 86400.0
     delivered_retention_s: float = 7 * 86400.0
     dead_letter_retention_s: float = 30 * 86400.0
     prune_batch_size: int = 5000
@@ -119,6 +141,10 @@ class Settings:
     attempt_partitions_ahead_days: int = 3
     prune_max_batches: int = 200
     prune_lock_timeout_ms: int = 2000
+    # Migrations: the longest a migration waits for a table's lock (so what queues behind its
+    # request waits no longer), and how often one that could not get its locks is tried.
+    migration_lock_timeout_ms: int = 3000
+    migration_lock_attempts: int = 20
     # Health monitor: undelivered messages of deleted or disabled endpoints dead-lettered per
     # batch, and the batches per run.
     unreachable_batch_size: int = 5000
@@ -150,12 +176,10 @@ class Settings:
             "claim_max_in_flight",
             "lease_s",
             "http_timeout_s",
-            "max_attempts",
-            "backoff_base_s",
-            "backoff_max_s",
             "circuit_failure_threshold",
             "circuit_cooldown_s",
             "max_payload_bytes",
+            "idempotency_window_s",
             "prune_batch_size",
             "sender_concurrency",
             "latency_window_s",
@@ -170,17 +194,15 @@ class Settings:
             "prune_lock_timeout_ms",
             "unreachable_batch_size",
             "unreachable_max_batches",
+            "migration_lock_timeout_ms",
+            "migration_lock_attempts",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_env_name(name)} must be positive, got {getattr(self, name)}")
         if self.lease_queue_allowance_s < 0:
             raise ConfigError(f"{_env_name('lease_queue_allowance_s')} must not be negative")
-        if self.backoff_max_s < self.backoff_base_s:
-            raise ConfigError(
-                f"{_env_name('backoff_max_s')} ({self.backoff_max_s}) is below "
-                f"{_env_name('backoff_base_s')} ({self.backoff_base_s})"
-            )
+        self._validate_retry_schedule()
         if not 0 <= self.sqs_max_delay_s <= 900:
             raise ConfigError(f"{_env_name('sqs_max_delay_s')} must be within 0..900 (SQS limit)")
         if not 0 < self.dead_letter_pattern_share <= 1:
@@ -191,6 +213,37 @@ class Settings:
             port_ranges(self.endpoint_ports)
         except ValueError as exc:
             raise ConfigError(f"{_env_name('endpoint_ports')}: {exc}") from None
+
+    def _validate_retry_schedule(self) -> None:
+        formula = ("max_attempts", "backoff_base_s", "backoff_max_s")
+        for name in formula:
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"{_env_name(name)} must be positive, got {value}")
+        if self.backoff_max_s is not None and self.backoff_max_s < (self.backoff_base_s or 30.0):
+            raise ConfigError(
+                f"{_env_name('backoff_max_s')} ({self.backoff_max_s}) is below "
+                f"{_env_name('backoff_base_s')} ({self.backoff_base_s or 30.0})"
+            )
+        if not self.retry_schedule:
+            return
+        given = [_env_name(name) for name in formula if getattr(self, name) is not None]
+        if given:
+            raise ConfigError(
+                f"{_env_name('retry_schedule')} and {', '.join(given)} both set the retry "
+                "schedule; keep one"
+            )
+        if len(self.retry_schedule) > MAX_RETRY_DELAYS:
+            raise ConfigError(
+                f"{_env_name('retry_schedule')} holds {len(self.retry_schedule)} delays; "
+                f"at most {MAX_RETRY_DELAYS}"
+            )
+        for delay in self.retry_schedule:
+            if not math.isfinite(delay) or not 0 < delay <= MAX_RETRY_DELAY_S:
+                raise ConfigError(
+                    f"{_env_name('retry_schedule')} holds {delay}: each delay must be above 0 "
+                    f"and at most {MAX_RETRY_DELAY_S:.0f} seconds"
+                )
 
     def allows_port(self, port: int) -> bool:
         """Whether an endpoint on ``port`` can be reached (``endpoint_ports``)."""
@@ -214,6 +267,37 @@ def port_ranges(items: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
         ranges.append((low, high))
     return tuple(ranges)
 
+    def _validate_retry_schedule(self) -> None:
+        formula = ("max_attempts", "backoff_base_s", "backoff_max_s")
+        for name in formula:
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"{_env_name(name)} must be positive, got {value}")
+        if self.backoff_max_s is not None and self.backoff_max_s < (self.backoff_base_s or 30.0):
+            raise ConfigError(
+                f"{_env_name('backoff_max_s')} ({self.backoff_max_s}) is below "
+                f"{_env_name('backoff_base_s')} ({self.backoff_base_s or 30.0})"
+            )
+        if not self.retry_schedule:
+            return
+        given = [_env_name(name) for name in formula if getattr(self, name) is not None]
+        if given:
+            raise ConfigError(
+                f"{_env_name('retry_schedule')} and {', '.join(given)} both set the retry "
+                "schedule; keep one"
+            )
+        if len(self.retry_schedule) > MAX_RETRY_DELAYS:
+            raise ConfigError(
+                f"{_env_name('retry_schedule')} holds {len(self.retry_schedule)} delays; "
+                f"at most {MAX_RETRY_DELAYS}"
+            )
+        for delay in self.retry_schedule:
+            if not math.isfinite(delay) or not 0 < delay <= MAX_RETRY_DELAY_S:
+                raise ConfigError(
+                    f"{_env_name('retry_schedule')} holds {delay}: each delay must be above 0 "
+                    f"and at most {MAX_RETRY_DELAY_S:.0f} seconds"
+                )
+
 
 _PLAIN_NAMES = {
     "database_url": "DATABASE_URL",
@@ -230,12 +314,14 @@ def _lookup(env: Mapping[str, str], field_name: str) -> str | None:
 
 
 def _parse(name: str, type_name: Any, raw: str) -> Any:
-    kind = str(type_name)
+    kind = str(type_name).removesuffix(" | None")
     try:
         if kind == "int":
             return int(raw)
         if kind == "float":
             return float(raw)
+        if kind == "tuple[float, ...]":
+            return tuple(float(part) for part in raw.split(",") if part.strip())
         if kind.startswith("tuple"):
             return tuple(part.strip() for part in raw.split(",") if part.strip())
     except ValueError as exc:

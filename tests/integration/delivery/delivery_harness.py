@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -66,7 +65,6 @@ class Pipeline:
     queue: RecordingQueue
     settings: Settings
     transport: HttpTransport
-    rng: random.Random
 
     @property
     def claimer(self) -> Claimer:
@@ -74,7 +72,7 @@ class Pipeline:
 
     @property
     def sender(self) -> Sender:
-        return Sender(self.db, self.queue, self.settings, self.transport, rng=self.rng)
+        return Sender(self.db, self.queue, self.settings, self.transport)
 
     def deliver_queued(self) -> BatchReport:
         """Receive one batch of visible messages and hand it to the sender, acking like Lambda."""
@@ -96,7 +94,7 @@ def make_pipeline(db: Database, **settings_changes: Any) -> Pipeline:
         allowed_networks=parse_allowed_networks(settings.allowed_networks),
         excerpt_bytes=settings.response_excerpt_bytes,
     )
-    return Pipeline(db, RecordingQueue(), settings, transport, random.Random(7))
+    return Pipeline(db, RecordingQueue(), settings, transport)
 
 
 def envelopes(messages: Sequence[OutgoingMessage]) -> list[DeliveryEnvelope]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -23,8 +22,10 @@ from tests.integration.delivery.delivery_harness import (
 )
 from tests.support.receivers import Receiver, running_receiver
 from tests.support.seed import TEST_SECRET, make_endpoint, seed_messages
+from tidings.config import DEFAULT_RETRY_SCHEDULE
 from tidings.dal.connection import Database
 from tidings.delivery.attempt import webhook_id
+from tidings.delivery.retry_schedule import wait_s
 from tidings.delivery.sender import BatchReport, QueueRecord, Sender, record_reserve_s
 from tidings.delivery.signing import generate_secret
 from tidings.local.queue import LocalQueue
@@ -52,9 +53,9 @@ def one_message_to(db: Database, url: str, *, max_attempts: int | None = None) -
     return endpoint_id
 
 
-def expected_backoff(failed_attempts: int) -> float:
-    """The delay the pipeline's seeded generator draws for its first retry decision."""
-    return random.Random(7).uniform(0, 30.0 * 2 ** (failed_attempts - 1))
+def expected_backoff(message_id: int, failed_attempts: int) -> float:
+    """The wait the deployment's default schedule gives that message after that attempt."""
+    return wait_s(DEFAULT_RETRY_SCHEDULE, failed_attempts, message_id)
 
 
 def test_200_delivers_and_keeps_the_response_excerpt(
@@ -86,8 +87,8 @@ def test_500_retries_through_the_queue_with_the_backoff_delay_and_keeps_the_leas
     report = pipeline.claim_and_deliver()
 
     assert report.retried == 1
-    delay = expected_backoff(1)
     first, retry = envelopes(pipeline.queue.sent)
+    delay = expected_backoff(first.message_id, 1)
     retry_message = pipeline.queue.sent[1]
     assert retry_message.delay_s == math.ceil(delay)
     assert retry.attempt == 2
@@ -130,7 +131,7 @@ def test_a_queued_retry_comes_back_under_the_same_lease_and_delivers(
 
 def test_429_honours_retry_after_within_the_queue_delay(db: Database, receiver: Receiver) -> None:
     # A backoff shorter than the receiver's Retry-After, so the header decides.
-    pipeline = make_pipeline(db, lease_s=LEASE_S, backoff_base_s=1.0)
+    pipeline = make_pipeline(db, lease_s=LEASE_S, retry_schedule=(1.0, 60.0))
     one_message_to(db, receiver.url("retry-after/429/7"))
     pipeline.claim_and_deliver()
 
@@ -173,7 +174,7 @@ def test_a_retry_waiting_in_the_database_is_claimed_again_when_due(
     assert (row["status"], row["attempts"]) == ("delivered", 2)
 
 
-def test_retry_after_is_bounded_by_the_maximum_delay(
+def test_retry_after_is_bounded_by_the_schedules_longest_delay(
     db: Database, pipeline: Pipeline, receiver: Receiver
 ) -> None:
     one_message_to(db, receiver.url("retry-after/503/999999"))
@@ -181,7 +182,7 @@ def test_retry_after_is_bounded_by_the_maximum_delay(
 
     row = message_row(db, only_message_id(db))
     assert row["status"] == "failed"
-    assert seconds_until(row) == pytest.approx(3600, abs=2)
+    assert seconds_until(row) == pytest.approx(max(DEFAULT_RETRY_SCHEDULE), abs=2)
 
 
 def test_410_dead_letters_and_disables_the_endpoint(
@@ -236,7 +237,7 @@ def test_a_receiver_that_hangs_past_the_endpoint_timeout_is_a_retryable_timeout(
     assert (row["status"], row["last_error"]) == ("failed", "timeout")
     [attempt] = attempt_rows(db, row["id"])
     assert (attempt["status_code"], attempt["response_ms"]) == (None, None)
-    assert seconds_until(row) == pytest.approx(expected_backoff(1) + LEASE_S, abs=2)
+    assert seconds_until(row) == pytest.approx(expected_backoff(row["id"], 1) + LEASE_S, abs=2)
 
 
 def test_a_receiver_trickling_its_answer_is_cut_off_at_the_endpoint_timeout(

@@ -362,21 +362,42 @@ def test_an_alert_that_could_not_be_sent_is_sent_next_time(db: Database, inbox: 
     notifier = FlakyNotifier(SnsNotifier(inbox.topic_arn))
     with pytest.raises(ConnectionError, match="SNS unreachable"):
         run_monitor(db, notifier, SETTINGS, now)
+    # Claimed, and its notification waits in the outbox for the next run.
     with db.cursor() as cur:
-        assert reports.firing_alerts(cur) == []
+        assert [a.alert_key for a in reports.firing_alerts(cur)] == [f"circuit_open:{endpoint}"]
+        cur.execute("SELECT alert_key FROM tidings.alert_outbox")
+        assert cur.fetchall() == [(f"circuit_open:{endpoint}",)]
     notifier.failing = False
-    run_monitor(db, notifier, SETTINGS, now + timedelta(minutes=5))
+    result = run_monitor(db, notifier, SETTINGS, now + timedelta(minutes=5))
+    assert result.caught_up == (f"circuit_open:{endpoint}",)
     assert subjects(inbox) == [f"[Tidings] ALERT circuit open for endpoint {endpoint}"]
-
-
-def test_claims_are_exclusive(db: Database) -> None:
-    now = datetime.now(UTC)
     with db.cursor() as cur:
-        first = reports.claim_alert_firing(cur, alert_key="k", kind="x", details={}, now=now)
-        second = reports.claim_alert_firing(cur, alert_key="k", kind="x", details={}, now=now)
-        resolved = reports.claim_alert_resolved(cur, alert_key="k", now=now)
-        resolved_again = reports.claim_alert_resolved(cur, alert_key="k", now=now)
-    assert (first, second, resolved, resolved_again) == (True, False, True, False)
+        cur.execute("SELECT count(*) FROM tidings.alert_outbox")
+        assert cur.fetchone() == (0,)
+
+
+def test_claims_are_exclusive_and_queue_their_notification(db: Database) -> None:
+    now = datetime.now(UTC)
+    note = reports.Notification("subject", "body", {"alert_key": "k"})
+    fire = {"alert_key": "k", "kind": "x", "details": {}, "now": now, "notification": note}
+    with db.cursor() as cur:
+        first = reports.claim_alert_firing(cur, **fire, claim_s=60)
+        second = reports.claim_alert_firing(cur, **fire, claim_s=60)
+        resolved = reports.claim_alert_resolved(
+            cur, alert_key="k", now=now, notification=note, claim_s=60
+        )
+        resolved_again = reports.claim_alert_resolved(
+            cur, alert_key="k", now=now, notification=note, claim_s=60
+        )
+        # Both are held by the run that claimed them: none is due for another run yet.
+        assert reports.take_waiting_notifications(cur, now=now, claim_s=60, max_rows=10) == []
+        waiting = reports.take_waiting_notifications(
+            cur, now=now + timedelta(seconds=61), claim_s=60, max_rows=10
+        )
+    assert first is not None and resolved is not None
+    assert (second, resolved_again) == (None, None)
+    assert [w.outbox_id for w in waiting] == [first, resolved]
+    assert waiting[0].notification == note
 
 
 def test_handler_emits_metrics_and_alerts(

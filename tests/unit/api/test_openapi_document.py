@@ -24,6 +24,7 @@ def test_document_covers_every_route() -> None:
         ("/v1/events/batch", "post"),
         ("/v1/messages", "get"),
         ("/v1/messages/{message_id}", "get"),
+        ("/v1/messages/{message_id}/resend", "post"),
         ("/v1/endpoints", "post"),
         ("/v1/endpoints", "get"),
         ("/v1/endpoints/{endpoint_id}", "get"),
@@ -31,11 +32,21 @@ def test_document_covers_every_route() -> None:
         ("/v1/endpoints/{endpoint_id}", "delete"),
         ("/v1/endpoints/{endpoint_id}/rotate-secret", "post"),
         ("/v1/endpoints/{endpoint_id}/health", "get"),
+        ("/v1/endpoints/{endpoint_id}/recover", "post"),
         ("/v1/dead-letters/replay", "post"),
     }
     assert {(path, method) for path, ops in paths.items() for method in ops} == expected
     created = paths["/v1/events"]["post"]["responses"]
     assert {"200", "202", "400", "413", "422"} <= set(created)
+    assert {"202", "404", "409"} <= set(
+        paths["/v1/messages/{message_id}/resend"]["post"]["responses"]
+    )
+    endpoint = paths["/v1/endpoints/{endpoint_id}"]["get"]["responses"]["200"]
+    assert endpoint["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Endpoint"
+    }
+    shown = json.loads(document())["components"]["schemas"]["Endpoint"]["properties"]
+    assert {"retry_schedule", "retry_schedule_source"} <= set(shown)
 
 
 def test_cli_writes_the_document(tmp_path: Path) -> None:

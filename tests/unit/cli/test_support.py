@@ -121,8 +121,11 @@ def test_demo_plan_keeps_the_mix_and_is_repeatable() -> None:
 
 def test_demo_settings_are_short_but_the_environment_wins() -> None:
     settings = demo_settings({"DATABASE_URL": "postgresql://elsewhere/db"})
-    assert settings.backoff_base_s == 0.5
+    assert settings.retry_schedule == (0.5, 1.0, 2.0)
     assert settings.circuit_cooldown_s == 1.0
     # The demo never writes into a database named by the environment.
     assert settings.database_url == ""
-    assert demo_settings({"TIDINGS_BACKOFF_BASE_S": "2"}).backoff_base_s == 2.0
+    assert demo_settings({"TIDINGS_RETRY_SCHEDULE": "2,4"}).retry_schedule == (2.0, 4.0)
+    # The formula's settings of earlier releases set the schedule too, and win as well.
+    legacy = demo_settings({"TIDINGS_BACKOFF_BASE_S": "2"})
+    assert (legacy.backoff_base_s, legacy.retry_schedule) == (2.0, ())

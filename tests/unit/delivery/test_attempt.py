@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -20,9 +19,11 @@ from tidings.delivery.attempt import (
 from tidings.delivery.envelope import DeliveryEnvelope
 from tidings.delivery.http_transport import HttpResult
 from tidings.delivery.retry_policy import AttemptError, NextAction
+from tidings.delivery.retry_schedule import wait_s
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
-SETTINGS = Settings(backoff_base_s=30, backoff_max_s=3600, max_attempts=5, lease_s=120)
+SETTINGS = Settings(lease_s=120)
+SCHEDULE = (30.0, 60.0, 120.0, 240.0)
 
 
 def _attempt(
@@ -48,6 +49,7 @@ def _attempt(
         url="https://example.com/hook",
         timeout_ms=None,
         rate_limit_per_s=rate_limit_per_s,
+        retry_schedule=None,
         secrets=("whsec_x",),
         payload="{}",
     )
@@ -64,7 +66,7 @@ def _failure(error: AttemptError, ms: int = 15000) -> HttpResult:
 
 
 def test_a_2xx_delivers_the_message() -> None:
-    decision = decide(_attempt(_answer(204)), SETTINGS, now=NOW)
+    decision = decide(_attempt(_answer(204)), SETTINGS, now=NOW, schedule=SCHEDULE)
     outcome = decision.outcome
     assert decision.step.action is NextAction.FINISH_DELIVERED
     assert outcome.status is MessageStatus.DELIVERED
@@ -75,7 +77,7 @@ def test_a_2xx_delivers_the_message() -> None:
 
 
 def test_a_short_retry_travels_through_the_queue_and_keeps_its_lease() -> None:
-    decision = decide(_attempt(_answer(503)), SETTINGS, now=NOW, rng=random.Random(1))
+    decision = decide(_attempt(_answer(503)), SETTINGS, now=NOW, schedule=SCHEDULE)
     outcome = decision.outcome
     assert decision.step.action is NextAction.RETRY_VIA_QUEUE
     assert outcome.status is MessageStatus.FAILED
@@ -87,13 +89,15 @@ def test_a_short_retry_travels_through_the_queue_and_keeps_its_lease() -> None:
 
 def test_the_outcome_is_recorded_under_the_lease_the_attempt_began_with() -> None:
     # Beginning gave the row a new token; the queue message's one no longer holds it.
-    outcome = decide(_attempt(_answer(200), message_id=3), SETTINGS, now=NOW).outcome
+    outcome = decide(
+        _attempt(_answer(200), message_id=3), SETTINGS, now=NOW, schedule=SCHEDULE
+    ).outcome
     assert outcome.lease.token == uuid.UUID(int=1003)
 
 
 def test_a_rate_limited_endpoints_retry_waits_for_the_claimer_and_its_token_bucket() -> None:
     attempt = _attempt(_answer(503), rate_limit_per_s=2.0)
-    decision = decide(attempt, SETTINGS, now=NOW, rng=random.Random(1))
+    decision = decide(attempt, SETTINGS, now=NOW, schedule=SCHEDULE)
     assert decision.step.action is NextAction.RETRY_VIA_DATABASE
     assert not decision.outcome.keep_lease
     assert decision.outcome.retry_at == NOW + timedelta(seconds=decision.step.delay_s)
@@ -101,24 +105,35 @@ def test_a_rate_limited_endpoints_retry_waits_for_the_claimer_and_its_token_buck
 
 def test_a_long_retry_waits_in_the_database_without_its_lease() -> None:
     # Retry-After beyond what SQS can delay: the row waits for the claimer.
-    decision = decide(_attempt(_answer(429, retry_after="1800")), SETTINGS, now=NOW)
+    decision = decide(
+        _attempt(_answer(429, retry_after="1800")), SETTINGS, now=NOW, schedule=(60.0, 3600.0)
+    )
     assert decision.step.action is NextAction.RETRY_VIA_DATABASE
     assert decision.outcome.status is MessageStatus.FAILED
     assert not decision.outcome.keep_lease
     assert decision.outcome.retry_at == NOW + timedelta(seconds=1800)
 
 
-def test_the_last_attempt_dead_letters_and_the_endpoints_own_limit_wins() -> None:
-    last = decide(_attempt(_answer(500), attempts=4), SETTINGS, now=NOW)
+def test_the_last_attempt_of_the_schedule_dead_letters() -> None:
+    last = decide(_attempt(_answer(500), attempts=4), SETTINGS, now=NOW, schedule=SCHEDULE)
     assert last.step.action is NextAction.DEAD_LETTER
     assert last.outcome.status is MessageStatus.DEAD_LETTER
     assert last.outcome.attempt_number == 5
-    own_limit = decide(_attempt(_answer(500), attempts=1, max_attempts=2), SETTINGS, now=NOW)
-    assert own_limit.outcome.status is MessageStatus.DEAD_LETTER
+    shorter = decide(_attempt(_answer(500), attempts=1), SETTINGS, now=NOW, schedule=(30.0,))
+    assert shorter.outcome.status is MessageStatus.DEAD_LETTER
+
+
+def test_a_retry_waits_as_the_schedule_says_for_that_message() -> None:
+    decision = decide(
+        _attempt(_answer(500), message_id=11, attempts=2), SETTINGS, now=NOW, schedule=SCHEDULE
+    )
+    assert decision.step.delay_s == wait_s(SCHEDULE, 3, 11)
 
 
 def test_a_network_failure_records_no_status_and_no_latency() -> None:
-    decision = decide(_attempt(_failure(AttemptError.TIMEOUT)), SETTINGS, now=NOW)
+    decision = decide(
+        _attempt(_failure(AttemptError.TIMEOUT)), SETTINGS, now=NOW, schedule=SCHEDULE
+    )
     assert decision.outcome.status is MessageStatus.FAILED
     assert decision.outcome.error_class == "timeout"
     assert decision.outcome.status_code is None
@@ -127,9 +142,24 @@ def test_a_network_failure_records_no_status_and_no_latency() -> None:
 
 def test_gone_dead_letters_and_disables_its_endpoint_once() -> None:
     decisions = [
-        decide(_attempt(_answer(410), message_id=1, endpoint_id=3), SETTINGS, now=NOW),
-        decide(_attempt(_answer(410), message_id=2, endpoint_id=3), SETTINGS, now=NOW),
-        decide(_attempt(_answer(404), message_id=3, endpoint_id=4), SETTINGS, now=NOW),
+        decide(
+            _attempt(_answer(410), message_id=1, endpoint_id=3),
+            SETTINGS,
+            now=NOW,
+            schedule=SCHEDULE,
+        ),
+        decide(
+            _attempt(_answer(410), message_id=2, endpoint_id=3),
+            SETTINGS,
+            now=NOW,
+            schedule=SCHEDULE,
+        ),
+        decide(
+            _attempt(_answer(404), message_id=3, endpoint_id=4),
+            SETTINGS,
+            now=NOW,
+            schedule=SCHEDULE,
+        ),
     ]
     assert all(d.outcome.status is MessageStatus.DEAD_LETTER for d in decisions)
     assert endpoints_to_disable(decisions) == [(3, "410 Gone")]
@@ -141,6 +171,7 @@ def _decided(*results: tuple[int, HttpResult], start: datetime = NOW) -> list:
             _attempt(result, message_id=i + 1, endpoint_id=endpoint_id, at=start + timedelta(i)),
             SETTINGS,
             now=start,
+            schedule=SCHEDULE,
         )
         for i, (endpoint_id, result) in enumerate(results)
     ]

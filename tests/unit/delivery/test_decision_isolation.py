@@ -7,7 +7,6 @@ deciding fail, a counted ``internal_error`` failure of that record alone.
 
 from __future__ import annotations
 
-import random
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +18,7 @@ from hypothesis import strategies as st
 from tidings.config import Settings
 from tidings.dal.delivery import OUTCOME_STATUSES, MessageStatus, StartedAttempt
 from tidings.delivery import attempt as attempt_module
+from tidings.delivery import retry_schedule
 from tidings.delivery import sender as sender_module
 from tidings.delivery.attempt import (
     INTERNAL_ERROR,
@@ -36,6 +36,8 @@ from tidings.delivery.sender import decide_or_fail
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 SETTINGS = Settings(backoff_base_s=30, backoff_max_s=3600, max_attempts=5, lease_s=120)
+# The schedule those settings make: four delays, five attempts.
+SCHEDULE = retry_schedule.deployment_default(SETTINGS)
 PAYLOAD = '{"card": "4111 1111 1111 1111"}'
 INT4 = 2**31 - 1
 
@@ -53,6 +55,7 @@ def _attempt(result: HttpResult, *, attempts: int = 0, max_attempts: int | None 
         url="https://example.com/hook",
         timeout_ms=None,
         rate_limit_per_s=None,
+        retry_schedule=None,
         secrets=("whsec_x",),
         payload=PAYLOAD,
     )
@@ -138,7 +141,7 @@ def test_any_answer_gives_a_recordable_decision(
     result = HttpResult(status, error, elapsed_ms, retry_after=retry_after, excerpt=excerpt)
     attempt = _attempt(result, attempts=attempts, max_attempts=max_attempts)
 
-    decision = decide_or_fail(attempt, SETTINGS, now=NOW, rng=random.Random(seed))
+    decision = decide_or_fail(attempt, SETTINGS, now=NOW, default=SCHEDULE)
 
     _assert_recordable(decision, attempt)
     answered = status is not None and error is None and 100 <= status <= 999
@@ -160,10 +163,10 @@ def test_any_retry_after_on_a_retryable_answer_waits_within_the_maximum_delay(
     header: str, status: int
 ) -> None:
     attempt = _attempt(HttpResult(status, None, 30, retry_after=header))
-    decision = decide_or_fail(attempt, SETTINGS, now=NOW, rng=random.Random(1))
+    decision = decide_or_fail(attempt, SETTINGS, now=NOW, default=SCHEDULE)
     assert decision.verdict.reason == f"http_{status}"
     assert decision.step.action in (NextAction.RETRY_VIA_QUEUE, NextAction.RETRY_VIA_DATABASE)
-    assert 0 <= decision.step.delay_s <= SETTINGS.backoff_max_s
+    assert 0 <= decision.step.delay_s <= max(SCHEDULE)
 
 
 def test_the_overflowing_retry_after_of_the_issue_is_a_plain_retry() -> None:
@@ -172,7 +175,7 @@ def test_the_overflowing_retry_after_of_the_issue_is_a_plain_retry() -> None:
         (429, "99999999999999999999"),
     ):
         attempt = _attempt(HttpResult(status, None, 30, retry_after=header))
-        decision = attempt_module.decide(attempt, SETTINGS, now=NOW, rng=random.Random(1))
+        decision = attempt_module.decide(attempt, SETTINGS, now=NOW, schedule=SCHEDULE)
         assert decision.verdict.reason == f"http_{status}"
         assert decision.verdict.retry_after_s is None
         assert decision.outcome.status is MessageStatus.FAILED
@@ -191,13 +194,13 @@ def test_a_failure_while_deciding_is_a_counted_internal_error_logged_without_the
     )
     attempt = _attempt(HttpResult(503, None, 30, retry_after="5", excerpt="busy"), attempts=1)
 
-    decision = decide_or_fail(attempt, SETTINGS, now=NOW, rng=random.Random(1))
+    decision = decide_or_fail(attempt, SETTINGS, now=NOW, default=SCHEDULE)
 
     outcome = decision.outcome
     assert (outcome.status, outcome.error_class) == (MessageStatus.FAILED, INTERNAL_ERROR)
     assert outcome.attempt_number == 2
     assert outcome.retry_at is not None
-    assert NOW < outcome.retry_at <= NOW + timedelta(seconds=SETTINGS.backoff_max_s)
+    assert NOW < outcome.retry_at <= NOW + timedelta(seconds=max(SCHEDULE))
     assert decision.step.action is NextAction.RETRY_VIA_DATABASE
     [(message, extra)] = logged
     assert "internal_error" in message
@@ -208,26 +211,31 @@ def test_a_failure_while_deciding_is_a_counted_internal_error_logged_without_the
 
 def test_an_internal_error_on_the_last_attempt_dead_letters() -> None:
     attempt = _attempt(HttpResult(503, None, 30), attempts=4)
-    decision = internal_failure(attempt, SETTINGS, now=NOW)
+    decision = internal_failure(attempt, SETTINGS, now=NOW, schedule=SCHEDULE)
     assert decision.outcome.status is MessageStatus.DEAD_LETTER
     assert decision.outcome.error_class == INTERNAL_ERROR
     assert decision.outcome.retry_at is None
-    capped = internal_failure(
-        _attempt(HttpResult(503, None, 30), max_attempts=1), SETTINGS, now=NOW
+    capped = decide_or_fail(
+        _attempt(HttpResult(None, AttemptError.INTERNAL, 0), max_attempts=1),
+        SETTINGS,
+        now=NOW,
+        default=SCHEDULE,
     )
     assert capped.outcome.status is MessageStatus.DEAD_LETTER
 
 
 def test_a_sending_failure_is_decided_as_an_internal_error_through_the_database() -> None:
     result = HttpResult(None, AttemptError.INTERNAL, 0, detail="internal error in the sender")
-    decision = attempt_module.decide(_attempt(result), SETTINGS, now=NOW, rng=random.Random(2))
+    decision = attempt_module.decide(_attempt(result), SETTINGS, now=NOW, schedule=SCHEDULE)
     assert decision.outcome.error_class == INTERNAL_ERROR
     assert decision.step.action is NextAction.RETRY_VIA_DATABASE
     assert not decision.outcome.keep_lease
 
 
 def test_internal_errors_leave_the_circuit_alone() -> None:
-    failed = internal_failure(_attempt(HttpResult(503, None, 30)), SETTINGS, now=NOW)
+    failed = internal_failure(
+        _attempt(HttpResult(503, None, 30)), SETTINGS, now=NOW, schedule=SCHEDULE
+    )
     assert circuit_summaries([failed]) == []
 
 

@@ -7,11 +7,11 @@ header is usable (one delta-seconds, one future HTTP-date) or it is absent; it n
 
 from __future__ import annotations
 
-import random
 from datetime import UTC, datetime
 
 import pytest
 
+from tidings.config import DEFAULT_RETRY_SCHEDULE
 from tidings.delivery.retry_policy import (
     NextStep,
     Verdict,
@@ -25,15 +25,13 @@ NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 RETRY = Verdict(VerdictKind.RETRY, "http_503")
 
 
-def _decide(verdict: Verdict, rng: random.Random) -> NextStep:
+def _decide(verdict: Verdict) -> NextStep:
     return decide_next(
         verdict,
         failed_attempts=1,
-        max_attempts=5,
-        base_s=30.0,
-        max_s=3600.0,
+        schedule=DEFAULT_RETRY_SCHEDULE,
+        message_id=3,
         sqs_max_delay_s=900.0,
-        rng=rng,
     )
 
 
@@ -81,4 +79,4 @@ def test_an_unusable_retry_after_is_treated_as_absent(header: str) -> None:
 def test_an_unusable_retry_after_leaves_the_backoff_in_charge(status: int, header: str) -> None:
     verdict = classify(status, None, header, now=NOW)
     assert verdict == Verdict(VerdictKind.RETRY, f"http_{status}", None)
-    assert _decide(verdict, random.Random(3)) == _decide(RETRY, random.Random(3))
+    assert _decide(verdict) == _decide(RETRY)

@@ -1,13 +1,11 @@
 from __future__ import annotations
 
-import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.delivery.backoff import cap_s
 from tidings.delivery.retry_policy import (
     MAX_RETRY_AFTER_S,
     AttemptError,
@@ -19,6 +17,7 @@ from tidings.delivery.retry_policy import (
     decide_next,
     parse_retry_after,
 )
+from tidings.delivery.retry_schedule import wait_s
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 RETRY = Verdict(VerdictKind.RETRY, "http_503")
@@ -197,23 +196,24 @@ def test_verdict_refuses_negative_retry_after() -> None:
         Verdict(VerdictKind.RETRY, "http_429", -1.0)
 
 
+# The schedule the formula made by default in earlier releases (base 30 s, max 3600 s, 5 attempts).
+SCHEDULE = (30.0, 60.0, 120.0, 240.0)
+
+
 def _decide(
     verdict: Verdict,
     failed_attempts: int,
     *,
-    max_attempts: int = 5,
+    schedule: tuple[float, ...] = SCHEDULE,
+    message_id: int = 1,
     sqs_max_delay_s: float = 900.0,
-    rng: random.Random | None = None,
 ) -> NextStep:
-    """decide_next with the default policy of DESIGN §4: base 30 s, max 3600 s."""
     return decide_next(
         verdict,
         failed_attempts=failed_attempts,
-        max_attempts=max_attempts,
-        base_s=30.0,
-        max_s=3600.0,
+        schedule=schedule,
+        message_id=message_id,
         sqs_max_delay_s=sqs_max_delay_s,
-        rng=rng,
     )
 
 
@@ -237,47 +237,51 @@ def test_permanent_dead_letters_at_once() -> None:
 
 
 def test_short_delays_go_back_to_the_queue() -> None:
-    step = _decide(RETRY, 1, rng=random.Random(3))
+    step = _decide(RETRY, 1, message_id=3)
     assert step.action is NextAction.RETRY_VIA_QUEUE
+    assert step.delay_s == pytest.approx(wait_s(SCHEDULE, 1, 3))
     assert 0 <= step.delay_s <= 30
 
 
 def test_long_delays_wait_in_the_database() -> None:
-    # Attempt 5's cap is 480 s; with a 10-attempt budget, attempt 7's cap is 1920 s.
-    actions = {
-        _decide(RETRY, 7, max_attempts=10, rng=random.Random(seed)).action for seed in range(200)
-    }
+    schedule = (60.0, 600.0, 1800.0, 7200.0)
+    actions = {_decide(RETRY, 3, schedule=schedule, message_id=m).action for m in range(200)}
     assert actions == {NextAction.RETRY_VIA_QUEUE, NextAction.RETRY_VIA_DATABASE}
+    # The last retry falls at the end of the schedule, past what SQS can delay.
+    assert _decide(RETRY, 4, schedule=schedule).action is NextAction.RETRY_VIA_DATABASE
 
 
 def test_exhausted_attempts_dead_letter() -> None:
+    # Four delays: five attempts.
     assert _decide(RETRY, 5).action is NextAction.DEAD_LETTER
     assert _decide(RETRY, 6).action is NextAction.DEAD_LETTER
     assert _decide(RETRY, 4).action is NextAction.RETRY_VIA_QUEUE
+    assert _decide(RETRY, 1, schedule=()).action is NextAction.DEAD_LETTER
 
 
 def test_a_longer_retry_after_replaces_the_jittered_delay() -> None:
-    verdict = _classify(429, retry_after="600")
-    step = _decide(verdict, 1, rng=random.Random(0))
-    assert step == NextStep(NextAction.RETRY_VIA_QUEUE, 600.0)
+    verdict = _classify(429, retry_after="200")
+    step = _decide(verdict, 1)
+    assert step == NextStep(NextAction.RETRY_VIA_QUEUE, 200.0)
 
 
 def test_long_retry_after_goes_to_the_database() -> None:
-    step = _decide(_classify(503, retry_after="1200"), 1)
+    schedule = (60.0, 7200.0)
+    step = _decide(_classify(503, retry_after="1200"), 1, schedule=schedule)
     assert step == NextStep(NextAction.RETRY_VIA_DATABASE, 1200.0)
 
 
-def test_retry_after_is_bounded_by_max_delay() -> None:
-    step = _decide(_classify(429, retry_after="86400"), 1)
+def test_retry_after_is_bounded_by_the_schedules_longest_delay() -> None:
+    step = _decide(_classify(429, retry_after="86400"), 1, schedule=(60.0, 3600.0))
     assert step == NextStep(NextAction.RETRY_VIA_DATABASE, 3600.0)
-    step = _decide(_classify(429, retry_after=str(MAX_RETRY_AFTER_S)), 1)
+    step = _decide(_classify(429, retry_after=str(MAX_RETRY_AFTER_S)), 1, schedule=(60.0, 3600.0))
     assert step == NextStep(NextAction.RETRY_VIA_DATABASE, 3600.0)
 
 
-def test_a_shorter_retry_after_does_not_shorten_the_backoff() -> None:
+def test_a_shorter_retry_after_does_not_shorten_the_wait() -> None:
     for header in ("-3", "0", "1"):
-        step = _decide(_classify(503, retry_after=header), 2, rng=random.Random(7))
-        backoff = _decide(RETRY, 2, rng=random.Random(7))
+        step = _decide(_classify(503, retry_after=header), 2, message_id=7)
+        backoff = _decide(RETRY, 2, message_id=7)
         assert step == NextStep(NextAction.RETRY_VIA_QUEUE, max(backoff.delay_s, float(header)))
 
 
@@ -287,48 +291,48 @@ def test_retry_after_does_not_extend_the_attempt_budget() -> None:
 
 
 def test_delay_equal_to_sqs_limit_still_uses_the_queue() -> None:
-    step = _decide(_classify(429, retry_after="900"), 1)
+    step = _decide(_classify(429, retry_after="900"), 1, schedule=(60.0, 1800.0))
     assert step == NextStep(NextAction.RETRY_VIA_QUEUE, 900.0)
 
 
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="failed_attempts"):
         _decide(RETRY, 0)
-    with pytest.raises(ValueError, match="max_attempts"):
-        _decide(RETRY, 1, max_attempts=0)
     with pytest.raises(ValueError, match="sqs_max_delay_s"):
         _decide(RETRY, 1, sqs_max_delay_s=-1)
 
 
 @given(
-    failed=st.integers(min_value=1, max_value=50),
-    max_attempts=st.integers(min_value=1, max_value=50),
-    seed=st.integers(),
+    schedule=st.lists(st.floats(min_value=0.01, max_value=86_400), max_size=50).map(tuple),
+    failed=st.integers(min_value=1, max_value=52),
+    message_id=st.integers(min_value=1, max_value=2**63 - 1),
     retry_after=st.none() | st.floats(min_value=0, max_value=1e9),
     sqs_max=st.floats(min_value=0, max_value=900),
 )
 def test_retry_steps_respect_every_bound(
-    failed: int, max_attempts: int, seed: int, retry_after: float | None, sqs_max: float
+    schedule: tuple[float, ...],
+    failed: int,
+    message_id: int,
+    retry_after: float | None,
+    sqs_max: float,
 ) -> None:
     verdict = Verdict(VerdictKind.RETRY, "http_429", retry_after)
     step = decide_next(
         verdict,
         failed_attempts=failed,
-        max_attempts=max_attempts,
-        base_s=30,
-        max_s=3600,
+        schedule=schedule,
+        message_id=message_id,
         sqs_max_delay_s=sqs_max,
-        rng=random.Random(seed),
     )
-    if failed >= max_attempts:
+    if failed > len(schedule):
         assert step == NextStep(NextAction.DEAD_LETTER, 0.0)
         return
-    assert 0 <= step.delay_s <= 3600
+    wait = wait_s(schedule, failed, message_id)
     if retry_after is None:
-        assert step.delay_s <= cap_s(failed, base_s=30, max_s=3600)
+        assert step.delay_s == wait
     else:
-        assert min(retry_after, 3600) <= step.delay_s
-        assert step.delay_s <= max(min(retry_after, 3600), cap_s(failed, base_s=30, max_s=3600))
+        # Honoured up to the longest delay, never shortening the scheduled wait.
+        assert step.delay_s == max(wait, min(retry_after, max(schedule)))
     expected = (
         NextAction.RETRY_VIA_QUEUE if step.delay_s <= sqs_max else NextAction.RETRY_VIA_DATABASE
     )

@@ -18,6 +18,7 @@ from tidings.logic.endpoints import (
 from tidings.logic.events import SendResult
 from tidings.logic.messages import Attempt, Message, MessageDetail, MessagePage, MessageStatus
 from tidings.logic.replay import ReplayResult
+from tidings.logic.resend import RecoverResult
 
 
 def _not_null(value: Any) -> Any:
@@ -35,6 +36,21 @@ RateLimit = Annotated[
         description="Requests per second to this endpoint, at least one a minute (1/60).",
     ),
 ]
+RetryDelay = Annotated[int, Field(ge=1, le=86_400, description="seconds")]
+RetrySchedule = Annotated[
+    list[RetryDelay],
+    Field(
+        min_length=1,
+        max_length=50,
+        description="The waits between attempts, in whole seconds (1 s to 24 h each, 1 to 50 "
+        "of them): len + 1 attempts, each retry drawn within its delay and the last no sooner "
+        "than the whole schedule after the first. null: the deployment's schedule.",
+    ),
+]
+MAX_ATTEMPTS_DEPRECATED = (
+    "Deprecated: use retry_schedule. The deployment's schedule cut or extended to "
+    "max_attempts - 1 delays; excludes retry_schedule."
+)
 EventType = Annotated[str, Field(min_length=1, max_length=200)]
 EventId = Annotated[str, Field(min_length=1, max_length=200)]
 # Any JSON value except null: objects, arrays, strings, numbers, booleans.
@@ -62,6 +78,8 @@ __all__ = [
     "MessageDetail",
     "MessagePage",
     "MessageStatus",
+    "RecoverRequest",
+    "RecoverResult",
     "ReplayRequest",
     "ReplayResult",
     "RotatedSecret",
@@ -110,7 +128,14 @@ class CreateEndpoint(_Strict):
         default_factory=lambda: ["*"], min_length=1, max_length=100
     )
     rate_limit_per_s: RateLimit | None = None
-    max_attempts: int | None = Field(default=None, ge=1, le=100)
+    retry_schedule: RetrySchedule | None = None
+    max_attempts: int | None = Field(
+        default=None,
+        ge=1,
+        le=100,
+        description=MAX_ATTEMPTS_DEPRECATED,
+        json_schema_extra={"deprecated": True},
+    )
     timeout_ms: int | None = Field(default=None, ge=100, le=60_000)
 
 
@@ -121,7 +146,14 @@ class UpdateEndpoint(_Strict):
     description: str | None = Field(default=None, max_length=1000)
     event_types: list[EventType] | None = Field(default=None, min_length=1, max_length=100)
     rate_limit_per_s: RateLimit | None = None
-    max_attempts: int | None = Field(default=None, ge=1, le=100)
+    retry_schedule: RetrySchedule | None = None
+    max_attempts: int | None = Field(
+        default=None,
+        ge=1,
+        le=100,
+        description=MAX_ATTEMPTS_DEPRECATED,
+        json_schema_extra={"deprecated": True},
+    )
     timeout_ms: int | None = Field(default=None, ge=100, le=60_000)
     enabled: bool | None = None
 
@@ -133,6 +165,15 @@ class ReplayRequest(_Strict):
     endpoint_id: Id | None = None
     since: AwareDatetime | None = Field(default=None, description="dead-lettered at or after")
     until: AwareDatetime | None = Field(default=None, description="dead-lettered before")
+
+
+class RecoverRequest(_Strict):
+    """The window of the messages to send again, by the time they were created."""
+
+    since: AwareDatetime = Field(description="created at or after")
+    until: AwareDatetime | None = Field(
+        default=None, description="created before (default: now; the answer says which)"
+    )
 
 
 class ErrorDetail(BaseModel):

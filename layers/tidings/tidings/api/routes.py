@@ -18,9 +18,12 @@ from tidings.api.models import (
     EndpointPage,
     ErrorBody,
     EventBatch,
+    Message,
     MessageDetail,
     MessagePage,
     MessageStatus,
+    RecoverRequest,
+    RecoverResult,
     ReplayRequest,
     ReplayResult,
     RotatedSecret,
@@ -28,7 +31,7 @@ from tidings.api.models import (
     SendResult,
     UpdateEndpoint,
 )
-from tidings.logic import endpoints, events, messages, replay
+from tidings.logic import endpoints, events, messages, replay, resend
 
 router = Router()  # type: ignore[no-untyped-call]
 
@@ -38,6 +41,9 @@ EndpointIdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="endpoint id")
 MessageIdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="message id")]
 Limit = Annotated[int, Query(ge=1, le=100, description="page size")]
 Cursor = Annotated[str | None, Query(max_length=200, description="next_cursor of the last page")]
+# A recovery stops starting batches after this long, within API Gateway's 29 s; the answer then
+# says it is not complete, and the same request again carries on.
+RECOVER_TIME_BUDGET_S = 20.0
 
 
 def _errors(*codes: int) -> dict[int, Any]:
@@ -115,6 +121,20 @@ def get_message(message_id: MessageIdPath) -> MessageDetail:
     return messages.get_message(wiring.database(), message_id)
 
 
+@router.post(
+    "/v1/messages/<message_id>/resend",
+    summary="Deliver a delivered or dead-lettered message again: a fresh attempt budget, the "
+    "same webhook-id, its history kept",
+    responses={
+        **_ok(202, Message, "A new delivery started: the message, pending"),
+        **_errors(404, 409),
+    },
+    tags=["messages"],
+)
+def resend_message(message_id: MessageIdPath) -> Response[Message]:
+    return _json(202, resend.resend_message(wiring.database(), message_id))
+
+
 @router.get(
     "/v1/messages",
     summary="Messages, newest first, filtered by status, endpoint and event type",
@@ -153,6 +173,7 @@ def create_endpoint(body: Annotated[CreateEndpoint, Body()]) -> Response[Created
         max_attempts=body.max_attempts,
         timeout_ms=body.timeout_ms,
         rate_limit_per_s=body.rate_limit_per_s,
+        retry_schedule=body.retry_schedule,
         settings=wiring.settings(),
     )
     return _json(201, created)
@@ -165,17 +186,19 @@ def create_endpoint(body: Annotated[CreateEndpoint, Body()]) -> Response[Created
     tags=["endpoints"],
 )
 def list_endpoints(cursor: Cursor = None, limit: Limit = 50) -> EndpointPage:
-    return endpoints.list_endpoints(wiring.database(), cursor=cursor, limit=limit)
+    return endpoints.list_endpoints(
+        wiring.database(), cursor=cursor, limit=limit, settings=wiring.settings()
+    )
 
 
 @router.get(
     "/v1/endpoints/<endpoint_id>",
-    summary="One endpoint (never its secret)",
+    summary="One endpoint (never its secret), with the retry schedule its messages follow",
     responses={**_ok(200, Endpoint, "The endpoint"), **_errors(404)},
     tags=["endpoints"],
 )
 def get_endpoint(endpoint_id: EndpointIdPath) -> Endpoint:
-    return endpoints.get_endpoint(wiring.database(), endpoint_id)
+    return endpoints.get_endpoint(wiring.database(), endpoint_id, settings=wiring.settings())
 
 
 @router.patch(
@@ -224,6 +247,25 @@ def rotate_secret(endpoint_id: EndpointIdPath) -> RotatedSecret:
 )
 def endpoint_health(endpoint_id: EndpointIdPath) -> EndpointHealth:
     return endpoints.endpoint_health(wiring.database(), endpoint_id)
+
+
+@router.post(
+    "/v1/endpoints/<endpoint_id>/recover",
+    summary="Send again every message of the endpoint created in a window that is not delivered "
+    "(dead letters and messages awaiting a retry), in batches; safe to repeat",
+    responses={**_ok(200, RecoverResult, "How many were sent again"), **_errors(404, 409)},
+    tags=["endpoints"],
+)
+def recover_endpoint(
+    endpoint_id: EndpointIdPath, body: Annotated[RecoverRequest, Body()]
+) -> RecoverResult:
+    return resend.recover_endpoint(
+        wiring.database(),
+        endpoint_id,
+        since=body.since,
+        until=body.until,
+        time_budget_s=RECOVER_TIME_BUDGET_S,
+    )
 
 
 @router.post(

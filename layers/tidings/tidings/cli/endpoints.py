@@ -1,12 +1,15 @@
-"""``tidings endpoints add|list|disable|rotate-secret``: manage webhook endpoints."""
+"""``tidings endpoints add|list|show|update|disable|rotate-secret|recover``: manage webhook
+endpoints."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from datetime import datetime
 from typing import Any
 
-from tidings.cli.support import print_json, target, use_case_errors, when
-from tidings.local.progress import table
+from tidings.cli.support import parse_time, print_json, target, use_case_errors, when
+from tidings.local.progress import LiveDisplay, progress_bar, table
 
 
 def endpoint_id(text: str) -> int:
@@ -17,6 +20,60 @@ def endpoint_id(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"endpoint id {text!r} must be positive")
     return value
+
+
+# What ``--retry-schedule`` takes to go back to the deployment's schedule.
+DEFAULT_SCHEDULE_WORD = "default"
+
+
+def time_arg(text: str) -> datetime:
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def batch_size_arg(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= 10_000:
+        raise argparse.ArgumentTypeError(f"batch size {text!r} must be a whole number 1..10000")
+    return int(text)
+
+
+def retry_schedule_arg(text: str) -> tuple[float, ...] | None:
+    """``5,300,1800``: delays in whole seconds; ``default``: the deployment's schedule."""
+    from tidings.delivery.retry_schedule import parse_endpoint_schedule
+
+    if text.strip().lower() == DEFAULT_SCHEDULE_WORD:
+        return None
+    parts = [part.strip() for part in text.split(",")]
+    delays: list[int] = []
+    for position, part in enumerate(parts, start=1):
+        if not part.isascii() or not part.isdigit():
+            raise argparse.ArgumentTypeError(
+                f"retry schedule {text!r}: delay {position} ({part!r}) is not a whole number "
+                "of seconds (write e.g. 5,300,1800)"
+            )
+        delays.append(int(part))
+    try:
+        return parse_endpoint_schedule(delays)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"retry schedule {text!r} {exc}") from None
+
+
+def describe_schedule(delays: list[float]) -> str:
+    """``5s, 5m, 30m, 2h (27.6 h, 5 attempts)``"""
+    if not delays:
+        return "no retries (1 attempt)"
+    total = sum(delays)
+    span = f"{total / 3600:.1f} h" if total >= 3600 else f"{total:g} s"
+    return f"{', '.join(_duration(d) for d in delays)} ({span}, {len(delays) + 1} attempts)"
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def register(subparsers: Any) -> None:
@@ -46,7 +103,16 @@ def register(subparsers: Any) -> None:
         metavar="PER_SECOND",
         help="requests per second to it, at least one a minute (1/60 = 0.0167)",
     )
-    add.add_argument("--max-attempts", type=int, default=None)
+    add.add_argument(
+        "--retry-schedule",
+        type=retry_schedule_arg,
+        default=None,
+        metavar="SECONDS",
+        help="its own waits between attempts, e.g. 5,300,1800,7200 (default: the deployment's)",
+    )
+    add.add_argument(
+        "--max-attempts", type=int, default=None, help="deprecated: use --retry-schedule"
+    )
     add.add_argument("--timeout-ms", type=int, default=None)
     add.add_argument("--json", action="store_true", help="print JSON")
     add.set_defaults(handler=run_add)
@@ -54,6 +120,48 @@ def register(subparsers: Any) -> None:
     listing = actions.add_parser("list", help="list endpoints")
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(handler=run_list)
+
+    show = actions.add_parser("show", help="one endpoint, with the retry schedule it follows")
+    show.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(handler=run_show)
+
+    update = actions.add_parser("update", help="change an endpoint's retry schedule")
+    update.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
+    update.add_argument(
+        "--retry-schedule",
+        type=retry_schedule_arg,
+        required=True,
+        metavar="SECONDS",
+        help="its own waits between attempts, e.g. 5,300,1800 ('default': the deployment's)",
+    )
+    update.add_argument("--json", action="store_true", help="print JSON")
+    update.set_defaults(handler=run_update)
+
+    recover = actions.add_parser(
+        "recover",
+        help="send again every message of an endpoint since a time that is not delivered",
+    )
+    recover.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
+    recover.add_argument(
+        "--since",
+        type=time_arg,
+        required=True,
+        metavar="TIME",
+        help="created at or after TIME: ISO 8601 (UTC unless zoned) or an age (30m, 2h, 7d)",
+    )
+    recover.add_argument(
+        "--until", type=time_arg, default=None, metavar="TIME", help="created before TIME"
+    )
+    recover.add_argument(
+        "--batch-size",
+        type=batch_size_arg,
+        default=1000,
+        metavar="N",
+        help="messages per transaction (1 to 10000; default 1000)",
+    )
+    recover.add_argument("--json", action="store_true", help="print JSON")
+    recover.set_defaults(handler=run_recover)
 
     disable = actions.add_parser("disable", help="stop delivering to an endpoint")
     disable.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
@@ -80,6 +188,7 @@ def run_add(args: argparse.Namespace) -> int:
             max_attempts=args.max_attempts,
             timeout_ms=args.timeout_ms,
             rate_limit_per_s=args.rate_limit,
+            retry_schedule=args.retry_schedule,
             settings=where.settings,
         )
     if args.json:
@@ -87,6 +196,7 @@ def run_add(args: argparse.Namespace) -> int:
         return 0
     print(f"endpoint {created.id} added: {created.url}")
     print(f"  event types: {', '.join(created.event_types)}")
+    print(f"  retries:     {describe_schedule(created.retry_schedule)}")
     print(f"  secret:      {created.secret}")
     print("  (the secret is shown this once; keep it to verify signatures)")
     return 0
@@ -99,7 +209,9 @@ def run_list(args: argparse.Namespace) -> int:
     with target() as where, use_case_errors():
         cursor: str | None = None
         while True:
-            page = endpoints.list_endpoints(where.db, cursor=cursor, limit=100)
+            page = endpoints.list_endpoints(
+                where.db, cursor=cursor, limit=100, settings=where.settings
+            )
             found.extend(page.items)
             cursor = page.next_cursor
             if cursor is None:
@@ -122,6 +234,89 @@ def run_list(args: argparse.Namespace) -> int:
         for e in found
     ]
     print(table(("id", "url", "event types", "state", "rate/s", "created (UTC)"), rows))
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from tidings.logic import endpoints
+
+    with target() as where, use_case_errors():
+        found = endpoints.get_endpoint(where.db, args.endpoint_id, settings=where.settings)
+    if args.json:
+        print_json(found)
+        return 0
+    source = {
+        "endpoint": "its own",
+        "max_attempts": f"the deployment's, for {found.max_attempts} attempts",
+        "default": "the deployment's",
+    }[found.retry_schedule_source]
+    facts: list[tuple[str, object]] = [
+        ("endpoint", found.id),
+        ("url", found.url),
+        ("description", found.description or "-"),
+        ("event types", ", ".join(found.event_types)),
+        ("state", "enabled" if found.enabled else f"disabled ({found.disabled_reason or '-'})"),
+        ("retries", f"{describe_schedule(found.retry_schedule)}: {source}"),
+        ("rate limit", f"{found.rate_limit_per_s:g}/s" if found.rate_limit_per_s else "-"),
+        ("timeout", f"{found.timeout_ms} ms" if found.timeout_ms else "the deployment's"),
+        ("created", when(found.created_at)),
+        ("updated", when(found.updated_at)),
+    ]
+    width = max(len(name) for name, _ in facts)
+    for name, value in facts:
+        print(f"{name.ljust(width)}  {value}")
+    return 0
+
+
+def run_update(args: argparse.Namespace) -> int:
+    from tidings.logic import endpoints
+
+    with target() as where, use_case_errors():
+        changed = endpoints.update_endpoint(
+            where.db,
+            args.endpoint_id,
+            {"retry_schedule": args.retry_schedule},
+            settings=where.settings,
+        )
+    if args.json:
+        print_json(changed)
+    else:
+        print(f"endpoint {changed.id}: retries {describe_schedule(changed.retry_schedule)}")
+    return 0
+
+
+def run_recover(args: argparse.Namespace) -> int:
+    from tidings.logic.resend import recover_endpoint
+
+    display = LiveDisplay(sys.stderr, every_s=2.0)
+
+    def progress(done: int, total: int) -> None:
+        if not args.json:
+            display.show(f"recovering endpoint {args.endpoint_id} " + progress_bar(done, total))
+
+    with target() as where, use_case_errors():
+        result = recover_endpoint(
+            where.db,
+            args.endpoint_id,
+            since=args.since,
+            until=args.until,
+            batch_size=args.batch_size,
+            progress=progress,
+        )
+    if args.json:
+        print_json(result)
+        return 0
+    if result.matched:
+        display.show(
+            f"recovering endpoint {args.endpoint_id} "
+            + progress_bar(result.matched, result.matched),
+            final=True,
+        )
+    # A message can leave those states between the look-up and its batch (delivered, replayed).
+    print(
+        f"endpoint {result.endpoint_id}: sent {result.requeued} of {result.matched} undelivered "
+        f"message(s) created {when(result.since)} to {when(result.until)} UTC again"
+    )
     return 0
 
 

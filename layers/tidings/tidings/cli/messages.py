@@ -1,4 +1,5 @@
-"""``tidings messages show ID``: one message, its payload and every attempt."""
+"""``tidings messages show ID``: one message, its payload and every attempt; ``tidings messages
+resend ID``: deliver a delivered or dead-lettered message again."""
 
 from __future__ import annotations
 
@@ -27,6 +28,29 @@ def register(subparsers: Any) -> None:
     show.add_argument("message_id", type=message_id, metavar="ID")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(handler=run_show)
+    resend = actions.add_parser(
+        "resend",
+        help="deliver a delivered or dead-lettered message again (fresh attempts, same webhook-id)",
+    )
+    resend.add_argument("message_id", type=message_id, metavar="ID")
+    resend.add_argument("--json", action="store_true", help="print JSON")
+    resend.set_defaults(handler=run_resend)
+
+
+def run_resend(args: argparse.Namespace) -> int:
+    from tidings.delivery.attempt import webhook_id
+    from tidings.logic.resend import resend_message
+
+    with target() as where, use_case_errors():
+        resent = resend_message(where.db, args.message_id)
+    if args.json:
+        print_json(resent)
+        return 0
+    print(
+        f"message {resent.id} is pending again: a new delivery to endpoint {resent.endpoint_id} "
+        f"with a fresh attempt budget, webhook-id {webhook_id(resent.id)}"
+    )
+    return 0
 
 
 def run_show(args: argparse.Namespace) -> int:

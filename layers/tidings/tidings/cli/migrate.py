@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     except psycopg2.OperationalError as exc:
         raise CommandError(f"cannot connect to the database: {exc}".strip()) from exc
     try:
-        applied = migrations.migrate(conn)
+        applied = migrations.migrate(conn, policy=migrations.LockPolicy.from_settings(settings))
     except migrations.MigrationError as exc:
         raise CommandError(str(exc)) from exc
     finally:

@@ -70,6 +70,8 @@ class StartedAttempt:
     url: str
     timeout_ms: int | None
     rate_limit_per_s: float | None
+    # The endpoint's own retry schedule (seconds), None for the deployment's.
+    retry_schedule: tuple[float, ...] | None
     secrets: tuple[str, ...] = field(repr=False)
     payload: str | None = field(repr=False)
 
@@ -230,6 +232,11 @@ def begin_attempts(
             url=row["url"],
             timeout_ms=row["timeout_ms"],
             rate_limit_per_s=row["rate_limit_per_s"],
+            retry_schedule=(
+                None
+                if row["retry_schedule"] is None
+                else tuple(float(delay) for delay in row["retry_schedule"])
+            ),
             secrets=tuple(s for s in (row["secret"], row["previous_secret"]) if s),
             payload=row["payload"],
         )

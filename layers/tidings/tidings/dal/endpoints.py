@@ -14,6 +14,7 @@ UPDATABLE_FIELDS = (
     "url",
     "description",
     "max_attempts",
+    "retry_schedule",
     "timeout_ms",
     "rate_limit_per_s",
     "enabled",
@@ -31,6 +32,7 @@ def insert_endpoint(
     max_attempts: int | None,
     timeout_ms: int | None,
     rate_limit_per_s: float | None,
+    retry_schedule: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     cur.execute(
         sql("insert_endpoint"),
@@ -42,6 +44,7 @@ def insert_endpoint(
             "max_attempts": max_attempts,
             "timeout_ms": timeout_ms,
             "rate_limit_per_s": rate_limit_per_s,
+            "retry_schedule": _seconds(retry_schedule),
         },
     )
     return fetch_dicts(cur)[0]
@@ -72,6 +75,7 @@ def update_endpoint(
         params[name] = changes.get(name)
     if params["event_types"] is not None:
         params["event_types"] = list(params["event_types"])
+    params["retry_schedule"] = _seconds(params["retry_schedule"])
     cur.execute(sql("update_endpoint"), params)
     rows = fetch_dicts(cur)
     return rows[0] if rows else None
@@ -98,3 +102,8 @@ def endpoint_health(cur: Cursor, endpoint_id: int) -> dict[str, Any] | None:
     cur.execute(sql("endpoint_health"), {"endpoint_id": endpoint_id})
     rows = fetch_dicts(cur)
     return rows[0] if rows else None
+
+
+def _seconds(schedule: Sequence[float] | None) -> list[int] | None:
+    """A schedule as the whole seconds the endpoints table stores."""
+    return None if schedule is None else [int(delay) for delay in schedule]

@@ -22,7 +22,9 @@ class NewEvent:
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
-    event_ref: int
+    # None when the key was taken as the call began but its event was pruned (its idempotency
+    # window over) before the call could read it: the call should be made again.
+    event_ref: int | None
     created: bool
     message_ids: tuple[int, ...]
 
@@ -41,7 +43,7 @@ def enqueue_event(cur: Cursor, event: NewEvent) -> Enqueued:
     row = cur.fetchone()
     if row is None:
         raise RuntimeError("tidings.enqueue_event returned no row")
-    return Enqueued(int(row[0]), bool(row[1]), tuple(int(i) for i in row[2]))
+    return _enqueued(row[0], row[1], row[2])
 
 
 def enqueue_batch(cur: Cursor, events: Sequence[NewEvent]) -> list[Enqueued]:
@@ -52,7 +54,15 @@ def enqueue_batch(cur: Cursor, events: Sequence[NewEvent]) -> list[Enqueued]:
     rows = cur.fetchall()
     if len(rows) != len(events):
         raise RuntimeError(f"tidings.enqueue_batch returned {len(rows)} rows for {len(events)}")
-    return [Enqueued(int(r[1]), bool(r[2]), tuple(int(i) for i in r[3])) for r in rows]
+    return [_enqueued(r[1], r[2], r[3]) for r in rows]
+
+
+def _enqueued(event_ref: Any, created: Any, message_ids: Any) -> Enqueued:
+    return Enqueued(
+        None if event_ref is None else int(event_ref),
+        bool(created),
+        tuple(int(i) for i in message_ids),
+    )
 
 
 def _batch_json(events: Sequence[NewEvent]) -> str:

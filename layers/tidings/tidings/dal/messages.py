@@ -1,4 +1,4 @@
-"""Messages: look-up with attempts, filtered paging, and dead-letter replay."""
+"""Messages: look-up with attempts, filtered paging, dead-letter replay, resend and recovery."""
 
 from __future__ import annotations
 
@@ -64,4 +64,28 @@ def replay_dead_letters(
             "until": until,
         },
     )
+    return [int(row[0]) for row in cur.fetchall()]
+
+
+def resend_message(cur: Cursor, message_id: int) -> dict[str, Any] | None:
+    """Start a new delivery of a finished message; the message as it is now, with ``resent``,
+    ``endpoint_open`` and ``endpoint_deleted`` (None when it does not exist)."""
+    cur.execute(sql("resend_message"), {"message_id": message_id})
+    rows = fetch_dicts(cur)
+    return rows[0] if rows else None
+
+
+def recovery_candidates(
+    cur: Cursor, *, endpoint_id: int, since: datetime, until: datetime
+) -> list[int]:
+    """An endpoint's dead letters and failed messages created in [since, until), by id."""
+    cur.execute(
+        sql("recovery_candidates"), {"endpoint_id": endpoint_id, "since": since, "until": until}
+    )
+    return [int(row[0]) for row in cur.fetchall()]
+
+
+def recover_messages(cur: Cursor, *, endpoint_id: int, ids: Sequence[int]) -> list[int]:
+    """Start a new delivery of those of ``ids`` still dead or awaiting a retry; their ids."""
+    cur.execute(sql("recover_messages"), {"endpoint_id": endpoint_id, "ids": list(ids)})
     return [int(row[0]) for row in cur.fetchall()]

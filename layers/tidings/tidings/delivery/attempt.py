@@ -15,7 +15,6 @@ batch is decided and recorded as usual.
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,22 +27,16 @@ from tidings.dal.delivery import (
     MessageStatus,
     StartedAttempt,
 )
-from tidings.delivery import circuit_breaker, retry_policy
-from tidings.delivery.backoff import retry_delay_s
+from tidings.delivery import circuit_breaker, retry_policy, retry_schedule
 from tidings.delivery.envelope import DeliveryEnvelope
 from tidings.delivery.http_transport import HttpResult
 from tidings.delivery.retry_policy import AttemptError, NextAction, NextStep, Verdict, VerdictKind
 
 
 class RetrySettings(Protocol):
-    """What deciding an attempt's fate reads of the settings."""
+    """What deciding an attempt's fate reads of the settings (the retry schedule comes with
+    each attempt: its endpoint's own, or the deployment's)."""
 
-    @property
-    def max_attempts(self) -> int: ...
-    @property
-    def backoff_base_s(self) -> float: ...
-    @property
-    def backoff_max_s(self) -> float: ...
     @property
     def sqs_max_delay_s(self) -> int: ...
     @property
@@ -102,27 +95,33 @@ class Decision:
     outcome: AttemptOutcome
 
 
+def verdict_of(attempt: Attempt, *, now: datetime) -> Verdict:
+    """How the answer (or the failure) of an attempt reads."""
+    result = attempt.result
+    return retry_policy.classify(result.status_code, result.error, result.retry_after, now=now)
+
+
 def decide(
     attempt: Attempt,
     settings: RetrySettings,
     *,
     now: datetime,
-    rng: random.Random | None = None,
+    schedule: Sequence[float],
 ) -> Decision:
-    """The fate of one attempt, decided at ``now``."""
+    """The fate of one attempt, decided at ``now``, for a message that follows ``schedule``
+    (``retry_schedule.effective``: its endpoint's or the deployment's, fitted to its row's
+    ``max_attempts``)."""
     result, row = attempt.result, attempt.job.row
     if result.error is AttemptError.INTERNAL:
-        return internal_failure(attempt, settings, now=now, rng=rng)
-    verdict = retry_policy.classify(result.status_code, result.error, result.retry_after, now=now)
+        return internal_failure(attempt, settings, now=now, schedule=schedule)
+    verdict = verdict_of(attempt, now=now)
     attempt_number = row.attempts + 1
     step = retry_policy.decide_next(
         verdict,
         failed_attempts=attempt_number,
-        max_attempts=row.max_attempts or settings.max_attempts,
-        base_s=settings.backoff_base_s,
-        max_s=settings.backoff_max_s,
+        schedule=schedule,
+        message_id=row.message_id,
         sqs_max_delay_s=settings.sqs_max_delay_s,
-        rng=rng,
     )
     if step.action is NextAction.RETRY_VIA_QUEUE and row.rate_limit_per_s is not None:
         # The claim spends a rate-limited endpoint's tokens; a retry that came back through the
@@ -158,25 +157,24 @@ def internal_failure(
     settings: RetrySettings,
     *,
     now: datetime,
-    rng: random.Random | None = None,
+    schedule: Sequence[float],
 ) -> Decision:
     """The fate of an attempt that ``decide`` failed on: a failed attempt with the error class
     ``internal_error``, counted like any other. It is retried through the database after the
-    backoff (no queue message to build), and dead-lettered once the row's attempts are used up.
+    schedule's wait (no queue message to build), and dead-lettered once the schedule's attempts
+    are used up.
 
-    Built from the row and the settings alone, never from what came back, so whatever made
+    Built from the row and the schedule alone, never from what came back, so whatever made
     ``decide`` fail cannot make this fail too; nothing of the answer is kept.
     """
     row = attempt.job.row
     attempt_number = row.attempts + 1
     verdict = Verdict(VerdictKind.RETRY, INTERNAL_ERROR)
     retry_at = None
-    if attempt_number >= (row.max_attempts or settings.max_attempts):
+    if attempt_number >= retry_schedule.attempts_allowed(schedule):
         step = NextStep(NextAction.DEAD_LETTER)
     else:
-        delay = retry_delay_s(
-            attempt_number, base_s=settings.backoff_base_s, max_s=settings.backoff_max_s, rng=rng
-        )
+        delay = retry_schedule.wait_s(schedule, attempt_number, row.message_id)
         step = NextStep(NextAction.RETRY_VIA_DATABASE, delay)
         retry_at = now + timedelta(seconds=delay)
     outcome = AttemptOutcome(

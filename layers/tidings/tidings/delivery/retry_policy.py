@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import enum
-import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from tidings.delivery.backoff import retry_delay_s
+from tidings.delivery.retry_schedule import attempts_allowed, wait_s
 
 
 class AttemptError(enum.Enum):
@@ -202,34 +202,33 @@ def decide_next(
     verdict: Verdict,
     *,
     failed_attempts: int,
-    max_attempts: int,
-    base_s: float,
-    max_s: float,
+    schedule: Sequence[float],
+    message_id: int,
     sqs_max_delay_s: float,
-    rng: random.Random | None = None,
 ) -> NextStep:
-    """The next step after ``failed_attempts`` attempts, the last of which got ``verdict``.
+    """The next step after ``failed_attempts`` attempts, the last of which got ``verdict``, for a
+    message following ``schedule`` (``retry_schedule``: ``len(schedule) + 1`` attempts, each wait
+    drawn in its slot).
 
     Retries whose delay fits in an SQS ``DelaySeconds`` go back to the queue; longer ones wait in
     the database for the claimer.
     """
     if failed_attempts < 1:
         raise ValueError(f"failed_attempts must be at least 1, got {failed_attempts}")
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
     if sqs_max_delay_s < 0:
         raise ValueError(f"sqs_max_delay_s must be >= 0, got {sqs_max_delay_s}")
     if verdict.kind is VerdictKind.DELIVERED:
         return NextStep(NextAction.FINISH_DELIVERED)
     if verdict.kind is VerdictKind.GONE:
         return NextStep(NextAction.DEAD_LETTER_AND_DISABLE)
-    if verdict.kind is VerdictKind.PERMANENT or failed_attempts >= max_attempts:
+    if verdict.kind is VerdictKind.PERMANENT or failed_attempts >= attempts_allowed(schedule):
         return NextStep(NextAction.DEAD_LETTER)
-    delay = retry_delay_s(failed_attempts, base_s=base_s, max_s=max_s, rng=rng)
+    delay = wait_s(schedule, failed_attempts, message_id)
     if verdict.retry_after_s is not None:
-        # The receiver's "not before" is honoured, but never shortens the backoff: an endpoint
-        # answering "Retry-After: 0" would otherwise use up every attempt within seconds.
-        delay = min(max(verdict.retry_after_s, delay), max_s)
+        # The receiver's "not before" is honoured up to the schedule's longest delay, but never
+        # shortens the wait: an endpoint answering "Retry-After: 0" would otherwise use up every
+        # attempt within seconds.
+        delay = max(delay, min(verdict.retry_after_s, max(schedule)))
     if delay <= sqs_max_delay_s:
         return NextStep(NextAction.RETRY_VIA_QUEUE, delay)
     return NextStep(NextAction.RETRY_VIA_DATABASE, delay)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import math
-import random
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +32,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from tidings.dal import delivery
 from tidings.dal.connection import Database
-from tidings.delivery import signing
+from tidings.delivery import retry_schedule, signing
 from tidings.delivery.attempt import (
     Attempt,
     Decision,
@@ -86,7 +85,7 @@ ANSWER_MARGIN_S = 5.0
 MIN_SEND_BUDGET_S = 1.0
 
 
-class SenderSettings(RetrySettings, Protocol):
+class SenderSettings(RetrySettings, retry_schedule.ScheduleSettings, Protocol):
     """What the sender reads of the settings (beyond deciding each attempt's fate)."""
 
     @property
@@ -115,14 +114,12 @@ class Sender:
         queue: DeliveryQueue,
         settings: SenderSettings,
         transport: HttpTransport,
-        *,
-        rng: random.Random | None = None,
     ) -> None:
         self.db = db
         self.queue = queue
         self.settings = settings
         self.transport = transport
-        self._rng = rng
+        self._default_schedule = retry_schedule.deployment_default(settings)
         self._executor = _shared_executor(settings.sender_concurrency)
 
     def process(
@@ -163,7 +160,8 @@ class Sender:
         attempts = self._send_all(jobs, budget_s) + [
             Attempt(job, datetime.now(UTC), _NOT_SENT) for job in unsendable
         ]
-        decisions = [self._decide(attempt) for attempt in attempts]
+        now = datetime.now(UTC)
+        decisions = [self._decide(attempt, now) for attempt in attempts]
         try:
             decisions, recorded = self._record(decisions)
         except _UNAVAILABLE:
@@ -260,8 +258,8 @@ class Sender:
             return HttpResult(None, AttemptError.SIGNING_FAILED, 0, detail="signing failed")
         return self.transport.post(job.row.url, body, headers, timeout_s)
 
-    def _decide(self, attempt: Attempt) -> Decision:
-        return decide_or_fail(attempt, self.settings, now=datetime.now(UTC), rng=self._rng)
+    def _decide(self, attempt: Attempt, now: datetime) -> Decision:
+        return decide_or_fail(attempt, self.settings, now=now, default=self._default_schedule)
 
     def _record(
         self, decisions: Sequence[Decision]
@@ -300,7 +298,10 @@ class Sender:
                 exc,
             )
         failure = internal_failure(
-            decision.attempt, self.settings, now=datetime.now(UTC), rng=self._rng
+            decision.attempt,
+            self.settings,
+            now=datetime.now(UTC),
+            schedule=_schedule_of(decision.attempt, self._default_schedule),
         )
         try:
             return [failure], self._record_together([failure])
@@ -377,19 +378,30 @@ def decide_or_fail(
     settings: RetrySettings,
     *,
     now: datetime,
-    rng: random.Random | None = None,
+    default: retry_schedule.Schedule,
 ) -> Decision:
-    """The attempt's fate; should deciding it fail, whatever the answer held, a counted
-    ``internal_error`` failure of this record alone. Never raises for an attempt."""
+    """The attempt's fate, for the schedule its message follows (its endpoint's own, else the
+    ``default``); should deciding it fail, whatever the answer held, a counted ``internal_error``
+    failure of this record alone. Never raises for an attempt."""
     try:
-        return decide(attempt, settings, now=now, rng=rng)
+        return decide(attempt, settings, now=now, schedule=_schedule_of(attempt, default))
     except Exception as exc:
         _log_internal_error(
             "deciding an attempt's fate failed: a failed attempt (internal_error)",
             attempt.job,
             exc,
         )
-        return internal_failure(attempt, settings, now=now, rng=rng)
+        return internal_failure(attempt, settings, now=now, schedule=_schedule_of(attempt, default))
+
+
+def _schedule_of(attempt: Attempt, default: retry_schedule.Schedule) -> retry_schedule.Schedule:
+    """The schedule an attempt's message follows; the ``default`` should its row's own settings
+    not make one (a defect, which the attempt's fate then reports)."""
+    row = attempt.job.row
+    try:
+        return retry_schedule.effective(row.retry_schedule, default, row.max_attempts)
+    except Exception:
+        return default
 
 
 # The result of an attempt the sender failed on before an answer came (nothing was sent, or

@@ -6,7 +6,8 @@ each get an endpoint; a few thousand events are recorded through ``tidings.enque
 shows each endpoint's progress until every message is delivered or dead-lettered; then the
 dead-letter report.
 
-The demo is quick because its settings are short (``DEMO_SETTINGS``: backoff, cooldowns, lease),
+The demo is quick because its settings are short (``DEMO_SETTINGS``: retry schedule, cooldowns,
+lease),
 not because any code path differs: any of them can be overridden from the environment.
 """
 
@@ -42,9 +43,8 @@ from tidings.observability import logger
 
 # Short delays so that retries, circuit cooldowns and dead letters happen within two minutes.
 DEMO_SETTINGS: Mapping[str, str] = {
-    "TIDINGS_BACKOFF_BASE_S": "0.5",
-    "TIDINGS_BACKOFF_MAX_S": "4",
-    "TIDINGS_MAX_ATTEMPTS": "4",
+    # Four attempts over 3.5 s (a deployment's default spans 27.6 hours).
+    "TIDINGS_RETRY_SCHEDULE": "0.5,1,2",
     "TIDINGS_CIRCUIT_COOLDOWN_S": "1",
     "TIDINGS_CIRCUIT_MAX_COOLDOWN_S": "2",
     "TIDINGS_CLAIM_IDLE_POLL_S": "0.2",
@@ -84,11 +84,15 @@ DEMO_KINDS: tuple[Kind, ...] = (
 )
 # Per-endpoint settings of the demo endpoints: the rate-limited receiver allows 20/s.
 RATE_LIMITED_ENDPOINT_PER_S = 22.0
-DEAD_ENDPOINT_MAX_ATTEMPTS = 3
-DEMO_MAX_ATTEMPTS: Mapping[Kind, int] = {
-    Kind.DEAD: DEAD_ENDPOINT_MAX_ATTEMPTS,
-    Kind.UNUSABLE_RETRY_AFTER: DEAD_ENDPOINT_MAX_ATTEMPTS,
+# Endpoints with a schedule of their own: three attempts over 2 s, so that what can never be
+# delivered becomes a dead letter within the demo.
+DEAD_ENDPOINT_RETRY_SCHEDULE = (1.0, 1.0)
+DEMO_RETRY_SCHEDULES: Mapping[Kind, tuple[float, ...]] = {
+    Kind.DEAD: DEAD_ENDPOINT_RETRY_SCHEDULE,
+    Kind.UNUSABLE_RETRY_AFTER: DEAD_ENDPOINT_RETRY_SCHEDULE,
 }
+# The settings of the exponential formula of earlier releases, which also set the schedule.
+_FORMULA_SETTINGS = ("TIDINGS_MAX_ATTEMPTS", "TIDINGS_BACKOFF_BASE_S", "TIDINGS_BACKOFF_MAX_S")
 DEMO_INTERVALS_S = {
     "percentiles": 5.0,
     "health_monitor": 5.0,
@@ -121,7 +125,11 @@ def demo_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = dict(os.environ if environ is None else environ)
     env.pop("DATABASE_URL", None)
     env.pop("TIDINGS_DATABASE_SECRET_ARN", None)
-    return dev_settings({**DEMO_SETTINGS, **env})
+    profile = dict(DEMO_SETTINGS)
+    if any(name in env for name in _FORMULA_SETTINGS):
+        # The environment sets the schedule through the formula: it wins over the demo's.
+        profile.pop("TIDINGS_RETRY_SCHEDULE")
+    return dev_settings({**profile, **env})
 
 
 def event_plan(total: int, rng: random.Random) -> list[DemoEvent]:
@@ -226,7 +234,7 @@ def create_demo_endpoints(db: Database, receivers: Receivers, settings: Settings
             description=f"demo {kind.value} receiver",
             event_types=[f"demo.{kind.value}"],
             rate_limit_per_s=RATE_LIMITED_ENDPOINT_PER_S if kind is Kind.RATE_LIMITED else None,
-            max_attempts=DEMO_MAX_ATTEMPTS.get(kind),
+            retry_schedule=DEMO_RETRY_SCHEDULES.get(kind),
             settings=settings,
         )
         receivers.register_secret(kind, created.secret)

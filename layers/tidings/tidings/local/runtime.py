@@ -116,7 +116,7 @@ def prepare_database(settings: Settings) -> list[str]:
     """Apply pending migrations; the names of those applied now."""
     conn = connect(settings)
     try:
-        return migrations.migrate(conn)
+        return migrations.migrate(conn, policy=migrations.LockPolicy.from_settings(settings))
     finally:
         conn.close()
 

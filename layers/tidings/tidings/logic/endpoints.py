@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, PlainSerializer
 
 from tidings.config import Settings, get_settings
 from tidings.dal import endpoints as dal
 from tidings.dal.connection import Database
-from tidings.delivery import signing, ssrf
+from tidings.delivery import retry_schedule, signing, ssrf
 from tidings.logic.errors import InvalidInput, NotFound
 from tidings.logic.validation import (
     MAX_TEXT,
@@ -33,6 +33,13 @@ MAX_EVENT_TYPES = 100
 MIN_RATE_LIMIT_PER_S = 1 / 60
 MAX_RATE_LIMIT_PER_S = 1_000_000
 
+# A delay in seconds, written as a whole number when it is one.
+Seconds = Annotated[
+    float,
+    PlainSerializer(lambda v: int(v) if float(v).is_integer() else v, return_type=float),
+]
+ScheduleSource = Literal["endpoint", "max_attempts", "default"]
+
 
 class Endpoint(BaseModel):
     id: int
@@ -42,7 +49,18 @@ class Endpoint(BaseModel):
     disabled_reason: str | None
     disabled_at: datetime | None
     event_types: list[str]
-    max_attempts: int | None
+    max_attempts: int | None = Field(
+        description="Deprecated: use retry_schedule. The endpoint's attempt limit, if one was "
+        "set: the deployment's schedule cut or extended to max_attempts - 1 delays."
+    )
+    retry_schedule: list[Seconds] = Field(
+        description="The waits between attempts that this endpoint's messages follow, in "
+        "seconds (len + 1 attempts): the endpoint's own, or the deployment's."
+    )
+    retry_schedule_source: ScheduleSource = Field(
+        description="Where retry_schedule comes from: the endpoint's own (endpoint), the "
+        "deployment's fitted to max_attempts (max_attempts), or the deployment's (default)."
+    )
     timeout_ms: int | None
     rate_limit_per_s: float | None
     # While a rotated-out secret still signs: when it stops.
@@ -95,11 +113,15 @@ def create_endpoint(
     max_attempts: int | None = None,
     timeout_ms: int | None = None,
     rate_limit_per_s: float | None = None,
+    retry_schedule: Sequence[float] | None = None,
     settings: Settings | None = None,
     resolver: ssrf.Resolver | None = None,
 ) -> CreatedEndpoint:
-    """Create an endpoint after checking its URL against the SSRF rules; returns its secret."""
+    """Create an endpoint after checking its URL against the SSRF rules; returns its secret.
+    ``retry_schedule`` (its own) and ``max_attempts`` (deprecated) exclude each other."""
     cfg = settings or get_settings()
+    if retry_schedule is not None and max_attempts is not None:
+        raise _conflicting_schedule()
     fields = _checked_fields(
         {
             "url": url,
@@ -108,29 +130,38 @@ def create_endpoint(
             "max_attempts": max_attempts,
             "timeout_ms": timeout_ms,
             "rate_limit_per_s": rate_limit_per_s,
+            "retry_schedule": retry_schedule,
         },
         cfg,
         resolver,
     )
     secret = signing.generate_secret()
     row = db.run(lambda cur: dal.insert_endpoint(cur, secret=secret, **fields), transaction=True)
-    return CreatedEndpoint(**row, secret=secret)
+    return CreatedEndpoint(**_shown(row, cfg), secret=secret)
 
 
-def get_endpoint(db: Database, endpoint_id: int) -> Endpoint:
+def get_endpoint(db: Database, endpoint_id: int, *, settings: Settings | None = None) -> Endpoint:
+    """One endpoint, with the retry schedule its messages follow."""
     check_id(endpoint_id, "endpoint_id")
     row = db.run(lambda cur: dal.get_endpoint(cur, endpoint_id))
     if row is None:
         raise NotFound("endpoint", endpoint_id)
-    return Endpoint(**row)
+    return Endpoint(**_shown(row, settings or get_settings()))
 
 
-def list_endpoints(db: Database, *, cursor: str | None = None, limit: int = 50) -> EndpointPage:
+def list_endpoints(
+    db: Database,
+    *,
+    cursor: str | None = None,
+    limit: int = 50,
+    settings: Settings | None = None,
+) -> EndpointPage:
     """Endpoints by ascending id, ``limit`` (at most 100) at a time."""
     check_limit(limit)
+    cfg = settings or get_settings()
     after_id = 0 if cursor is None else decode_cursor(cursor)
     rows = db.run(lambda cur: dal.list_endpoints(cur, after_id=after_id, limit=limit))
-    items = [Endpoint(**row) for row in rows[:limit]]
+    items = [Endpoint(**_shown(row, cfg)) for row in rows[:limit]]
     more = len(rows) > limit
     return EndpointPage(items=items, next_cursor=encode_cursor(items[-1].id) if more else None)
 
@@ -143,23 +174,31 @@ def update_endpoint(
     settings: Settings | None = None,
     resolver: ssrf.Resolver | None = None,
 ) -> Endpoint:
-    """Change the given fields (url, description, event_types, max_attempts, timeout_ms,
-    rate_limit_per_s, enabled); a None override goes back to the deployment default."""
+    """Change the given fields (url, description, event_types, retry_schedule, max_attempts,
+    timeout_ms, rate_limit_per_s, enabled); a None override goes back to the deployment default.
+    Setting a retry_schedule clears max_attempts (deprecated) and setting max_attempts clears the
+    endpoint's own schedule: the two exclude each other."""
     check_id(endpoint_id, "endpoint_id")
+    cfg = settings or get_settings()
     unknown = sorted(set(changes) - set(dal.UPDATABLE_FIELDS))
     if unknown:
         raise InvalidInput("unknown_field", f"{unknown[0]} cannot be changed", unknown[0])
     if "enabled" in changes and not isinstance(changes["enabled"], bool):
         raise InvalidInput("invalid_type", "enabled must be true or false", "enabled")
-    checked = _checked_fields(
-        {k: v for k, v in changes.items() if k != "enabled"}, settings or get_settings(), resolver
-    )
+    checked = _checked_fields({k: v for k, v in changes.items() if k != "enabled"}, cfg, resolver)
     if "enabled" in changes:
         checked["enabled"] = changes["enabled"]
+    own, limit = checked.get("retry_schedule"), checked.get("max_attempts")
+    if own is not None and limit is not None:
+        raise _conflicting_schedule()
+    if own is not None:
+        checked["max_attempts"] = None
+    if limit is not None:
+        checked["retry_schedule"] = None
     row = db.run(lambda cur: dal.update_endpoint(cur, endpoint_id, checked), transaction=True)
     if row is None:
         raise NotFound("endpoint", endpoint_id)
-    return Endpoint(**row)
+    return Endpoint(**_shown(row, cfg))
 
 
 def delete_endpoint(db: Database, endpoint_id: int) -> None:
@@ -244,6 +283,8 @@ def _checked_fields(
             checked[name] = _checked_event_types(value)
         elif name == "max_attempts":
             checked[name] = _optional_int(value, name, 1, 100)
+        elif name == "retry_schedule":
+            checked[name] = _optional_schedule(value)
         elif name == "timeout_ms":
             checked[name] = _optional_int(value, name, 100, 60_000)
         elif name == "rate_limit_per_s":
@@ -251,6 +292,39 @@ def _checked_fields(
         else:
             raise InvalidInput("unknown_field", f"{name} is not an endpoint field", name)
     return checked
+
+
+def _shown(row: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
+    """An endpoint row as shown: the retry schedule its messages follow, and whence it comes."""
+    shown = dict(row)
+    own = shown.pop("retry_schedule")
+    default = retry_schedule.deployment_default(settings)
+    shown["retry_schedule"] = list(retry_schedule.effective(own, default, shown["max_attempts"]))
+    shown["retry_schedule_source"] = (
+        "endpoint"
+        if own is not None
+        else "max_attempts"
+        if shown["max_attempts"] is not None
+        else "default"
+    )
+    return shown
+
+
+def _conflicting_schedule() -> InvalidInput:
+    return InvalidInput(
+        "conflicting_fields",
+        "give retry_schedule or max_attempts (deprecated), not both",
+        "max_attempts",
+    )
+
+
+def _optional_schedule(value: Any) -> tuple[float, ...] | None:
+    if value is None:
+        return None
+    try:
+        return retry_schedule.parse_endpoint_schedule(value)
+    except ValueError as exc:
+        raise InvalidInput("invalid_value", f"retry_schedule {exc}", "retry_schedule") from None
 
 
 def _checked_event_types(value: Any) -> list[str]:

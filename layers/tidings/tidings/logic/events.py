@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,8 @@ from tidings.logic.validation import MAX_TEXT, check_id, clean_text, payload_jso
 MAX_BATCH = 100
 MAX_ENDPOINT_IDS = 100
 _SQL_PREFIX = "tidings.enqueue: "
+# Runs of a send whose key's event was pruned (its window over) while the send read it.
+_WINDOW_RACE_RUNS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +53,9 @@ def send_event(
     """Fan one event out to its endpoints through ``tidings.enqueue``'s path."""
     spec = EventSpec(event_type, payload, event_id, endpoint_ids)
     new = _checked(spec, "", settings or get_settings())
-    outcome = _calling_sql(
-        lambda: db.run(lambda cur: dal.enqueue_event(cur, new), transaction=True)
-    )
+    outcome = _at_window_end(
+        lambda: [db.run(lambda cur: dal.enqueue_event(cur, new), transaction=True)]
+    )[0]
     return _result(new, outcome)
 
 
@@ -67,7 +69,7 @@ def send_events(
         raise InvalidInput("too_many_events", f"a batch holds at most {MAX_BATCH} events", "events")
     cfg = settings or get_settings()
     new = [_checked(spec, f"events[{i}].", cfg) for i, spec in enumerate(events)]
-    outcomes = _calling_sql(
+    outcomes = _at_window_end(
         lambda: db.run(lambda cur: dal.enqueue_batch(cur, new), transaction=True)
     )
     return [_result(event, outcome) for event, outcome in zip(new, outcomes, strict=True)]
@@ -96,6 +98,20 @@ def _checked(spec: EventSpec, where: str, settings: Settings) -> dal.NewEvent:
         endpoint_ids = [check_id(i, field) for i in spec.endpoint_ids]
     text = payload_json(spec.payload, f"{where}payload", max_bytes=settings.max_payload_bytes)
     return dal.NewEvent(event_type, text, event_id, endpoint_ids)
+
+
+def _at_window_end(call: Callable[[], list[dal.Enqueued]]) -> list[dal.Enqueued]:
+    """``call``'s outcomes, made again when a key's event was pruned (its idempotency window
+    over) between the moment the key was found taken and the moment its event was read: the
+    key is free now, so the next run records the event anew."""
+    for _ in range(_WINDOW_RACE_RUNS - 1):
+        outcomes: list[dal.Enqueued] = _calling_sql(call)
+        if all(o.event_ref is not None for o in outcomes):
+            return outcomes
+    outcomes = _calling_sql(call)
+    if any(o.event_ref is None for o in outcomes):
+        raise RuntimeError("an event key's event kept disappearing while it was sent")
+    return outcomes
 
 
 def _calling_sql(call: Any) -> Any:

@@ -4,6 +4,13 @@ A condition has a stable key (``oldest_undelivered``, ``circuit_open:42``). An a
 its condition starts to hold, never again while it holds, and a "resolved" message is sent once
 when it stops. The ``alerts`` table remembers what is firing; each send is claimed there first by
 one atomic statement, so overlapping monitor runs cannot send the same message twice.
+
+Never lost: the statement that claims an alert also puts its notification in an outbox, which it
+leaves only once published. A publish that fails leaves it due for the next run; a run that dies
+between the claim and the publish (a timeout, a crash) leaves it held for ``PUBLISH_CLAIM_S``, and
+a later run publishes it. Each run first publishes what earlier runs left, oldest first, so an
+alert still goes before its resolution. The price of never losing one: a run that dies after
+SNS accepted a notification but before the outbox heard of it sends that one twice.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from typing import Any, Protocol
 
 from tidings.dal import alerts as dal
 from tidings.dal import health as health_dal
-from tidings.dal.alerts import StoredAlert
+from tidings.dal.alerts import Notification, StoredAlert
 from tidings.dal.connection import Cursor, Database
 from tidings.dal.health import EndpointAttention
 from tidings.delivery.ssrf import display_origin
@@ -46,6 +53,13 @@ class AlertSettings(Protocol):
     def slow_endpoint_p95_ms(self) -> int: ...
     @property
     def statement_timeout_ms(self) -> int: ...
+
+
+# How long a run holds a notification it is publishing before another run may take it (an SNS
+# publish gives up within seconds).
+PUBLISH_CLAIM_S = 60.0
+# Notifications left by earlier runs that one run publishes, at most.
+MAX_WAITING_PER_RUN = 100
 
 
 class AlertKind(enum.StrEnum):
@@ -219,6 +233,8 @@ def _attributes(key: str, kind: str, status: str) -> dict[str, str]:
 class Dispatched:
     fired: tuple[str, ...]
     resolved: tuple[str, ...]
+    # Notifications earlier runs left unpublished, published by this one (their alert keys).
+    caught_up: tuple[str, ...] = ()
 
 
 def dispatch(
@@ -227,80 +243,80 @@ def dispatch(
     plan: AlertPlan,
     now: datetime,
 ) -> Dispatched:
-    """Claim and send each alert and resolution of ``plan``.
+    """Publish what earlier runs left in the outbox, then claim and send each alert and
+    resolution of ``plan``.
 
-    Only the run whose claim succeeds sends. A message that cannot be published has its claim
-    undone, so the next run tries again; the first such error is raised after the others went.
+    Only the run whose claim succeeds sends. A notification that cannot be published stays in
+    the outbox for the next run; the first such error is raised after the others went.
     """
+    outbox = _Outbox(cursor, notifier, now)
+    with cursor() as cur:
+        waiting = dal.take_waiting_notifications(
+            cur, now=now, claim_s=PUBLISH_CLAIM_S, max_rows=MAX_WAITING_PER_RUN
+        )
+    caught_up = [
+        w.alert_key for w in waiting if outbox.publish(w.outbox_id, w.alert_key, w.notification)
+    ]
     fired: list[str] = []
     resolved: list[str] = []
-    failures: list[Exception] = []
     for condition in plan.fire:
+        notification = Notification(*firing_message(condition))
         with cursor() as cur:
-            claimed = dal.claim_alert_firing(
+            outbox_id = dal.claim_alert_firing(
                 cur,
                 alert_key=condition.key,
                 kind=condition.kind,
                 details=condition.details,
                 now=now,
+                notification=notification,
+                claim_s=PUBLISH_CLAIM_S,
             )
-        if not claimed:
-            continue
-        subject, body, attributes = firing_message(condition)
-        if _publish(
-            cursor,
-            notifier,
-            key=condition.key,
-            subject=subject,
-            body=body,
-            attributes=attributes,
-            failures=failures,
-            was_firing=False,
-        ):
+        if outbox_id is not None and outbox.publish(outbox_id, condition.key, notification):
             fired.append(condition.key)
     for alert in plan.resolve:
+        notification = Notification(*resolved_message(alert, now))
         with cursor() as cur:
-            claimed = dal.claim_alert_resolved(cur, alert_key=alert.alert_key, now=now)
-        if not claimed:
-            continue
-        subject, body, attributes = resolved_message(alert, now)
-        if _publish(
-            cursor,
-            notifier,
-            key=alert.alert_key,
-            subject=subject,
-            body=body,
-            attributes=attributes,
-            failures=failures,
-            was_firing=True,
-        ):
+            outbox_id = dal.claim_alert_resolved(
+                cur,
+                alert_key=alert.alert_key,
+                now=now,
+                notification=notification,
+                claim_s=PUBLISH_CLAIM_S,
+            )
+        if outbox_id is not None and outbox.publish(outbox_id, alert.alert_key, notification):
             resolved.append(alert.alert_key)
-    if failures:
-        raise failures[0]
-    return Dispatched(tuple(fired), tuple(resolved))
+    if outbox.failures:
+        raise outbox.failures[0]
+    return Dispatched(tuple(fired), tuple(resolved), tuple(caught_up))
 
 
-def _publish(
-    cursor: Callable[[], AbstractContextManager[Cursor]],
-    notifier: Notifier,
-    *,
-    key: str,
-    subject: str,
-    body: str,
-    attributes: Mapping[str, str],
-    failures: list[Exception],
-    was_firing: bool,
-) -> bool:
-    try:
-        notifier.publish(subject, body, attributes)
-    except Exception as exc:  # any transport error: undo the claim, keep going, raise later
-        logger.exception("alert not published; will retry next run", extra={"alert_key": key})
-        with cursor() as cur:
-            dal.unclaim_alert(cur, alert_key=key, firing=was_firing)
-        failures.append(exc)
-        return False
-    logger.info("alert published", extra={"alert_key": key, "subject": subject})
-    return True
+class _Outbox:
+    """Publishes notifications of the outbox; each leaves it once published."""
+
+    def __init__(
+        self,
+        cursor: Callable[[], AbstractContextManager[Cursor]],
+        notifier: Notifier,
+        now: datetime,
+    ) -> None:
+        self.cursor = cursor
+        self.notifier = notifier
+        self.now = now
+        self.failures: list[Exception] = []
+
+    def publish(self, outbox_id: int, key: str, notification: Notification) -> bool:
+        try:
+            self.notifier.publish(notification.subject, notification.body, notification.attributes)
+        except Exception as exc:  # any transport error: due for the next run, keep going
+            logger.exception("alert not published; will retry next run", extra={"alert_key": key})
+            with self.cursor() as cur:
+                dal.notification_not_published(cur, outbox_id=outbox_id, now=self.now)
+            self.failures.append(exc)
+            return False
+        logger.info("alert published", extra={"alert_key": key, "subject": notification.subject})
+        with self.cursor() as cur:
+            dal.notification_published(cur, outbox_id=outbox_id)
+        return True
 
 
 def check_and_send(

@@ -34,6 +34,8 @@ class MonitorResult:
     unreachable_dead_lettered: int
     fired: tuple[str, ...]
     resolved: tuple[str, ...]
+    # Notifications earlier runs could not publish, published by this run.
+    caught_up: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -42,6 +44,7 @@ class MonitorResult:
             "unreachable_dead_lettered": self.unreachable_dead_lettered,
             "fired": list(self.fired),
             "resolved": list(self.resolved),
+            "caught_up": list(self.caught_up),
         }
 
 
@@ -60,4 +63,5 @@ def run_monitor(
         unreachable_dead_lettered=unreachable,
         fired=dispatched.fired,
         resolved=dispatched.resolved,
+        caught_up=dispatched.caught_up,
     )

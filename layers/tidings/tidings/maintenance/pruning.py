@@ -1,27 +1,35 @@
-"""Pruning: old attempts leave by whole daily partitions, old messages in bounded batches.
+"""Pruning: old attempts leave by whole daily partitions, old messages and events in bounded
+batches; no attempt leaves before the message it explains.
 
-- Attempts are kept for the longer of the latency window and the log retention. A daily
-  partition goes when its whole day is older than that; dropping it needs a moment's exclusive
-  lock on ``attempts``, taken with a short lock timeout so that the senders' inserts never queue
-  behind a waiting drop for long (a drop that times out is left to the next run). The partitions of
-  the coming days are created ahead. Rows that landed in the default partition (no daily partition
-  existed for their day) are deleted in batches.
-- Delivered messages older than their retention and dead letters older than theirs are deleted in
-  batches of ``prune_batch_size`` rows, each batch its own short transaction (rows another session
-  holds are skipped), with the events left without any message.
+- A daily partition of attempts goes when its whole day is older than the attempts retention
+  (at least the latency window). Before it goes, the attempts in it of messages that are still
+  kept (dead letters, for 30 days; messages still retrying) are copied to ``attempts_kept`` in
+  batches, where each stays until its message is pruned: a message's history lasts as long as
+  the message. With the retention at least the delivered messages' (7 days), only dead letters
+  and late messages have attempts to move. Dropping needs a moment's exclusive lock on
+  ``attempts``, taken with a short lock timeout so that the senders' inserts never queue behind a
+  waiting drop for long (a drop that times out is left to the next run). The partitions of the
+  coming days are created ahead. Rows in the default partition (no daily partition existed for
+  their day) go in batches once their message is gone.
+- Delivered messages older than their retention and dead letters older than theirs are deleted
+  in batches of ``prune_batch_size`` rows, each batch its own short transaction (rows another
+  session holds are skipped), with their kept attempts.
+- Events go when no message refers to them and their idempotency window is over: the same
+  ``event_id`` is answered as a repeat for as long as its event is kept.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Protocol
 
 import psycopg2.errors
 
 from tidings.dal import pruning as dal
 from tidings.dal.connection import Database
-from tidings.dal.pruning import PrunedBatch
+from tidings.dal.pruning import KeptBatch, PrunedBatch
 from tidings.maintenance.batches import BatchRun, in_batches
 from tidings.observability import logger
 
@@ -38,6 +46,8 @@ class PruneSettings(Protocol):
     @property
     def delivered_retention_s(self) -> float: ...
     @property
+    def idempotency_window_s(self) -> float: ...
+    @property
     def latency_window_s(self) -> float: ...
     @property
     def prune_batch_size(self) -> int: ...
@@ -53,6 +63,8 @@ class PruneResult:
     partitions_dropped: tuple[str, ...]
     # A partition change waited longer than the lock timeout and is left to the next run.
     partitions_deferred: bool
+    # Attempts of kept messages copied out of the partitions dropped.
+    attempts_kept: int
     default_attempts_deleted: int
     delivered_deleted: int
     dead_letters_deleted: int
@@ -65,6 +77,7 @@ class PruneResult:
             "partitions_created": self.partitions_created,
             "partitions_dropped": list(self.partitions_dropped),
             "partitions_deferred": self.partitions_deferred,
+            "attempts_kept": self.attempts_kept,
             "default_attempts_deleted": self.default_attempts_deleted,
             "delivered_deleted": self.delivered_deleted,
             "dead_letters_deleted": self.dead_letters_deleted,
@@ -79,33 +92,21 @@ def attempts_cutoff(settings: PruneSettings, now: datetime) -> datetime:
     return now - timedelta(seconds=keep_s)
 
 
+@dataclass(frozen=True, slots=True)
+class _Partitions:
+    created: int
+    dropped: tuple[str, ...]
+    deferred: bool
+    kept: int
+    complete: bool
+
+
 def prune(db: Database, settings: PruneSettings, now: datetime | None = None) -> PruneResult:
     moment = now or datetime.now(UTC)
     if moment.tzinfo is None:
         raise ValueError("now must be timezone-aware")
-    lock_ms = settings.prune_lock_timeout_ms
     cutoff = attempts_cutoff(settings, moment)
-    deferred = False
-    created = 0
-    dropped: list[str] = []
-    try:
-        with db.cursor() as cur:
-            created = dal.ensure_attempt_partitions(
-                cur,
-                from_day=moment.astimezone(UTC).date(),
-                days=settings.attempt_partitions_ahead_days + 1,
-                lock_timeout_ms=lock_ms,
-            )
-            while (
-                name := dal.drop_oldest_attempt_partition(
-                    cur, cutoff=cutoff, lock_timeout_ms=lock_ms
-                )
-            ) is not None:
-                dropped.append(name)
-    except psycopg2.errors.LockNotAvailable:
-        # Busy senders held the lock past the timeout; the next hourly run tries again.
-        logger.warning("attempt partitions busy; left to the next run", extra={"lock_ms": lock_ms})
-        deferred = True
+    parts = _attempt_partitions(db, settings, moment, cutoff)
 
     batch = settings.prune_batch_size
     default = in_batches(
@@ -115,31 +116,123 @@ def prune(db: Database, settings: PruneSettings, now: datetime | None = None) ->
         batch_size=batch,
         max_batches=settings.prune_max_batches,
     )
+    events_cutoff = moment - timedelta(seconds=settings.idempotency_window_s)
     delivered = _finished_in_batches(
-        db, settings, "delivered", moment - timedelta(seconds=settings.delivered_retention_s)
+        db,
+        settings,
+        "delivered",
+        moment - timedelta(seconds=settings.delivered_retention_s),
+        events_cutoff,
     )
     dead = _finished_in_batches(
-        db, settings, "dead_letter", moment - timedelta(seconds=settings.dead_letter_retention_s)
+        db,
+        settings,
+        "dead_letter",
+        moment - timedelta(seconds=settings.dead_letter_retention_s),
+        events_cutoff,
+    )
+    orphans = in_batches(
+        db,
+        lambda cur: dal.prune_orphan_events(cur, cutoff=events_cutoff, batch_size=batch),
+        size=lambda deleted: deleted,
+        batch_size=batch,
+        max_batches=settings.prune_max_batches,
     )
     return PruneResult(
-        partitions_created=created,
-        partitions_dropped=tuple(dropped),
-        partitions_deferred=deferred,
+        partitions_created=parts.created,
+        partitions_dropped=parts.dropped,
+        partitions_deferred=parts.deferred,
+        attempts_kept=parts.kept,
         default_attempts_deleted=sum(default.results),
         delivered_deleted=sum(b.messages for b in delivered.results),
         dead_letters_deleted=sum(b.messages for b in dead.results),
-        events_deleted=sum(b.events for b in delivered.results + dead.results),
-        complete=default.complete and delivered.complete and dead.complete,
+        events_deleted=sum(b.events for b in delivered.results + dead.results)
+        + sum(orphans.results),
+        complete=parts.complete
+        and default.complete
+        and delivered.complete
+        and dead.complete
+        and orphans.complete,
     )
 
 
+def _attempt_partitions(
+    db: Database, settings: PruneSettings, moment: datetime, cutoff: datetime
+) -> _Partitions:
+    """Create the coming days' partitions; drop those past the cutoff, oldest first, after
+    copying the attempts of kept messages out of each."""
+    lock_ms = settings.prune_lock_timeout_ms
+    created, deferred = 0, False
+    try:
+        created = db.run(
+            lambda cur: dal.ensure_attempt_partitions(
+                cur,
+                from_day=moment.astimezone(UTC).date(),
+                days=settings.attempt_partitions_ahead_days + 1,
+                lock_timeout_ms=lock_ms,
+            )
+        )
+    except psycopg2.errors.LockNotAvailable:
+        # Busy senders held the lock past the timeout; the next hourly run tries again.
+        logger.warning("attempt partitions busy; left to the next run", extra={"lock_ms": lock_ms})
+        deferred = True
+    dropped: list[str] = []
+    kept = 0
+    budget = settings.prune_max_batches
+    while True:
+        name = db.run(lambda cur: dal.oldest_attempt_partition(cur, cutoff=cutoff))
+        if name is None:
+            break
+        copied = _keep_live_attempts(db, name, settings.prune_batch_size, budget)
+        kept += sum(b.kept for b in copied.results)
+        budget -= len(copied.results)
+        if not copied.complete:
+            return _Partitions(created, tuple(dropped), deferred, kept, complete=False)
+        try:
+            db.run(partial(dal.drop_attempt_partition, partition=name, lock_timeout_ms=lock_ms))
+        except psycopg2.errors.LockNotAvailable:
+            logger.warning(
+                "attempt partition busy; its drop is left to the next run",
+                extra={"partition": name, "lock_ms": lock_ms},
+            )
+            return _Partitions(created, tuple(dropped), True, kept, complete=True)
+        dropped.append(name)
+    return _Partitions(created, tuple(dropped), deferred, kept, complete=True)
+
+
+def _keep_live_attempts(
+    db: Database, partition: str, batch_size: int, max_batches: int
+) -> BatchRun[KeptBatch]:
+    """Go through ``partition`` in id order, copying the attempts of kept messages aside."""
+    results: list[KeptBatch] = []
+    after_id = 0
+    for _ in range(max_batches):
+        batch = db.run(
+            partial(
+                dal.keep_live_attempts,
+                partition=partition,
+                after_id=after_id,
+                batch_size=batch_size,
+            )
+        )
+        results.append(batch)
+        if batch.scanned < batch_size or batch.last_id is None:
+            return BatchRun(tuple(results), complete=True)
+        after_id = batch.last_id
+    return BatchRun(tuple(results), complete=False)
+
+
 def _finished_in_batches(
-    db: Database, settings: PruneSettings, status: str, cutoff: datetime
+    db: Database, settings: PruneSettings, status: str, cutoff: datetime, events_cutoff: datetime
 ) -> BatchRun[PrunedBatch]:
     return in_batches(
         db,
         lambda cur: dal.prune_finished_messages(
-            cur, status=status, cutoff=cutoff, batch_size=settings.prune_batch_size
+            cur,
+            status=status,
+            cutoff=cutoff,
+            events_cutoff=events_cutoff,
+            batch_size=settings.prune_batch_size,
         ),
         size=lambda pruned: pruned.messages,
         batch_size=settings.prune_batch_size,

@@ -4,6 +4,20 @@
 -- A release that changes one of them adds a _v2 beside it and drops the _v1 a release later: while
 -- a deploy runs, the functions of the release before may still be called.
 
+-- Retry schedules: an endpoint may have its own list of waits between attempts (seconds), which
+-- the sender reads when it begins an attempt; NULL means the deployment's schedule. A nullable
+-- column without a default changes the catalog only; the CHECK reads the (small) endpoints table
+-- once.
+ALTER TABLE tidings.endpoints
+    ADD COLUMN retry_schedule integer[]
+    CONSTRAINT endpoints_retry_schedule_check CHECK (
+        retry_schedule IS NULL OR (
+            array_ndims(retry_schedule) = 1
+            AND cardinality(retry_schedule) BETWEEN 1 AND 50
+            AND array_position(retry_schedule, NULL) IS NULL
+            AND 1 <= ALL (retry_schedule)
+            AND 86400 >= ALL (retry_schedule)));
+
 -- claim_due_v1: leases up to p_batch_size due rows (pending or failed rows whose time has come,
 -- and in-flight rows whose lease expired) for p_lease_s seconds and returns them, the payload
 -- inlined when its JSON text is at most p_inline_payload_bytes; never more than p_max_in_flight
@@ -245,7 +259,8 @@ END $$;
 -- message, which a queue may deliver again, is stale), decides per row whether the endpoint's
 -- circuit lets it through, and returns what sending needs. A permitted row gets a fresh lease
 -- token, returned here, which the sender records its outcome under: a second copy of the same
--- queue message, begun later, no longer holds the row and sends nothing. Its lease is made to
+-- queue message, begun later, no longer holds the row and sends nothing. What sending needs
+-- includes the endpoint's own retry schedule, so that deciding an attempt's fate reads nothing. Its lease is made to
 -- last at least p_lease_s from now: left as it is when it already does (the claim leases with
 -- room for the time in the queue), so that the update changes no indexed column and stays on
 -- the row's page (a HOT update). Exactly one probe per half-open endpoint: the probe slot is
@@ -274,6 +289,7 @@ CREATE FUNCTION tidings.begin_attempts_v1(
     url text,
     timeout_ms integer,
     rate_limit_per_s double precision,
+    retry_schedule integer[],
     secret text,
     previous_secret text,
     payload text
@@ -348,7 +364,7 @@ BEGIN
     SELECT v.id, v.endpoint_id, s.id IS NOT NULL, s.lease_token,
            m.event_type, ev.event_id, m.attempts,
            coalesce(m.max_attempts, e.max_attempts),
-           e.url, e.timeout_ms, e.rate_limit_per_s, e.secret,
+           e.url, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule, e.secret,
            CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END,
            CASE WHEN v.want_payload THEN ev.payload::text END
     FROM verdict v

@@ -1,29 +1,85 @@
-"""Numbered SQL migrations, applied in order, each exactly once.
+"""Numbered SQL migrations, applied in order, each exactly once, without stalling the queue.
 
-``migrate`` is safe to run twice, and twice at once: it takes a transaction-scoped advisory lock,
-so a second migrator waits for the first and then finds nothing left to do. Every migration and
-its record commit together, so a failed migration leaves no trace. A migration that was applied
-and later edited is refused (its checksum no longer matches) instead of being silently skipped.
+``migrate`` is safe to run twice, and twice at once: it holds an advisory lock for its whole run,
+so a second migrator waits for the first and then finds nothing left to do. A migration that was
+applied and later edited is refused (its checksum no longer matches) instead of being silently
+skipped.
+
+Online: each migration runs in its own transaction with its record, under a lock timeout
+(``LockPolicy``). A migration that would wait longer than that for a table's lock gives up at
+once, so the claims, sends and API requests that queue behind its lock request wait no longer
+than the timeout; it is tried again after a pause, a bounded number of times, and only then
+reported as failed (the migrations before it stay applied). A migration whose file says
+
+    -- tidings:no-transaction
+
+on a line of its own runs outside a transaction, one statement at a time, for statements that
+cannot run in one (``CREATE INDEX CONCURRENTLY``). Such a migration is recorded only after all
+its statements succeeded, so it must be safe to run again after a failure part way: drop what a
+failed run may have left (``DROP INDEX CONCURRENTLY IF EXISTS``) before creating it. Its
+statements are separated by semicolons at the ends of lines and may not use dollar quoting.
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 import re
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import Protocol
 
+import psycopg2.errors
 import psycopg2.extensions
 
 from tidings.observability import logger
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_NO_TRANSACTION = re.compile(r"^--\s*tidings:no-transaction\s*$", re.MULTILINE)
+# A statement of a no-transaction migration ends with a semicolon at the end of a line.
+_STATEMENT_END = re.compile(r";[ \t]*(?:--[^\n]*)?$", re.MULTILINE)
 # An arbitrary constant that identifies the migration lock among advisory locks.
 _LOCK_KEY = 7_462_839_104
 
 
 class MigrationError(RuntimeError):
-    """The migrations on disk and the ones recorded in the database disagree."""
+    """The migrations on disk and the ones recorded in the database disagree, or one of them
+    could not take its locks within its tries."""
+
+
+class MigrationSettings(Protocol):
+    """What applying migrations reads of the settings."""
+
+    @property
+    def migration_lock_timeout_ms(self) -> int: ...
+    @property
+    def migration_lock_attempts(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LockPolicy:
+    """How long a migration may wait for a lock, and how often it is tried."""
+
+    # The longest a migration waits for any one lock; whatever queues behind it waits no longer.
+    lock_timeout_ms: int = 3000
+    # Tries of a migration that could not get its locks; waits between them grow to max_wait_s.
+    attempts: int = 20
+    first_wait_s: float = 0.5
+    max_wait_s: float = 15.0
+
+    @classmethod
+    def from_settings(cls, settings: MigrationSettings) -> LockPolicy:
+        return cls(
+            lock_timeout_ms=settings.migration_lock_timeout_ms,
+            attempts=settings.migration_lock_attempts,
+        )
+
+    def wait_s(self, attempt: int) -> float:
+        """The pause after the ``attempt``-th failed try: growing, jittered."""
+        ceiling = min(self.max_wait_s, self.first_wait_s * 2 ** (attempt - 1))
+        return random.uniform(ceiling / 2, ceiling)  # noqa: S311 - jitter, not security
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +91,33 @@ class Migration:
     @property
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()
+
+    @property
+    def label(self) -> str:
+        return f"{self.version:04d}_{self.name}"
+
+    @property
+    def transactional(self) -> bool:
+        """False when the file asks to run outside a transaction."""
+        return _NO_TRANSACTION.search(self.sql) is None
+
+    def statements(self) -> list[str]:
+        """The statements of a no-transaction migration, in order."""
+        if "$$" in self.sql:
+            raise MigrationError(f"{self.label} runs outside a transaction: no dollar quoting")
+        found: list[str] = []
+        start = 0
+        for end in _STATEMENT_END.finditer(self.sql):
+            found.append(self.sql[start : end.start()])
+            start = end.end()
+        found.append(self.sql[start:])
+        return [s.strip() for s in found if _code(s)]
+
+
+def _code(text: str) -> str:
+    """``text`` without its comment lines and blank space."""
+    lines = (line for line in text.splitlines() if not line.strip().startswith("--"))
+    return "\n".join(lines).strip()
 
 
 def available() -> list[Migration]:
@@ -51,48 +134,124 @@ def available() -> list[Migration]:
     return found
 
 
-def migrate(conn: psycopg2.extensions.connection) -> list[str]:
-    """Apply the pending migrations; return the names of those applied now."""
-    migrations = available()
+def migrate(
+    conn: psycopg2.extensions.connection,
+    *,
+    policy: LockPolicy | None = None,
+    migrations: Sequence[Migration] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
+    """Apply the pending migrations (default: those shipped); return the names applied now."""
+    rules = policy or LockPolicy()
+    wanted = list(available() if migrations is None else migrations)
     applied_now: list[str] = []
     previous_autocommit = conn.autocommit
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
+        try:
+            for migration in _pending(conn, wanted):
+                _apply_with_retries(conn, migration, rules, sleep)
+                applied_now.append(migration.label)
+                logger.info("applied migration", extra={"migration": migration.label})
+        finally:
+            if not conn.closed:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+    finally:
+        if not conn.closed:
+            conn.autocommit = previous_autocommit
+    return applied_now
+
+
+def _pending(conn: psycopg2.extensions.connection, wanted: Sequence[Migration]) -> list[Migration]:
+    """The migrations not applied yet, after checking the applied ones against the files."""
+    with conn.cursor() as cur:
+        cur.execute("CREATE SCHEMA IF NOT EXISTS tidings")
+        cur.execute(
+            """CREATE TABLE IF NOT EXISTS tidings.schema_migrations (
+                   version     integer PRIMARY KEY,
+                   name        text NOT NULL,
+                   checksum    text NOT NULL,
+                   applied_at  timestamptz NOT NULL DEFAULT now())"""
+        )
+        cur.execute("SELECT version, name, checksum FROM tidings.schema_migrations")
+        recorded = {version: checksum for version, _, checksum in cur.fetchall()}
+    for migration in wanted:
+        if migration.version in recorded and recorded[migration.version] != migration.checksum:
+            raise MigrationError(
+                f"migration {migration.label} was changed after it was applied; "
+                "add a new migration instead"
+            )
+    unknown = sorted(set(recorded) - {m.version for m in wanted})
+    if unknown:
+        raise MigrationError(f"the database has migrations this version does not know: {unknown}")
+    return [m for m in wanted if m.version not in recorded]
+
+
+def _apply_with_retries(
+    conn: psycopg2.extensions.connection,
+    migration: Migration,
+    policy: LockPolicy,
+    sleep: Callable[[float], None],
+) -> None:
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            if migration.transactional:
+                _apply_in_transaction(conn, migration, policy)
+            else:
+                _apply_outside_transaction(conn, migration, policy)
+            return
+        except psycopg2.errors.LockNotAvailable:
+            if attempt == policy.attempts:
+                break
+            pause = policy.wait_s(attempt)
+            logger.warning(
+                "migration waited too long for a lock; trying again",
+                extra={"migration": migration.label, "attempt": attempt, "pause_s": pause},
+            )
+            sleep(pause)
+    raise MigrationError(
+        f"migration {migration.label} could not take its locks within "
+        f"{policy.lock_timeout_ms} ms in {policy.attempts} tries; the tables it changes are busy "
+        "(a long transaction?). Run the migrator again later."
+    )
+
+
+def _apply_in_transaction(
+    conn: psycopg2.extensions.connection, migration: Migration, policy: LockPolicy
+) -> None:
+    """The migration and its record, committed together (or neither)."""
     conn.autocommit = False
     try:
         with conn, conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-            cur.execute("CREATE SCHEMA IF NOT EXISTS tidings")
             cur.execute(
-                """CREATE TABLE IF NOT EXISTS tidings.schema_migrations (
-                       version     integer PRIMARY KEY,
-                       name        text NOT NULL,
-                       checksum    text NOT NULL,
-                       applied_at  timestamptz NOT NULL DEFAULT now())"""
+                "SELECT set_config('lock_timeout', %s, true)", (str(policy.lock_timeout_ms),)
             )
-            cur.execute("SELECT version, name, checksum FROM tidings.schema_migrations")
-            recorded = {version: (name, checksum) for version, name, checksum in cur.fetchall()}
-            for migration in migrations:
-                if migration.version in recorded:
-                    _, checksum = recorded[migration.version]
-                    if checksum != migration.checksum:
-                        raise MigrationError(
-                            f"migration {migration.version:04d}_{migration.name} was changed "
-                            "after it was applied; add a new migration instead"
-                        )
-                    continue
-                cur.execute(migration.sql)
-                cur.execute(
-                    "INSERT INTO tidings.schema_migrations (version, name, checksum)"
-                    " VALUES (%s, %s, %s)",
-                    (migration.version, migration.name, migration.checksum),
-                )
-                applied_now.append(f"{migration.version:04d}_{migration.name}")
-            unknown = sorted(set(recorded) - {m.version for m in migrations})
-            if unknown:
-                raise MigrationError(
-                    f"the database has migrations this version does not know: {unknown}"
-                )
+            cur.execute(migration.sql)
+            _record(cur, migration)
     finally:
-        conn.autocommit = previous_autocommit
-    for name in applied_now:
-        logger.info("applied migration", extra={"migration": name})
-    return applied_now
+        if not conn.closed:
+            conn.autocommit = True
+
+
+def _apply_outside_transaction(
+    conn: psycopg2.extensions.connection, migration: Migration, policy: LockPolicy
+) -> None:
+    with conn.cursor() as cur:
+        cur.execute("SELECT set_config('lock_timeout', %s, false)", (str(policy.lock_timeout_ms),))
+        try:
+            for statement in migration.statements():
+                cur.execute(statement)
+        finally:
+            if not conn.closed:
+                cur.execute("RESET lock_timeout")
+        _record(cur, migration)
+
+
+def _record(cur: psycopg2.extensions.cursor, migration: Migration) -> None:
+    cur.execute(
+        "INSERT INTO tidings.schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+        (migration.version, migration.name, migration.checksum),
+    )

@@ -30,3 +30,4 @@ FROM tidings.record_outcomes_v1(%(outcomes)s::jsonb, %(health_endpoint_ids)s::bi
                                 %(last_failure_at)s::timestamptz[], %(disable_ids)s::bigint[],
                                 %(disable_reasons)s::text[], %(base_cooldown_s)s,
                                 %(max_cooldown_s)s);
+

@@ -3,9 +3,9 @@
 -- its public columns.
 WITH created AS (
     INSERT INTO tidings.endpoints (url, description, secret, max_attempts, timeout_ms,
-                                   rate_limit_per_s)
+                                   rate_limit_per_s, retry_schedule)
     VALUES (%(url)s, %(description)s, %(secret)s, %(max_attempts)s, %(timeout_ms)s,
-            %(rate_limit_per_s)s)
+            %(rate_limit_per_s)s, %(retry_schedule)s::integer[])
     RETURNING *
 ),
 subscribed AS (
@@ -15,7 +15,7 @@ subscribed AS (
 )
 SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        %(event_types)s::text[] AS event_types, c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
-       c.previous_secret_expires_at, c.created_at, c.updated_at
+       c.previous_secret_expires_at, c.created_at, c.updated_at, c.retry_schedule
 FROM created c
 
 -- name: get_endpoint
@@ -24,7 +24,7 @@ SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
                  FROM tidings.subscriptions s WHERE s.endpoint_id = e.id), '{}') AS event_types,
        e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.previous_secret_expires_at,
-       e.created_at, e.updated_at
+       e.created_at, e.updated_at, e.retry_schedule
 FROM tidings.endpoints e
 WHERE e.id = %(endpoint_id)s AND e.deleted_at IS NULL
 
@@ -35,7 +35,7 @@ SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
                  FROM tidings.subscriptions s WHERE s.endpoint_id = e.id), '{}') AS event_types,
        e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.previous_secret_expires_at,
-       e.created_at, e.updated_at
+       e.created_at, e.updated_at, e.retry_schedule
 FROM tidings.endpoints e
 WHERE e.deleted_at IS NULL AND e.id > %(after_id)s
 ORDER BY e.id
@@ -50,6 +50,8 @@ WITH changed AS (
         url = CASE WHEN %(set_url)s THEN %(url)s ELSE e.url END,
         description = CASE WHEN %(set_description)s THEN %(description)s ELSE e.description END,
         max_attempts = CASE WHEN %(set_max_attempts)s THEN %(max_attempts)s ELSE e.max_attempts END,
+        retry_schedule = CASE WHEN %(set_retry_schedule)s THEN %(retry_schedule)s::integer[]
+                              ELSE e.retry_schedule END,
         timeout_ms = CASE WHEN %(set_timeout_ms)s THEN %(timeout_ms)s ELSE e.timeout_ms END,
         rate_limit_per_s = CASE WHEN %(set_rate_limit_per_s)s THEN %(rate_limit_per_s)s
                                 ELSE e.rate_limit_per_s END,
@@ -86,7 +88,7 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
                            FROM tidings.subscriptions s WHERE s.endpoint_id = c.id), '{}')
        END AS event_types,
        c.max_attempts, c.timeout_ms, c.rate_limit_per_s, c.previous_secret_expires_at,
-       c.created_at, c.updated_at
+       c.created_at, c.updated_at, c.retry_schedule
 FROM changed c
 
 -- name: soft_delete_endpoint

@@ -17,12 +17,22 @@ LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = m.endpoint_id
 WHERE m.id = %(message_id)s
 
 -- name: attempts_of_message
--- Every recorded HTTP attempt of one message, in the order they were made.
-SELECT a.attempt_number, a.attempted_at, a.status_code, a.response_ms, a.error_class,
-       a.response_excerpt
-FROM tidings.attempts a
-WHERE a.message_id = %(message_id)s
-ORDER BY a.attempted_at, a.attempt_number, a.id
+-- Every recorded HTTP attempt of one message, in the order they were made: from the attempt
+-- partitions, and from attempts_kept for days whose partition was dropped while it was kept.
+SELECT h.attempt_number, h.attempted_at, h.status_code, h.response_ms, h.error_class,
+       h.response_excerpt
+FROM (
+    SELECT a.id, a.attempt_number, a.attempted_at, a.status_code, a.response_ms, a.error_class,
+           a.response_excerpt
+    FROM tidings.attempts a
+    WHERE a.message_id = %(message_id)s
+    UNION ALL
+    SELECT k.id, k.attempt_number, k.attempted_at, k.status_code, k.response_ms, k.error_class,
+           k.response_excerpt
+    FROM tidings.attempts_kept k
+    WHERE k.message_id = %(message_id)s
+) h
+ORDER BY h.attempted_at, h.attempt_number, h.id
 
 -- name: list_messages
 -- A page of messages, newest first, before the cursor id (NULL for the first page), optionally
@@ -65,6 +75,86 @@ WITH chosen AS (
 UPDATE tidings.messages m
 SET status = 'pending', attempts = 0, next_attempt_at = now(), dead_lettered_at = NULL,
     dead_letter_reported_at = NULL, lease_token = NULL
+FROM chosen
+WHERE m.id = chosen.id
+RETURNING m.id
+
+-- name: resend_message
+-- Starts a new delivery of a delivered or dead-lettered message whose endpoint is enabled and not
+-- deleted: pending, due now, a fresh attempt budget (attempts 0), no lease token (an outcome of
+-- the old delivery that arrives late finds no row to write to), no report mark; its attempts
+-- rows and its id (so its webhook-id) stay. Answers with the message as it is now, and why it was
+-- not resent otherwise (its status and its endpoint's state; nothing when it does not exist).
+WITH target AS (
+    SELECT m.id, e.enabled AND e.deleted_at IS NULL AS endpoint_open,
+           e.deleted_at IS NOT NULL AS endpoint_deleted
+    FROM tidings.messages m
+    JOIN tidings.endpoints e ON e.id = m.endpoint_id
+    WHERE m.id = %(message_id)s
+),
+resent AS (
+    UPDATE tidings.messages m
+    SET status = 'pending', attempts = 0, next_attempt_at = now(), lease_token = NULL,
+        delivered_at = NULL, dead_lettered_at = NULL, dead_letter_reported_at = NULL
+    FROM target t
+    WHERE m.id = t.id AND t.endpoint_open AND m.status IN ('delivered', 'dead_letter')
+    RETURNING m.*
+),
+now_is AS (
+    SELECT r.* FROM resent r
+    UNION ALL
+    SELECT m.* FROM tidings.messages m
+    WHERE m.id = %(message_id)s AND NOT EXISTS (SELECT 1 FROM resent)
+)
+SELECT n.id, n.endpoint_id, n.event_type, ev.event_id, n.status::text AS status, n.attempts,
+       n.max_attempts, n.created_at, n.next_attempt_at, n.delivered_at, n.dead_lettered_at,
+       n.last_error, n.last_status_code, n.last_response_ms,
+       EXISTS (SELECT 1 FROM resent) AS resent, t.endpoint_open, t.endpoint_deleted
+FROM now_is n
+JOIN target t ON t.id = n.id
+JOIN tidings.events ev ON ev.id = n.event_ref
+
+-- name: recovery_candidates
+-- The ids, in order, of one endpoint's messages created in [since, until) that are not delivered
+-- and not being attempted: dead letters and failed messages awaiting a retry, each found through
+-- the partial index that holds them (a message created at or after since died after it too).
+SELECT c.id
+FROM (
+    SELECT m.id
+    FROM tidings.messages m
+    WHERE m.endpoint_id = %(endpoint_id)s
+      AND m.status = 'dead_letter'
+      AND m.dead_lettered_at >= %(since)s
+      AND m.created_at >= %(since)s
+      AND m.created_at < %(until)s
+    UNION ALL
+    SELECT m.id
+    FROM tidings.messages m
+    WHERE m.endpoint_id = %(endpoint_id)s
+      AND m.status = 'failed'
+      AND m.created_at >= %(since)s
+      AND m.created_at < %(until)s
+) c
+ORDER BY c.id
+
+-- name: recover_messages
+-- Starts a new delivery of those of the given messages of one endpoint that are still dead
+-- letters or awaiting a retry: pending, due now, attempts reset, no lease token (a retry message
+-- already in the queue, and any late outcome of the old delivery, no longer hold the row), no
+-- report mark; attempts rows stay. Locks are taken in id order and waited for; a row that
+-- changed meanwhile (replayed, resent, delivered) is rechecked and left out. Returns the ids.
+WITH chosen AS (
+    SELECT m.id
+    FROM tidings.messages m
+    WHERE m.id = ANY (%(ids)s::bigint[])
+      AND m.endpoint_id = %(endpoint_id)s
+      AND m.status IN ('dead_letter', 'failed')
+    ORDER BY m.id
+    FOR UPDATE OF m
+)
+UPDATE tidings.messages m
+SET status = 'pending', attempts = 0, next_attempt_at = now(), lease_token = NULL,
+    dead_lettered_at = NULL, dead_letter_reported_at = NULL
 FROM chosen
 WHERE m.id = chosen.id
 RETURNING m.id
