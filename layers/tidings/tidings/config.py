@@ -40,6 +40,9 @@ class Settings:
     delivery_queue_url: str = ""
     alerts_topic_arn: str = ""
     aws_endpoint_url: str = ""
+    # The API's usage plan (AWS): the authorizer adds one API key per token to it, so that each
+    # caller is throttled on its own. Empty: no usage plan (the local runtime).
+    usage_plan_name: str = ""
 
     # Claiming
     claim_batch_size: int = 100
@@ -97,6 +100,10 @@ class Settings:
     percentiles_rollup_margin_s: float = 300.0
     # The period whose delivered/failed counts and delivery latency the health summary shows.
     health_recent_s: float = 3600.0
+    # Applications (uids, comma-separated, at most 20) whose queue figures the health monitor
+    # emits as metrics with an Application dimension. Listed, not every application: each
+    # application is a CloudWatch metric of its own per figure, so the cost stays bounded.
+    metrics_applications: tuple[str, ...] = field(default_factory=tuple)
     # Dead-letter report: the window the operator's view (tidings dead-letters) shows by default,
     # the most dead letters one scheduled report claims (the rest wait for the next run, so its
     # transaction stays short), and the pattern rules.
@@ -176,6 +183,11 @@ class Settings:
             raise ConfigError(f"{_env_name('dead_letter_pattern_share')} must be within (0, 1]")
         if self.circuit_max_cooldown_s < self.circuit_cooldown_s:
             raise ConfigError(f"{_env_name('circuit_max_cooldown_s')} is below the cooldown")
+        if len(self.metrics_applications) > 20:
+            raise ConfigError(
+                f"{_env_name('metrics_applications')} names more than 20 applications "
+                "(each one is a CloudWatch metric per figure)"
+            )
 
 
 _PLAIN_NAMES = {
