@@ -15,9 +15,12 @@ from tidings import wiring
 from tidings.api.app import handle
 from tidings.config import Settings
 from tidings.dal.connection import Database
+from tidings.logic.access import Principal, Scope
 
 # A public address: creating endpoints on it needs no DNS and passes the SSRF rules.
 PUBLIC_URL = "https://93.184.215.14/hook"
+# What the authorizer hands the ingest function for an admin token.
+ADMIN = Principal(Scope.ADMIN, token_id=1)
 
 
 @dataclass
@@ -41,8 +44,12 @@ def api_event(
     raw_body: str | None = None,
     base64_encoded: bool = False,
     content_type: str = "application/json",
+    principal: Principal | None = ADMIN,
 ) -> dict[str, Any]:
+    """The proxy event API Gateway hands the ingest function, after its authorizer accepted a
+    token of ``principal`` (None: no authorizer context at all)."""
     text = raw_body if raw_body is not None else (None if body is None else json.dumps(body))
+    authorizer = None if principal is None else {"principalId": "test", **principal.context()}
     return {
         "resource": path,
         "path": path,
@@ -60,6 +67,7 @@ def api_event(
             "stage": "prod",
             "requestId": "test-request",
             "identity": {"sourceIp": "203.0.113.9"},
+            "authorizer": authorizer,
         },
         "body": text,
         "isBase64Encoded": base64_encoded,
@@ -67,9 +75,18 @@ def api_event(
 
 
 class Api:
-    """Calls the handler as API Gateway would and decodes the answer."""
+    """Calls the handler as API Gateway would, for a token of ``principal``, and decodes the
+    answer."""
+
+    def __init__(self, principal: Principal | None = ADMIN) -> None:
+        self.principal = principal
+
+    def as_(self, principal: Principal | None) -> Api:
+        """The same API, called with another token's principal."""
+        return Api(principal)
 
     def call(self, method: str, path: str, body: Any = None, **options: Any) -> Reply:
+        options.setdefault("principal", self.principal)
         response = handle(api_event(method, path, body, **options), None)  # type: ignore[arg-type]
         raw = response.get("body") or ""
         if response.get("isBase64Encoded"):

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
+from tidings.logic.applications import UID_PATTERN, Application, ApplicationPage
 from tidings.logic.endpoints import (
     CreatedEndpoint,
     Endpoint,
@@ -16,6 +17,7 @@ from tidings.logic.endpoints import (
 from tidings.logic.events import SendResult
 from tidings.logic.messages import Attempt, Message, MessageDetail, MessagePage, MessageStatus
 from tidings.logic.replay import ReplayResult
+from tidings.logic.tokens import CreatedToken, Token, TokenPage, TokenScope
 
 
 def _not_null(value: Any) -> Any:
@@ -38,10 +40,15 @@ Payload = Annotated[
 ]
 
 __all__ = [
+    "Application",
+    "ApplicationPage",
     "Attempt",
     "BatchResult",
+    "CreateApplication",
     "CreateEndpoint",
+    "CreateToken",
     "CreatedEndpoint",
+    "CreatedToken",
     "Endpoint",
     "EndpointHealth",
     "EndpointPage",
@@ -57,6 +64,9 @@ __all__ = [
     "RotatedSecret",
     "SendEvent",
     "SendResult",
+    "Token",
+    "TokenPage",
+    "UpdateApplication",
     "UpdateEndpoint",
 ]
 
@@ -118,6 +128,42 @@ class ReplayRequest(_Strict):
     endpoint_id: Id | None = None
     since: AwareDatetime | None = Field(default=None, description="dead-lettered at or after")
     until: AwareDatetime | None = Field(default=None, description="dead-lettered before")
+
+
+Uid = Annotated[str, Field(min_length=1, max_length=200, pattern=UID_PATTERN)]
+MetadataKey = Annotated[str, Field(min_length=1, max_length=100)]
+MetadataValue = Annotated[str, Field(max_length=1000)]
+Metadata = Annotated[dict[MetadataKey, MetadataValue], Field(max_length=50)]
+
+
+class CreateApplication(_Strict):
+    uid: Uid = Field(
+        description="Your own id for this customer: letters, digits and . _ : - (unique; "
+        "a deleted application keeps its uid)"
+    )
+    name: str = Field(default="", max_length=200)
+    metadata: Metadata = Field(default_factory=dict, description="Your own string pairs")
+
+
+class UpdateApplication(_Strict):
+    """Only the fields present change; metadata is replaced whole."""
+
+    name: str | None = Field(default=None, max_length=200)
+    metadata: Metadata | None = None
+
+
+class CreateToken(_Strict):
+    scope: TokenScope = Field(
+        description="admin: everything; producer: send events, read messages; "
+        "app: everything inside one application"
+    )
+    application: Uid | None = Field(
+        default=None, description="The application (uid or id) of an app token; only for scope app"
+    )
+    description: str = Field(default="", max_length=200)
+    expires_at: AwareDatetime | None = Field(
+        default=None, description="When the token stops working (never, when absent)"
+    )
 
 
 class ErrorDetail(BaseModel):
