@@ -92,6 +92,7 @@ def test_api_requests_reach_the_ingest_handler_as_proxy_events(
     runtime.start()
     try:
         assert runtime.api is not None
+        # No token exists yet: a loopback request without one goes through as an admin's.
         reply = requests.post(runtime.api.url + "/events?dry=1", json={"type": "a"}, timeout=10)
         assert reply.status_code == 201
         assert reply.headers["X-Echo"] == "1"
@@ -101,10 +102,31 @@ def test_api_requests_reach_the_ingest_handler_as_proxy_events(
             "query": {"dry": "1"},
             "body": '{"type": "a"}',
             "stage": "local",
+            "authorizer": {"principalId": "local-loopback", "scope": "admin"},
         }
+        # A token presented is checked by the authorizer, whose context reaches the handler.
+        good = requests.get(
+            runtime.api.url + "/v1/x", headers={"Authorization": "Bearer good"}, timeout=10
+        )
+        assert good.json()["authorizer"] == {
+            "principalId": "token-7",
+            "scope": "producer",
+            "token_id": "7",
+        }
+        bad = requests.get(
+            runtime.api.url + "/v1/x", headers={"Authorization": "Bearer bad"}, timeout=10
+        )
+        assert bad.status_code == 401
+        assert bad.json()["error"]["code"] == "unauthorized"
+        checked = [c for c in _calls(tmp_path / "functions") if c["function"] == "authorizer"]
+        assert [c["type"] for c in checked] == ["TOKEN", "TOKEN"]
+        assert checked[0]["method_arn"].endswith("/local/GET/v1/x")
         failing = requests.get(runtime.api.url + "/boom", timeout=10)
         assert failing.status_code == 502
-        assert failing.json() == {"message": "Internal server error"}
+        assert failing.json()["error"]["code"] == "bad_gateway"
+        traced = requests.request("TRACE", runtime.api.url + "/v1/x", timeout=10)
+        assert traced.status_code == 405
+        assert traced.json()["error"]["code"] == "method_not_allowed"
     finally:
         runtime.stop()
 
