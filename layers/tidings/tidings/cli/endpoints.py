@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tidings.cli.support import print_json, target, use_case_errors, when
+from tidings.cli.support import (
+    add_app_option,
+    chosen_app,
+    print_json,
+    target,
+    use_case_errors,
+    when,
+)
 from tidings.local.progress import table
 
 
@@ -38,15 +45,18 @@ def register(subparsers: Any) -> None:
     add.add_argument("--max-attempts", type=int, default=None)
     add.add_argument("--timeout-ms", type=int, default=None)
     add.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(add)
     add.set_defaults(handler=run_add)
 
     listing = actions.add_parser("list", help="list endpoints")
     listing.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(listing)
     listing.set_defaults(handler=run_list)
 
     disable = actions.add_parser("disable", help="stop delivering to an endpoint")
     disable.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
     disable.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(disable)
     disable.set_defaults(handler=run_disable)
 
     rotate = actions.add_parser(
@@ -54,6 +64,7 @@ def register(subparsers: Any) -> None:
     )
     rotate.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
     rotate.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(rotate)
     rotate.set_defaults(handler=run_rotate)
 
 
@@ -61,8 +72,10 @@ def run_add(args: argparse.Namespace) -> int:
     from tidings.logic import endpoints
 
     with target() as where, use_case_errors():
+        app = chosen_app(where, args.app)
         created = endpoints.create_endpoint(
             where.db,
+            app_id=app.id,
             url=args.url,
             description=args.description,
             event_types=args.event_types,
@@ -74,7 +87,7 @@ def run_add(args: argparse.Namespace) -> int:
     if args.json:
         print_json(created)
         return 0
-    print(f"endpoint {created.id} added: {created.url}")
+    print(f"endpoint {created.id} added to application {app.uid}: {created.url}")
     print(f"  event types: {', '.join(created.event_types)}")
     print(f"  secret:      {created.secret}")
     print("  (the secret is shown this once; keep it to verify signatures)")
@@ -86,9 +99,10 @@ def run_list(args: argparse.Namespace) -> int:
 
     found = []
     with target() as where, use_case_errors():
+        app = chosen_app(where, args.app)
         cursor: str | None = None
         while True:
-            page = endpoints.list_endpoints(where.db, cursor=cursor, limit=100)
+            page = endpoints.list_endpoints(where.db, cursor=cursor, limit=100, app_id=app.id)
             found.extend(page.items)
             cursor = page.next_cursor
             if cursor is None:
@@ -97,7 +111,7 @@ def run_list(args: argparse.Namespace) -> int:
         print_json(found)
         return 0
     if not found:
-        print("no endpoints")
+        print(f"no endpoints in application {app.uid}")
         return 0
     rows: list[list[object]] = [
         [
@@ -118,8 +132,9 @@ def run_disable(args: argparse.Namespace) -> int:
     from tidings.logic import endpoints
 
     with target() as where, use_case_errors():
+        app = chosen_app(where, args.app)
         changed = endpoints.update_endpoint(
-            where.db, args.endpoint_id, {"enabled": False}, settings=where.settings
+            where.db, args.endpoint_id, {"enabled": False}, settings=where.settings, app_id=app.id
         )
     if args.json:
         print_json(changed)
@@ -132,7 +147,10 @@ def run_rotate(args: argparse.Namespace) -> int:
     from tidings.logic import endpoints
 
     with target() as where, use_case_errors():
-        rotated = endpoints.rotate_secret(where.db, args.endpoint_id, settings=where.settings)
+        app = chosen_app(where, args.app)
+        rotated = endpoints.rotate_secret(
+            where.db, args.endpoint_id, settings=where.settings, app_id=app.id
+        )
     if args.json:
         print_json(rotated)
         return 0
