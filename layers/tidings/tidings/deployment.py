@@ -29,6 +29,10 @@ class FunctionSpec:
     reaches_endpoints: bool = False
     # Connects to the database instance directly instead of through RDS Proxy.
     connects_directly: bool = False
+    # Makes API Gateway API keys for tokens and adds them to the API's usage plan.
+    manages_usage_keys: bool = False
+    # Writes the deploy's first admin token into its Secrets Manager secret.
+    bootstraps_admin_token: bool = False
 
     @property
     def scheduled(self) -> bool:
@@ -65,6 +69,13 @@ INGEST = FunctionSpec(
     timeout_s=29,
     memory_mb=512,
 )
+AUTHORIZER = FunctionSpec(
+    name="authorizer",
+    description="The ingest API's token authorizer: checks bearer tokens, names scope and app",
+    timeout_s=10,
+    memory_mb=256,
+    manages_usage_keys=True,
+)
 PERCENTILES = FunctionSpec(
     name="percentiles",
     description="Refreshes per-endpoint latency percentiles and reports slow endpoints",
@@ -99,16 +110,18 @@ PRUNER = FunctionSpec(
 )
 MIGRATOR = FunctionSpec(
     name="migrator",
-    description="Applies the SQL migrations (CloudFormation custom resource, runs on deploy)",
+    description="Applies the SQL migrations and makes the first admin token (custom resource)",
     timeout_s=600,
     memory_mb=256,
     connects_directly=True,
+    bootstraps_admin_token=True,
 )
 
 FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
     CLAIMER,
     SENDER,
     INGEST,
+    AUTHORIZER,
     PERCENTILES,
     HEALTH_MONITOR,
     DEAD_LETTER_REPORT,
@@ -130,6 +143,16 @@ DEFAULT_SCHEDULES: Mapping[str, str] = {
 VISIBILITY_TIMEOUT_FACTOR = 6
 QUEUE_VISIBILITY_TIMEOUT_S = VISIBILITY_TIMEOUT_FACTOR * SENDER.timeout_s
 MAX_RECEIVE_COUNT = 5
+
+# How long API Gateway keeps the authorizer's answer for one Authorization header: a revoked or
+# expired token is refused within this long.
+AUTHORIZER_CACHE_TTL_S = 60
+
+
+def usage_plan_name(stage: str) -> str:
+    """The name of the ingest API's usage plan, by which the authorizer finds it."""
+    return f"tidings-{stage}"
+
 
 _RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
 _UNIT_S = {"minute": 60, "hour": 3600, "day": 86400}
