@@ -176,10 +176,7 @@ def test_each_function_has_its_own_role_granting_what_its_spec_needs(dev: Synthe
         assert ("secretsmanager:PutSecretValue" in admin_token) is spec.bootstraps_admin_token
         assert ("secretsmanager:GetSecretValue" in admin_token) is spec.bootstraps_admin_token
         api_keys = {
-            a
-            for st in statements
-            for a in _as_list(st["Action"])
-            if a.startswith("apigateway:")
+            a for st in statements for a in _as_list(st["Action"]) if a.startswith("apigateway:")
         }
         assert bool(api_keys) is spec.manages_usage_keys, spec.name
         if spec.manages_usage_keys:

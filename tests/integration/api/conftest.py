@@ -132,3 +132,50 @@ def count(db: Database, table: str) -> int:
 
 def query_string(params: dict[str, str]) -> str:
     return urlencode(params)
+
+
+class Gateway:
+    """Requests through what API Gateway runs on AWS and the local API server runs here: the
+    token authorizer function, then the ingest function (both loaded from ``functions/`` as
+    Lambda loads them), without an HTTP server around them."""
+
+    def __init__(self, gateway: Any) -> None:
+        self._gateway = gateway
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        headers: dict[str, str] | None = None,
+        raw_body: bytes | None = None,
+        source_ip: str = "203.0.113.9",
+    ) -> Reply:
+        from tidings.local.lambda_env import HttpRequest
+
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        if token is not None:
+            sent["Authorization"] = f"Bearer {token}"
+        data = raw_body if raw_body is not None else b"" if body is None else json.dumps(body)
+        response = self._gateway.answer(
+            HttpRequest(
+                method=method,
+                target=path,
+                headers=tuple(sent.items()),
+                body=data.encode() if isinstance(data, str) else data,
+                source_ip=source_ip,
+            )
+        )
+        raw = response.body.decode()
+        return Reply(response.status, json.loads(raw) if raw else None, raw)
+
+
+@pytest.fixture
+def gateway(database_url: str, settings: Settings) -> Iterator[Gateway]:
+    from tidings.local.api_server import Gateway as LocalGateway
+    from tidings.local.lambda_env import load_handler
+
+    with wiring.overridden(settings=settings, database_factory=lambda: Database(database_url)):
+        yield Gateway(LocalGateway(load_handler("ingest"), load_handler("authorizer")))

@@ -132,9 +132,7 @@ def test_the_first_admin_token_is_made_once_into_its_secret(
         assert created["Data"]["AdminTokenMade"] == "true"
         token = secrets.get_secret_value(SecretId=arn)["SecretString"]
         assert tokens.is_token(token)
-        assert _tokens(empty_database) == [
-            ("admin", token[:12], tokens.digest(token), False)
-        ]
+        assert _tokens(empty_database) == [("admin", token[:12], tokens.digest(token), False)]
 
         # Deploying again keeps the token: nothing new in the secret or the database.
         again = migrator.handler(_event("Update", arn), LambdaContext())

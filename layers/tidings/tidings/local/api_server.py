@@ -161,9 +161,8 @@ class ApiServer:
         authorizer: Handler | None = None,
         open_access: OpenAccess = lambda: False,
     ) -> None:
-        self._server = ThreadingHTTPServer(
-            (host, port), _request_class(handler, authorizer, open_access)
-        )
+        self.gateway = Gateway(handler, authorizer, open_access)
+        self._server = ThreadingHTTPServer((host, port), _request_class(self.gateway))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -186,12 +185,22 @@ class ApiServer:
             self._thread.join()
 
 
-def _request_class(
-    handler: Handler, authorizer: Handler | None, open_access: OpenAccess
-) -> type[BaseHTTPRequestHandler]:
-    one_at_a_time = threading.Lock()
+class Gateway:
+    """What API Gateway does with one request before and after the integration (see the
+    module docstring); ``answer`` is the whole of it, without the HTTP server around it."""
 
-    def answer(request: HttpRequest) -> HttpResponse:
+    def __init__(
+        self,
+        handler: Handler,
+        authorizer: Handler | None = None,
+        open_access: OpenAccess = lambda: False,
+    ) -> None:
+        self._handler = handler
+        self._authorizer = authorizer
+        self._open_access = open_access
+        self._one_at_a_time = threading.Lock()
+
+    def answer(self, request: HttpRequest) -> HttpResponse:
         if request.method not in ROUTED_METHODS:
             from tidings.api.app import allowed_methods
 
@@ -202,12 +211,14 @@ def _request_class(
                 f"{request.method} is not allowed here",
                 (("Allow", allowed),),
             )
-        with one_at_a_time:
-            context = authorize(authorizer, request, open_access)
+        with self._one_at_a_time:
+            context = authorize(self._authorizer, request, self._open_access)
             if isinstance(context, HttpResponse):
                 return context
-            return invoke(handler, request, context)
+            return invoke(self._handler, request, context)
 
+
+def _request_class(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
     class _Bridge(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "tidings-local"
@@ -224,7 +235,7 @@ def _request_class(
                 body=body,
                 source_ip=str(self.client_address[0]),
             )
-            response = answer(request)
+            response = gateway.answer(request)
             self.send_response(response.status)
             for name, value in response.headers:
                 if name.lower() not in {"content-length", "connection", "transfer-encoding"}:
