@@ -54,7 +54,8 @@ def test_an_upgrade_keeps_every_event_in_default_and_rewrites_no_table(empty_dat
         cur.execute("SELECT array_agg(x) FROM tidings.enqueue('order.paid', '{}', 'o-1') x")
         (first_ids,) = cur.fetchone()
         cur.execute(
-            "SELECT pg_relation_filenode('tidings.events'), pg_relation_filenode('tidings.messages')"
+            "SELECT pg_relation_filenode('tidings.events'),"
+            " pg_relation_filenode('tidings.messages')"
         )
         files_before = cur.fetchone()
 
@@ -67,7 +68,8 @@ def test_an_upgrade_keeps_every_event_in_default_and_rewrites_no_table(empty_dat
     with conn.cursor() as cur:
         # Adding the column and the key rewrote neither events nor messages.
         cur.execute(
-            "SELECT pg_relation_filenode('tidings.events'), pg_relation_filenode('tidings.messages')"
+            "SELECT pg_relation_filenode('tidings.events'),"
+            " pg_relation_filenode('tidings.messages')"
         )
         assert cur.fetchone() == files_before
         cur.execute("SELECT app_id FROM tidings.events")

@@ -173,7 +173,7 @@ def test_deleting_an_application_while_events_are_sent_to_it(
                     accepted.append(ids)
                 except psycopg2.errors.ForeignKeyViolation as exc:
                     refused.append(exc.diag.message_detail or "")
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
         finally:
             conn.close()

@@ -182,7 +182,7 @@ def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "body": json.dumps({"error": {"code": code, "message": message}}),
             "isBase64Encoded": False,
         }
-    return app.resolve(event, context)
+    return app.resolve(_json_type_in_lower_case(event), context)
 
 
 def _refuse_request(event: Mapping[str, Any]) -> tuple[int, str, str] | None:
@@ -199,6 +199,29 @@ def _refuse_request(event: Mapping[str, Any]) -> tuple[int, str, str] | None:
     if method in _BODY_METHODS and content_type is not None and not _is_json(content_type):
         return 415, "unsupported_media_type", "the request body must be application/json"
     return None
+
+
+def _json_type_in_lower_case(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with a JSON content type spelled as the resolver reads it (media types are
+    case-insensitive; it compares them as written)."""
+    content_type = _header(event, "content-type")
+    if content_type is None or content_type == content_type.lower():
+        return event
+    changed = dict(event)
+    for key in ("headers", "multiValueHeaders"):
+        headers = event.get(key)
+        if isinstance(headers, Mapping):
+            changed[key] = {
+                name: (
+                    value
+                    if str(name).lower() != "content-type"
+                    else [v.lower() for v in value]
+                    if isinstance(value, list)
+                    else str(value).lower()
+                )
+                for name, value in headers.items()
+            }
+    return changed
 
 
 def _header(event: Mapping[str, Any], name: str) -> str | None:
