@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from tidings.logic.applications import UID_PATTERN, Application, ApplicationPage
 from tidings.logic.endpoints import (
@@ -26,7 +26,16 @@ def _not_null(value: Any) -> Any:
     return value
 
 
+def _text_only(value: Any) -> Any:
+    # A time is an RFC 3339 string, as documented; pydantic would also take a number of
+    # seconds since 1970, which the document does not allow.
+    if not isinstance(value, str):
+        raise ValueError("a time is an RFC 3339 string with its zone")
+    return value
+
+
 Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
+Moment = Annotated[AwareDatetime, BeforeValidator(_text_only)]
 EventType = Annotated[str, Field(min_length=1, max_length=200)]
 EventId = Annotated[str, Field(min_length=1, max_length=200)]
 # Any JSON value except null: objects, arrays, strings, numbers, booleans.
@@ -126,8 +135,8 @@ class ReplayRequest(_Strict):
 
     message_ids: list[Id] | None = Field(default=None, min_length=1, max_length=1000)
     endpoint_id: Id | None = None
-    since: AwareDatetime | None = Field(default=None, description="dead-lettered at or after")
-    until: AwareDatetime | None = Field(default=None, description="dead-lettered before")
+    since: Moment | None = Field(default=None, description="dead-lettered at or after")
+    until: Moment | None = Field(default=None, description="dead-lettered before")
 
 
 Uid = Annotated[str, Field(min_length=1, max_length=200, pattern=UID_PATTERN)]
@@ -161,7 +170,7 @@ class CreateToken(_Strict):
         default=None, description="The application (uid or id) of an app token; only for scope app"
     )
     description: str = Field(default="", max_length=200)
-    expires_at: AwareDatetime | None = Field(
+    expires_at: Moment | None = Field(
         default=None, description="When the token stops working (never, when absent)"
     )
 

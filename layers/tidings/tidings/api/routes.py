@@ -271,7 +271,7 @@ def update_endpoint(
     "/endpoints/<endpoint_id>",
     action=Action.MANAGE_ENDPOINTS,
     summary="Delete an endpoint (its messages and attempts are kept)",
-    responses={204: {"description": "Deleted"}, **_errors(403, 404)},
+    responses={204: {"description": "Deleted", "content": {}}, **_errors(403, 404)},
     tags=["endpoints"],
 )
 def delete_endpoint(app: AppScope, endpoint_id: EndpointIdPath) -> Response[None]:
@@ -399,7 +399,7 @@ def update_application(app: AppPath, body: Annotated[UpdateApplication, Body()])
     "/v1/apps/<app>",
     summary="Delete an application: its endpoints are disabled, its queued messages become "
     "dead letters, its history stays",
-    responses={204: {"description": "Deleted"}, **_errors(403, 404, 409)},
+    responses={204: {"description": "Deleted", "content": {}}, **_errors(403, 404, 409)},
     tags=["applications"],
 )
 def delete_application(app: AppPath) -> Response[None]:

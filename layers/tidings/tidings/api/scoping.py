@@ -37,6 +37,7 @@ AppPath = Annotated[
         max_length=200,
         pattern=applications.UID_PATTERN,
         description="the application's uid, or its id (a uid wins when both match)",
+        examples=[applications.DEFAULT_APP_UID],
     ),
 ]
 # Every (method, path template) registered, for telling 405 from 404.

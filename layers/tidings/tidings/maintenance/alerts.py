@@ -17,9 +17,9 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from tidings.dal import alerts as dal
-from tidings.dal.applications import DEFAULT_APP_UID
 from tidings.dal import health as health_dal
 from tidings.dal.alerts import StoredAlert
+from tidings.dal.applications import DEFAULT_APP_UID
 from tidings.dal.connection import Cursor, Database
 from tidings.dal.health import EndpointAttention
 from tidings.delivery.ssrf import display_origin
