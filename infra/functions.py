@@ -255,4 +255,8 @@ class Functions(Construct):
             environment["TIDINGS_HTTP_TIMEOUT_S"] = str(self._config.http_timeout_s)
         if spec.manages_usage_keys:
             environment["TIDINGS_USAGE_PLAN_NAME"] = usage_plan_name(self._config.stage)
+        if spec.emits_application_metrics and self._config.metrics_applications:
+            environment["TIDINGS_METRICS_APPLICATIONS"] = ",".join(
+                self._config.metrics_applications
+            )
         return environment

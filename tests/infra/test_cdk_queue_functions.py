@@ -157,6 +157,20 @@ def test_environment_follows_the_contract(dev: Synthesized) -> None:
     assert [s.name for s in FUNCTION_SPECS if s.bootstraps_admin_token] == ["migrator"]
 
 
+def test_only_the_listed_applications_are_metrics_dimensions(
+    dev: Synthesized, prod: Synthesized
+) -> None:
+    for spec in FUNCTION_SPECS:
+        assert (
+            "TIDINGS_METRICS_APPLICATIONS"
+            not in (_function(dev, spec.name)["Properties"]["Environment"]["Variables"])
+        )
+        listed = _function(prod, spec.name)["Properties"]["Environment"]["Variables"].get(
+            "TIDINGS_METRICS_APPLICATIONS"
+        )
+        assert listed == ("acme,globex" if spec.name == "health_monitor" else None), spec.name
+
+
 def test_each_function_has_its_own_role_granting_what_its_spec_needs(dev: Synthesized) -> None:
     queue_id, _ = _queue_ids(dev)
     queue_arn = {"Fn::GetAtt": [queue_id, "Arn"]}

@@ -33,6 +33,8 @@ class FunctionSpec:
     manages_usage_keys: bool = False
     # Writes the deploy's first admin token into its Secrets Manager secret.
     bootstraps_admin_token: bool = False
+    # Emits the queue's figures per listed application (TIDINGS_METRICS_APPLICATIONS).
+    emits_application_metrics: bool = False
 
     @property
     def scheduled(self) -> bool:
@@ -92,6 +94,7 @@ HEALTH_MONITOR = FunctionSpec(
     memory_mb=256,
     schedule="rate(5 minutes)",
     publishes_alerts=True,
+    emits_application_metrics=True,
 )
 DEAD_LETTER_REPORT = FunctionSpec(
     name="dead_letter_report",

@@ -163,3 +163,22 @@ def test_dev_settings_allow_loopback_only() -> None:
     assert settings.allowed_networks == LOOPBACK_NETWORKS
     assert settings.lease_s == 60.0
     assert dev_settings({"TIDINGS_LEASE_S": "90"}).lease_s == 90.0
+
+
+def test_loopback_access_without_a_token_ends_with_the_first_token(database_url: str) -> None:
+    from tidings.dal.connection import Database
+    from tidings.local.runtime import OpenAccess
+    from tidings.logic import tokens
+
+    db = Database(database_url)
+    with wiring.overridden(database_factory=lambda: Database(database_url)):
+        open_access = OpenAccess()
+        assert open_access() is True
+        assert open_access() is True
+        made = tokens.create_token(db, scope="producer")
+        assert open_access() is False
+        # Revoked, the token still ended it: the API never opens again.
+        tokens.revoke_token(db, made.id)
+        assert open_access() is False
+        assert OpenAccess()() is False
+    db.close()
