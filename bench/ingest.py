@@ -68,7 +68,12 @@ def api_event(batch: list[dict[str, Any]]) -> dict[str, Any]:
         "queryStringParameters": None,
         "multiValueQueryStringParameters": None,
         "pathParameters": None,
-        "requestContext": {"resourcePath": "/v1/events/batch", "httpMethod": "POST"},
+        "requestContext": {
+            "resourcePath": "/v1/events/batch",
+            "httpMethod": "POST",
+            # What API Gateway's token authorizer passes on for a producer token.
+            "authorizer": {"principalId": "token-1", "scope": "producer", "token_id": "1"},
+        },
         "body": json.dumps({"events": batch}),
         "isBase64Encoded": False,
     }

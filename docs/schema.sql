@@ -43,7 +43,8 @@ CREATE TABLE tidings.applications (
     CONSTRAINT applications_name_check CHECK ((length(name) <= 200)),
     CONSTRAINT applications_pkey PRIMARY KEY (id),
     CONSTRAINT applications_uid_check CHECK ((uid ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$'::text)),
-    CONSTRAINT applications_uid_key UNIQUE (uid)
+    CONSTRAINT applications_uid_key UNIQUE (uid),
+    CONSTRAINT default_application_stays CHECK (((id <> 1) OR ((deleted_at IS NULL) AND (uid = 'default'::text))))
 );
 
 CREATE TABLE tidings.attempts (
@@ -131,6 +132,7 @@ CREATE TABLE tidings.endpoints (
     CONSTRAINT endpoints_app_id_fkey FOREIGN KEY (app_id) REFERENCES tidings.applications(id),
     CONSTRAINT endpoints_check CHECK (((previous_secret IS NULL) = (previous_secret_expires_at IS NULL))),
     CONSTRAINT endpoints_description_check CHECK ((length(description) <= 1000)),
+    CONSTRAINT endpoints_id_app_id_key UNIQUE (id, app_id),
     CONSTRAINT endpoints_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
     CONSTRAINT endpoints_pkey PRIMARY KEY (id),
     CONSTRAINT endpoints_previous_secret_check CHECK ((previous_secret ~~ 'whsec\_%'::text)),
@@ -147,9 +149,11 @@ CREATE TABLE tidings.events (
     event_id text NOT NULL,
     payload jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    app_id bigint DEFAULT 1 NOT NULL,
+    CONSTRAINT events_app_id_fkey FOREIGN KEY (app_id) REFERENCES tidings.applications(id),
     CONSTRAINT events_event_id_check CHECK (((event_id <> ''::text) AND (length(event_id) <= 200))),
     CONSTRAINT events_event_type_check CHECK (((event_type <> ''::text) AND (length(event_type) <= 200))),
-    CONSTRAINT events_idempotency_key UNIQUE (event_type, event_id),
+    CONSTRAINT events_idempotency_key UNIQUE (app_id, event_type, event_id),
     CONSTRAINT events_pkey PRIMARY KEY (id)
 );
 
@@ -218,9 +222,32 @@ CREATE TABLE tidings.schema_migrations (
 CREATE TABLE tidings.subscriptions (
     endpoint_id bigint NOT NULL,
     event_type text NOT NULL,
-    CONSTRAINT subscriptions_endpoint_id_fkey FOREIGN KEY (endpoint_id) REFERENCES tidings.endpoints(id) ON DELETE CASCADE,
+    app_id bigint DEFAULT 1 NOT NULL,
+    CONSTRAINT subscriptions_endpoint_app_fkey FOREIGN KEY (endpoint_id, app_id) REFERENCES tidings.endpoints(id, app_id) ON DELETE CASCADE,
     CONSTRAINT subscriptions_event_type_check CHECK (((event_type <> ''::text) AND (length(event_type) <= 200))),
     CONSTRAINT subscriptions_pkey PRIMARY KEY (endpoint_id, event_type)
+);
+
+CREATE TABLE tidings.tokens (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    prefix text NOT NULL,
+    hash bytea NOT NULL,
+    scope text NOT NULL,
+    app_id bigint,
+    description text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone,
+    revoked_at timestamp with time zone,
+    usage_key_id text,
+    CONSTRAINT tokens_app_id_fkey FOREIGN KEY (app_id) REFERENCES tidings.applications(id),
+    CONSTRAINT tokens_check CHECK (((scope = 'app'::text) = (app_id IS NOT NULL))),
+    CONSTRAINT tokens_check1 CHECK (((expires_at IS NULL) OR (expires_at > created_at))),
+    CONSTRAINT tokens_description_check CHECK ((length(description) <= 200)),
+    CONSTRAINT tokens_hash_check CHECK ((length(hash) = 32)),
+    CONSTRAINT tokens_hash_key UNIQUE (hash),
+    CONSTRAINT tokens_pkey PRIMARY KEY (id),
+    CONSTRAINT tokens_prefix_check CHECK ((prefix ~ '^tdg_[A-Za-z0-9_-]{8}$'::text)),
+    CONSTRAINT tokens_scope_check CHECK ((scope = ANY (ARRAY['admin'::text, 'producer'::text, 'app'::text])))
 );
 
 CREATE INDEX alert_outbox_due ON tidings.alert_outbox USING btree (due_at, id);
@@ -238,7 +265,8 @@ CREATE INDEX messages_dead_letters ON tidings.messages USING btree (endpoint_id,
 CREATE INDEX messages_delivered ON tidings.messages USING btree (delivered_at) WHERE (status = 'delivered'::tidings.message_status);
 CREATE INDEX messages_in_flight ON tidings.messages USING btree (next_attempt_at) WHERE (status = 'in_flight'::tidings.message_status);
 CREATE INDEX messages_unreported_dead_letters ON tidings.messages USING btree (dead_lettered_at, id) WHERE ((status = 'dead_letter'::tidings.message_status) AND (dead_letter_reported_at IS NULL));
-CREATE INDEX subscriptions_by_event_type ON tidings.subscriptions USING btree (event_type);
+CREATE INDEX subscriptions_by_app_and_type ON tidings.subscriptions USING btree (app_id, event_type);
+CREATE INDEX tokens_by_prefix ON tidings.tokens USING btree (prefix);
 
 CREATE OR REPLACE FUNCTION tidings.begin_attempts_v1(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision)
  RETURNS TABLE(message_id bigint, endpoint_id bigint, permitted boolean, lease_token uuid, event_type text, event_id text, attempts integer, max_attempts integer, url text, timeout_ms integer, rate_limit_per_s double precision, retry_schedule integer[], secret text, previous_secret text, payload text)
@@ -597,20 +625,21 @@ BEGIN
     RETURN victim;
 END $function$;
 
-CREATE OR REPLACE FUNCTION tidings.enqueue(event_type text, payload jsonb, event_id text DEFAULT NULL::text, endpoint_ids bigint[] DEFAULT NULL::bigint[])
+CREATE OR REPLACE FUNCTION tidings.enqueue(event_type text, payload jsonb, event_id text DEFAULT NULL::text, endpoint_ids bigint[] DEFAULT NULL::bigint[], application text DEFAULT NULL::text)
  RETURNS SETOF bigint
  LANGUAGE sql
 AS $function$
     SELECT unnest(e.message_ids)
     FROM tidings.enqueue_event(enqueue.event_type, enqueue.payload, enqueue.event_id,
-                               enqueue.endpoint_ids) AS e
+                               enqueue.endpoint_ids, enqueue.application) AS e
 $function$;
 
-CREATE OR REPLACE FUNCTION tidings.enqueue_batch(events jsonb)
+CREATE OR REPLACE FUNCTION tidings.enqueue_batch(events jsonb, application text DEFAULT NULL::text)
  RETURNS TABLE(item integer, event_ref bigint, created boolean, message_ids bigint[])
  LANGUAGE plpgsql
 AS $function$
 DECLARE
+    v_app_id    bigint;
     v_types     text[];
     v_ids       text[];
     v_payloads  jsonb[];
@@ -620,6 +649,20 @@ DECLARE
     v_created   bigint[];
     v_where     text;
 BEGIN
+    IF application IS NULL THEN
+        -- 'default' can never be deleted (default_application_stays): no lock needed.
+        v_app_id := 1;
+    ELSE
+        SELECT a.id INTO v_app_id
+        FROM tidings.applications a
+        WHERE a.uid = application AND a.deleted_at IS NULL
+        FOR KEY SHARE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'tidings.enqueue: unknown application: %', application
+                USING ERRCODE = '23503', DETAIL = 'application';
+        END IF;
+    END IF;
+
     IF events IS NULL OR jsonb_typeof(events) <> 'array' THEN
         RAISE EXCEPTION 'tidings.enqueue: events must be a JSON array' USING ERRCODE = '22023';
     END IF;
@@ -673,7 +716,8 @@ BEGIN
                                            THEN 'event_type' ELSE v_bad.problem END;
     END IF;
 
-    -- Named endpoints must exist and not be deleted (a disabled one is skipped, not refused).
+    -- Named endpoints must exist in the application and not be deleted (a disabled one is
+    -- skipped, not refused). Another application's endpoint is refused as an unknown one is.
     SELECT t.ord - 1 AS pos,
            array_agg(t.wanted ORDER BY t.wanted) AS unknown
     INTO v_bad
@@ -688,7 +732,8 @@ BEGIN
             CASE WHEN jsonb_typeof(u.targets) = 'array' THEN u.targets ELSE '[]' END) AS w
     ) t
     WHERE t.wanted IS NULL OR NOT EXISTS (
-        SELECT 1 FROM tidings.endpoints e WHERE e.id = t.wanted AND e.deleted_at IS NULL)
+        SELECT 1 FROM tidings.endpoints e
+        WHERE e.id = t.wanted AND e.app_id = v_app_id AND e.deleted_at IS NULL)
     GROUP BY t.ord
     ORDER BY t.ord
     LIMIT 1;
@@ -707,14 +752,15 @@ BEGIN
         ORDER BY u.event_type, u.event_id, u.ord
     ),
     inserted AS (
-        INSERT INTO tidings.events AS ev (event_type, event_id, payload)
-        SELECT f.event_type, f.event_id, f.payload FROM firsts f
+        INSERT INTO tidings.events AS ev (app_id, event_type, event_id, payload)
+        SELECT v_app_id, f.event_type, f.event_id, f.payload FROM firsts f
         ORDER BY f.event_type, f.event_id
         ON CONFLICT ON CONSTRAINT events_idempotency_key DO NOTHING
         RETURNING ev.id, ev.event_type, ev.event_id
     ),
-    -- Each new event's targets: the named endpoints, or else the subscribers of its type (found
-    -- through the subscriptions index, so the cost follows the subscribers, not all endpoints).
+    -- Each new event's targets: the named endpoints, or else the subscribers of its type in its
+    -- application (found through subscriptions_by_app_and_type, so the cost follows those
+    -- subscribers, neither the application's other endpoints nor other applications').
     targets AS (
         SELECT i.id AS event_ref, i.event_type, t.endpoint_id
         FROM inserted i
@@ -723,6 +769,7 @@ BEGIN
             SELECT s.endpoint_id
             FROM tidings.subscriptions s
             WHERE jsonb_typeof(f.targets) IS DISTINCT FROM 'array'
+              AND s.app_id = v_app_id
               AND s.event_type IN (i.event_type, '*')
             UNION
             SELECT named.value::bigint
@@ -735,7 +782,7 @@ BEGIN
         SELECT t.event_ref, e.id, t.event_type
         FROM targets t
         JOIN tidings.endpoints e ON e.id = t.endpoint_id
-        WHERE e.enabled AND e.deleted_at IS NULL
+        WHERE e.enabled AND e.deleted_at IS NULL AND e.app_id = v_app_id
         ORDER BY t.event_ref, e.id
         RETURNING 1
     )
@@ -754,13 +801,14 @@ BEGIN
         FROM (
             SELECT u.ord,
                    (SELECT ev.id FROM tidings.events ev
-                    WHERE ev.event_type = u.event_type AND ev.event_id = u.event_id) AS ref
+                    WHERE ev.app_id = v_app_id
+                      AND ev.event_type = u.event_type AND ev.event_id = u.event_id) AS ref
             FROM unnest(v_types, v_ids) WITH ORDINALITY AS u (event_type, event_id, ord)
         ) k
         ORDER BY k.ord;
 END $function$;
 
-CREATE OR REPLACE FUNCTION tidings.enqueue_event(event_type text, payload jsonb, event_id text DEFAULT NULL::text, endpoint_ids bigint[] DEFAULT NULL::bigint[], OUT event_ref bigint, OUT created boolean, OUT message_ids bigint[])
+CREATE OR REPLACE FUNCTION tidings.enqueue_event(event_type text, payload jsonb, event_id text DEFAULT NULL::text, endpoint_ids bigint[] DEFAULT NULL::bigint[], application text DEFAULT NULL::text, OUT event_ref bigint, OUT created boolean, OUT message_ids bigint[])
  RETURNS record
  LANGUAGE sql
 AS $function$
@@ -769,7 +817,7 @@ AS $function$
         'event_type', enqueue_event.event_type,
         'event_id', enqueue_event.event_id,
         'endpoint_ids', to_jsonb(enqueue_event.endpoint_ids))) || jsonb_build_object(
-        'payload', enqueue_event.payload))) AS b
+        'payload', enqueue_event.payload)), enqueue_event.application) AS b
 $function$;
 
 CREATE OR REPLACE FUNCTION tidings.ensure_attempt_partitions(from_day date, days integer, lock_timeout_ms integer)

@@ -20,6 +20,9 @@ _SCHEDULE = re.compile(r"^(rate\(\d+ (minute|minutes|hour|hours|day|days)\)|cron
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9]*\.[a-z0-9]+$")
 _SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
+# What an application's uid may be (migration 0040).
+_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
+MAX_METRICS_APPLICATIONS = 20
 
 
 class StageConfigError(ValueError):
@@ -56,6 +59,9 @@ class StageConfig:
     # API
     api_rate_limit: int
     api_burst_limit: int
+    # Applications (uids, at most 20) whose queue figures carry an Application dimension in the
+    # health monitor's metrics: each is a CloudWatch metric per figure, so the list is bounded.
+    metrics_applications: tuple[str, ...]
     # Alerts
     alarm_email: str
     oldest_message_alarm_s: int
@@ -125,6 +131,7 @@ def stage_config(lookup: Callable[[str], Any]) -> StageConfig:
         schedules=schedules,
         api_rate_limit=_integer(setting, "apiRateLimit", minimum=1),
         api_burst_limit=_integer(setting, "apiBurstLimit", minimum=1),
+        metrics_applications=_id_list(lambda name: setting(name, []), "metricsApplications"),
         alarm_email=str(setting("alarmEmail") or ""),
         oldest_message_alarm_s=_integer(setting, "oldestMessageAlarmS", minimum=60),
         free_storage_alarm_gib=_integer(setting, "freeStorageAlarmGiB", minimum=1),
@@ -148,6 +155,7 @@ def _validate(config: StageConfig) -> None:
             raise StageConfigError(
                 f"producerSecurityGroupIds: {group_id!r} is not a security group id (sg-...)"
             )
+    _validate_metrics_applications(config.metrics_applications)
     if config.alarm_email and not _EMAIL.match(config.alarm_email):
         raise StageConfigError(f"alarmEmail {config.alarm_email!r} is not an email address")
     unknown = sorted(set(config.schedules) - set(SCHEDULED_FUNCTIONS))
@@ -164,6 +172,17 @@ def _validate(config: StageConfig) -> None:
                 f"schedule for {name!r} is {expression!r}; "
                 "expected 'rate(N minutes)' or 'cron(...)'"
             )
+
+
+def _validate_metrics_applications(uids: tuple[str, ...]) -> None:
+    if len(uids) > MAX_METRICS_APPLICATIONS:
+        raise StageConfigError(
+            f"metricsApplications names {len(uids)} applications; "
+            f"at most {MAX_METRICS_APPLICATIONS} (each is a CloudWatch metric per figure)"
+        )
+    for uid in uids:
+        if not _UID.match(uid):
+            raise StageConfigError(f"metricsApplications: {uid!r} is not an application uid")
 
 
 def _text(setting: Callable[[str], Any], name: str) -> str:

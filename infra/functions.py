@@ -3,7 +3,8 @@ security group.
 
 Every role starts with only what any function here needs (writing its own log group, the
 network interfaces Lambda manages in the VPC, X-Ray segments) and gains the grants its spec
-asks for: reading the database secret, sending to the delivery queue, publishing alerts.
+asks for: reading the database secret, sending to the delivery queue, publishing alerts,
+making API keys in the API's usage plan, writing the first admin token's secret.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -24,7 +26,7 @@ from infra.build_layers import BuiltLayers, LambdaPlatform
 from infra.common import acknowledge, log_retention
 from infra.config import StageConfig
 from infra.database import DATABASE_NAME, Database
-from tidings.deployment import FUNCTION_SPECS, FunctionSpec
+from tidings.deployment import FUNCTION_SPECS, FunctionSpec, usage_plan_name
 
 FUNCTIONS_ROOT = Path(__file__).resolve().parent.parent / "functions"
 HANDLER = "app.handler"
@@ -71,6 +73,7 @@ class Functions(Construct):
         database: Database,
         delivery_queue: sqs.IQueue,
         alerts_topic: sns.ITopic,
+        admin_token_secret: secretsmanager.ISecret,
         functions_root: Path = FUNCTIONS_ROOT,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -80,6 +83,7 @@ class Functions(Construct):
         self._database = database
         self._queue = delivery_queue
         self._topic = alerts_topic
+        self._admin_token_secret = admin_token_secret
         self._functions_root = functions_root
         self.dependencies_layer = lambda_.LayerVersion(
             self,
@@ -201,7 +205,35 @@ class Functions(Construct):
                 "Publishing to the encrypted alerts topic needs data keys from its one KMS key; "
                 "the grant is limited to that key.",
             )
+        if spec.manages_usage_keys:
+            self._grant_usage_keys(role)
+        if spec.bootstraps_admin_token:
+            self._admin_token_secret.grant_read(role)
+            self._admin_token_secret.grant_write(role)
         return DeployedFunction(spec, function, role, security_group, log_group)
+
+    def _grant_usage_keys(self, role: iam.Role) -> None:
+        """Making a token's API key and adding it to the usage plan: API Gateway's management
+        API, on API keys and usage plans only."""
+        stack = Stack.of(self)
+        base = f"arn:{stack.partition}:apigateway:{stack.region}::"
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["apigateway:GET", "apigateway:POST"],
+                resources=[
+                    f"{base}/apikeys",
+                    f"{base}/usageplans",
+                    f"{base}/usageplans/*/keys",
+                ],
+            )
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:apigateway:<AWS::Region>::"
+            "/usageplans/*/keys]",
+            "The usage plan's id cannot be named here: the plan depends on the API, which "
+            "depends on this authorizer. The function finds the plan by its name at run time.",
+        )
 
     def _environment(self, spec: FunctionSpec, database_host: str) -> dict[str, str]:
         environment = {
@@ -225,5 +257,11 @@ class Functions(Construct):
             # The ports the sender's security group opens: an endpoint elsewhere is refused.
             environment["TIDINGS_ENDPOINT_PORTS"] = ",".join(
                 str(port) for port in self._config.endpoint_ports
+            )
+        if spec.manages_usage_keys:
+            environment["TIDINGS_USAGE_PLAN_NAME"] = usage_plan_name(self._config.stage)
+        if spec.emits_application_metrics and self._config.metrics_applications:
+            environment["TIDINGS_METRICS_APPLICATIONS"] = ",".join(
+                self._config.metrics_applications
             )
         return environment

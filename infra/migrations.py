@@ -6,6 +6,9 @@ adds or edits a migration updates the resource and the migrator applies what is 
 without migration changes leaves the schema alone. The migrator is idempotent (applied
 migrations are recorded in the database), so running it again is always safe: to force a run,
 deploy with ``-c migrationsRunToken=<anything new>``.
+
+The same run makes sure the first admin token exists in the secret named by the
+``AdminTokenSecretArn`` property (see ``infra/tokens.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class SchemaMigrations(Construct):
         *,
         migrator: lambda_.Function,
         log_retention_days: int,
+        admin_token_secret_arn: str,
         run_token: str = "",
         migrations_dir: Path = MIGRATIONS_DIR,
     ) -> None:
@@ -76,7 +80,10 @@ class SchemaMigrations(Construct):
             f"AwsSolutions-IAM5[Resource::<{_logical_id(migrator)}.Arn>:*]",
             "The provider framework may invoke any version of the migrator function, and only it.",
         )
-        properties = {"MigrationsHash": migrations_hash(migrations_dir)}
+        properties = {
+            "MigrationsHash": migrations_hash(migrations_dir),
+            "AdminTokenSecretArn": admin_token_secret_arn,
+        }
         if run_token:
             properties["RunToken"] = run_token
         self.resource = CustomResource(

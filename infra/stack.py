@@ -20,6 +20,7 @@ from infra.functions import Functions
 from infra.migrations import SchemaMigrations
 from infra.network import Network
 from infra.schedules import Schedules
+from infra.tokens import AdminToken
 from tidings.deployment import SCHEDULED_FUNCTIONS, SENDER
 
 SENDER_BATCH_SIZE = 10
@@ -60,6 +61,7 @@ class TidingsStack(Stack):
             max_receive_count=config.dlq_max_receive_count,
         )
         self.alerts = Alerts(self, "Alerts", email=config.alarm_email)
+        self.admin_token = AdminToken(self, "AdminToken")
         self.functions = Functions(
             self,
             "Functions",
@@ -70,6 +72,7 @@ class TidingsStack(Stack):
             database=self.database,
             delivery_queue=self.delivery.queue,
             alerts_topic=self.alerts.topic,
+            admin_token_secret=self.admin_token.secret,
         )
         self.functions["sender"].add_event_source(
             SqsEventSource(
@@ -84,6 +87,7 @@ class TidingsStack(Stack):
             "Migrations",
             migrator=self.functions["migrator"],
             log_retention_days=config.log_retention_days,
+            admin_token_secret_arn=self.admin_token.secret.secret_arn,
             run_token=migrations_run_token,
         )
         # The migrator reads the secret and connects to the instance: both must be in place,
@@ -101,6 +105,7 @@ class TidingsStack(Stack):
             self,
             "Ingest",
             handler=self.functions["ingest"],
+            authorizer=self.functions["authorizer"],
             stage_name=config.stage,
             rate_limit=config.api_rate_limit,
             burst_limit=config.api_burst_limit,

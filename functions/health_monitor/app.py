@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tidings import wiring
-from tidings.maintenance.health import emit_metrics
+from tidings.maintenance.health import emit_application_metrics, emit_metrics
 from tidings.maintenance.health_monitor import run_monitor
 from tidings.observability import logger, metrics, tracer
 
@@ -17,5 +17,6 @@ from tidings.observability import logger, metrics, tracer
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     result = run_monitor(wiring.database(), wiring.notifier(), wiring.settings())
     emit_metrics(result.summary)
+    emit_application_metrics(list(result.applications))
     logger.info("health checked", extra=result.to_dict())
     return result.to_dict()

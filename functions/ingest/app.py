@@ -10,7 +10,9 @@ from tidings.api.app import handle
 from tidings.observability import logger, tracer
 
 
-@logger.inject_lambda_context
+# The event holds the caller's token: it is never logged, whatever POWERTOOLS_LOGGER_LOG_EVENT
+# says.
+@logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return handle(event, context)

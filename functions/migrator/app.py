@@ -1,18 +1,27 @@
-"""Migrator: the CloudFormation custom resource that applies the SQL migrations on deploy.
+"""Migrator: the CloudFormation custom resource that applies the SQL migrations on deploy, then
+makes sure the deploy's first admin token exists.
 
 Driven by the CDK custom-resource provider framework, which turns what this returns into the
 CloudFormation response and an exception into a failed deploy that shows its message. It
 connects to the database instance itself, not through RDS Proxy: DDL gains nothing from pooling,
 and a proxy created in the same deploy may not be ready yet. Each migration waits at most
 TIDINGS_MIGRATION_LOCK_TIMEOUT_MS for a lock and is tried again a few times (``LockPolicy``).
+
+The first admin token lives in the Secrets Manager secret named by the resource's
+``AdminTokenSecretArn`` property (a stack output): when the secret does not hold a Tidings token
+yet (CloudFormation filled it with a random placeholder), a token is made, written there, and its
+hash stored in the database. Deploying again changes nothing; a revoked first token stays
+revoked. The token never appears in the response, a log line or the resource's properties.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from tidings.aws_clients import secretsmanager_client
 from tidings.config import get_settings
-from tidings.dal.connection import connect
+from tidings.dal.connection import Database, connect
+from tidings.logic.tokens import bootstrap_admin_token
 from tidings.migrations import LockPolicy, migrate
 from tidings.observability import logger
 
@@ -22,7 +31,7 @@ PHYSICAL_RESOURCE_ID = "tidings-schema"
 MIGRATION_STATEMENT_TIMEOUT = "9min"
 
 
-@logger.inject_lambda_context
+@logger.inject_lambda_context(log_event=False)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     request_type = event.get("RequestType")
     if request_type == "Delete":
@@ -39,9 +48,34 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     finally:
         conn.close()
     logger.info("schema is up to date", extra={"applied_now": applied})
+    secret_arn = str(event.get("ResourceProperties", {}).get("AdminTokenSecretArn") or "")
+    made = False
+    if secret_arn:
+        made = _first_admin_token(secret_arn, Database.from_settings(settings))
     # CloudFormation limits a response to 4 KiB; the count always fits, the names usually do.
     names = ",".join(applied)
     return {
         "PhysicalResourceId": PHYSICAL_RESOURCE_ID,
-        "Data": {"AppliedCount": str(len(applied)), "Applied": names[:2048]},
+        "Data": {
+            "AppliedCount": str(len(applied)),
+            "Applied": names[:2048],
+            "AdminTokenMade": str(made).lower(),
+        },
     }
+
+
+def _first_admin_token(secret_arn: str, db: Database) -> bool:
+    client = secretsmanager_client()
+
+    def read() -> str | None:
+        return client.get_secret_value(SecretId=secret_arn).get("SecretString")  # type: ignore[no-any-return]
+
+    def write(token: str) -> None:
+        client.put_secret_value(SecretId=secret_arn, SecretString=token)
+
+    try:
+        made = bootstrap_admin_token(db, read, write)
+    finally:
+        db.close()
+    logger.info("first admin token in place", extra={"made_now": made})
+    return made

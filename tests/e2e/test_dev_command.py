@@ -1,4 +1,5 @@
-"""``tidings dev`` as a user runs it: ready line, the real ingest API over HTTP, clean SIGINT."""
+"""``tidings dev`` as a user runs it: ready line, the real ingest API over HTTP (open on loopback
+until the first token exists, then asking for one as on AWS), clean SIGINT."""
 
 from __future__ import annotations
 
@@ -71,12 +72,33 @@ def test_dev_serves_the_api_and_stops_cleanly_on_sigint(database_url: str, tmp_p
         db = Database(database_url)
         assert count_where(db, "true") == 1
         db.close()
+        out_text = (tmp_path / "out.log").read_text()
+        assert "no API token exists yet, so requests from loopback are accepted" in out_text
+
+        # The first token ends the open access: from then on every request needs one.
+        made = requests.post(f"{api}/v1/tokens", json={"scope": "producer"}, timeout=30)
+        assert made.status_code == 201, made.text
+        token = made.json()["token"]
+        refused = requests.get(f"{api}/v1/messages", timeout=30)
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "unauthorized"
+        allowed = requests.get(
+            f"{api}/v1/messages", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+        assert allowed.status_code == 200
+        assert len(allowed.json()["items"]) == 1
+        forbidden = requests.get(
+            f"{api}/v1/endpoints", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+        assert forbidden.status_code == 403
 
         started = time.monotonic()
         process.send_signal(signal.SIGINT)
         assert process.wait(60) == 0
         assert time.monotonic() - started < 60
         assert "tidings dev: stopped" in (tmp_path / "err.log").read_text()
+        everything = (tmp_path / "out.log").read_text() + (tmp_path / "err.log").read_text()
+        assert token not in everything
     finally:
         if process.poll() is None:
             process.kill()

@@ -74,4 +74,5 @@ def prod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesized]:
         producerSecurityGroupIds=PRODUCER_SECURITY_GROUP,
         migrationsRunToken=MIGRATIONS_RUN_TOKEN,
         endpointPorts="443,8443",
+        metricsApplications="acme,globex",
     )

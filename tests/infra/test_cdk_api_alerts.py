@@ -7,7 +7,9 @@ from typing import Any
 
 from aws_cdk.assertions import Match
 
+from infra.api import GATEWAY_ERRORS
 from tests.infra.conftest import Synthesized
+from tidings.deployment import AUTHORIZER_CACHE_TTL_S, usage_plan_name
 
 
 def _single(synth: Synthesized, resource_type: str) -> tuple[str, dict[str, Any]]:
@@ -15,8 +17,10 @@ def _single(synth: Synthesized, resource_type: str) -> tuple[str, dict[str, Any]
     return item
 
 
-def test_api_proxies_v1_to_ingest_with_a_required_key_and_validation(dev: Synthesized) -> None:
-    api_id, _ = _single(dev, "AWS::ApiGateway::RestApi")
+def test_api_proxies_v1_to_ingest_behind_the_token_authorizer_with_validation(
+    dev: Synthesized,
+) -> None:
+    api_id, api = _single(dev, "AWS::ApiGateway::RestApi")
     resources = dev.resources("AWS::ApiGateway::Resource")
     paths = {logical_id: r["Properties"]["PathPart"] for logical_id, r in resources.items()}
     assert sorted(paths.values()) == ["v1", "{proxy+}"]
@@ -24,11 +28,16 @@ def test_api_proxies_v1_to_ingest_with_a_required_key_and_validation(dev: Synthe
     validator_id, validator = _single(dev, "AWS::ApiGateway::RequestValidator")
     assert validator["Properties"]["ValidateRequestParameters"] is True
     assert validator["Properties"]["ValidateRequestBody"] is True
+    authorizer_id, _ = _single(dev, "AWS::ApiGateway::Authorizer")
     _, method = _single(dev, "AWS::ApiGateway::Method")
     properties = method["Properties"]
     assert properties["ResourceId"] == {"Ref": proxy_id}
     assert properties["HttpMethod"] == "ANY"
+    assert properties["AuthorizationType"] == "CUSTOM"
+    assert properties["AuthorizerId"] == {"Ref": authorizer_id}
+    # Each request names (through its authorizer) the API key the usage plan throttles it by.
     assert properties["ApiKeyRequired"] is True
+    assert api["Properties"]["ApiKeySourceType"] == "AUTHORIZER"
     assert properties["RequestValidatorId"] == {"Ref": validator_id}
     assert properties["Integration"]["Type"] == "AWS_PROXY"
     ingest_id = dev.logical_id(dev.stack.functions["ingest"])
@@ -37,18 +46,65 @@ def test_api_proxies_v1_to_ingest_with_a_required_key_and_validation(dev: Synthe
     assert api_id in url and url.endswith('"/v1/"]]}')
 
 
-def test_usage_plan_throttles_and_holds_the_api_key(dev: Synthesized) -> None:
-    plan_id, plan = _single(dev, "AWS::ApiGateway::UsagePlan")
+def test_the_authorizer_checks_the_bearer_token_and_caches_for_a_minute(
+    dev: Synthesized,
+) -> None:
+    _, authorizer = _single(dev, "AWS::ApiGateway::Authorizer")
+    properties = authorizer["Properties"]
+    assert properties["Type"] == "TOKEN"
+    assert properties["IdentitySource"] == "method.request.header.Authorization"
+    assert properties["AuthorizerResultTtlInSeconds"] == AUTHORIZER_CACHE_TTL_S == 60
+    function_id = dev.logical_id(dev.stack.functions["authorizer"])
+    assert function_id in json.dumps(properties["AuthorizerUri"])
+    # API Gateway may invoke the authorizer function, and only through this API.
+    permissions = [
+        p["Properties"]
+        for p in dev.resources("AWS::Lambda::Permission").values()
+        if p["Properties"]["FunctionName"] == {"Fn::GetAtt": [function_id, "Arn"]}
+    ]
+    assert permissions
+    assert all(p["Principal"] == "apigateway.amazonaws.com" for p in permissions)
+    assert all("/authorizers/" in json.dumps(p["SourceArn"]) for p in permissions)
+
+
+def test_usage_plan_throttles_each_token_and_no_shared_api_key_remains(dev: Synthesized) -> None:
+    _, plan = _single(dev, "AWS::ApiGateway::UsagePlan")
+    assert plan["Properties"]["UsagePlanName"] == usage_plan_name(dev.config.stage)
     assert plan["Properties"]["Throttle"] == {
         "RateLimit": dev.config.api_rate_limit,
         "BurstLimit": dev.config.api_burst_limit,
     }
-    key_id, _ = _single(dev, "AWS::ApiGateway::ApiKey")
-    assert dev.raw["Outputs"]["IngestApiKeyId"]["Value"] == {"Ref": key_id}
-    dev.template.has_resource_properties(
-        "AWS::ApiGateway::UsagePlanKey",
-        {"KeyId": {"Ref": key_id}, "UsagePlanId": {"Ref": plan_id}, "KeyType": "API_KEY"},
-    )
+    # Keys are made per token at run time (tidings.usage_keys), none in the template.
+    dev.template.resource_count_is("AWS::ApiGateway::ApiKey", 0)
+    dev.template.resource_count_is("AWS::ApiGateway::UsagePlanKey", 0)
+    assert "IngestApiKeyId" not in dev.raw["Outputs"]
+
+
+def test_the_first_admin_token_lives_in_a_secret_named_by_an_output(dev: Synthesized) -> None:
+    secret_id = dev.logical_id(dev.stack.admin_token.secret)
+    secret = dev.raw["Resources"][secret_id]
+    # A generated name: re-creating the stack never waits for a deleted secret's recovery.
+    assert "Name" not in secret["Properties"]
+    assert dev.raw["Outputs"]["AdminTokenSecretArn"]["Value"] == {"Ref": secret_id}
+    (schema,) = dev.resources("Custom::TidingsSchema").values()
+    assert schema["Properties"]["AdminTokenSecretArn"] == {"Ref": secret_id}
+
+
+def test_gateway_answers_have_the_api_error_shape(dev: Synthesized) -> None:
+    responses = {
+        r["Properties"]["ResponseType"]: r["Properties"]
+        for r in dev.resources("AWS::ApiGateway::GatewayResponse").values()
+    }
+    assert set(responses) == {t.response_type for t in GATEWAY_ERRORS}
+    for response_type, properties in responses.items():
+        body = json.loads(properties["ResponseTemplates"]["application/json"])
+        assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+        assert properties["ResponseParameters"] == {
+            "gatewayresponse.header.Content-Type": "'application/json'"
+        }, response_type
+    unauthorized = json.loads(responses["UNAUTHORIZED"]["ResponseTemplates"]["application/json"])
+    assert unauthorized["error"]["code"] == "unauthorized"
+    assert responses["MISSING_AUTHENTICATION_TOKEN"]["StatusCode"] == "404"
 
 
 def test_stage_writes_access_logs_and_throttles(dev: Synthesized) -> None:

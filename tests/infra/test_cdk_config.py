@@ -71,6 +71,11 @@ def test_schedules_can_be_overridden_one_at_a_time() -> None:
         ({"producerSecurityGroupIds": "sg-1,db"}, "'sg-1' is not a security group id"),
         ({"endpointPorts": "443,http"}, "endpointPorts: 'http' is not a port number"),
         ({"endpointPorts": [443, 70000]}, "endpointPorts: 70000 is not within 1..65535"),
+        ({"metricsApplications": "acme,-x"}, "metricsApplications: '-x' is not an application"),
+        (
+            {"metricsApplications": ",".join(f"a{n}" for n in range(21))},
+            "metricsApplications names 21 applications; at most 20",
+        ),
     ],
 )
 def test_bad_settings_are_refused_with_their_name(overrides: dict[str, Any], message: str) -> None:

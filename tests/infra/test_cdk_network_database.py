@@ -9,6 +9,7 @@ from aws_cdk.assertions import Match
 
 from infra.database import DATABASE_NAME
 from tests.infra.conftest import PRODUCER_SECURITY_GROUP, Synthesized
+from tidings.deployment import FUNCTION_SPECS
 
 
 def _subnet_ids_named(synth: Synthesized, name: str) -> set[str]:
@@ -62,7 +63,7 @@ def test_database_lives_in_isolated_subnets_and_functions_in_private_ones(
     assert not [r for r in routes if r["Properties"]["RouteTableId"]["Ref"] in isolated_tables]
     functions = dev.resources("AWS::Lambda::Function")
     in_vpc = [f for f in functions.values() if "VpcConfig" in f["Properties"]]
-    assert len(in_vpc) == 8
+    assert len(in_vpc) == len(FUNCTION_SPECS)
     for function in in_vpc:
         assert _refs(function["Properties"]["VpcConfig"]["SubnetIds"]) == private
     dev.template.resource_count_is("AWS::EC2::FlowLog", 1)
@@ -112,7 +113,8 @@ def test_parameter_group_bounds_statements_and_idle_transactions(dev: Synthesize
 
 
 def test_credentials_live_in_a_rotated_secret_used_by_the_proxy(dev: Synthesized) -> None:
-    (secret_id,) = dev.resources("AWS::SecretsManager::Secret")
+    admin_token_id = dev.logical_id(dev.stack.admin_token.secret)
+    (secret_id,) = set(dev.resources("AWS::SecretsManager::Secret")) - {admin_token_id}
     (attachment_id,) = dev.resources("AWS::SecretsManager::SecretTargetAttachment")
     dev.template.has_resource_properties(
         "AWS::SecretsManager::RotationSchedule",

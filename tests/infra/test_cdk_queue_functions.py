@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -150,9 +151,28 @@ def test_environment_follows_the_contract(dev: Synthesized) -> None:
         assert ("TIDINGS_ENDPOINT_PORTS" in environment) is spec.manages_endpoints, spec.name
         if spec.manages_endpoints:
             assert environment["TIDINGS_ENDPOINT_PORTS"] == "80,443"
+        assert ("TIDINGS_USAGE_PLAN_NAME" in environment) is spec.manages_usage_keys
+        if spec.manages_usage_keys:
+            assert environment["TIDINGS_USAGE_PLAN_NAME"] == "tidings-dev"
         # The scheduled report claims what no report has named, whatever the schedule: no window.
         assert "TIDINGS_DEAD_LETTER_REPORT_WINDOW_S" not in environment, spec.name
     assert [s.name for s in FUNCTION_SPECS if s.connects_directly] == ["migrator"]
+    assert [s.name for s in FUNCTION_SPECS if s.manages_usage_keys] == ["authorizer"]
+    assert [s.name for s in FUNCTION_SPECS if s.bootstraps_admin_token] == ["migrator"]
+
+
+def test_only_the_listed_applications_are_metrics_dimensions(
+    dev: Synthesized, prod: Synthesized
+) -> None:
+    for spec in FUNCTION_SPECS:
+        assert (
+            "TIDINGS_METRICS_APPLICATIONS"
+            not in (_function(dev, spec.name)["Properties"]["Environment"]["Variables"])
+        )
+        listed = _function(prod, spec.name)["Properties"]["Environment"]["Variables"].get(
+            "TIDINGS_METRICS_APPLICATIONS"
+        )
+        assert listed == ("acme,globex" if spec.name == "health_monitor" else None), spec.name
 
 
 def test_the_ingest_function_knows_the_ports_the_sender_may_open(
@@ -177,6 +197,7 @@ def test_each_function_has_its_own_role_granting_what_its_spec_needs(dev: Synthe
     queue_arn = {"Fn::GetAtt": [queue_id, "Arn"]}
     topic = {"Ref": dev.logical_id(dev.stack.alerts.topic)}
     (secret,) = dev.resources("AWS::SecretsManager::SecretTargetAttachment")
+    admin_secret = {"Ref": dev.logical_id(dev.stack.admin_token.secret)}
     roles = [_function(dev, spec.name)["Properties"]["Role"] for spec in FUNCTION_SPECS]
     assert len({str(role) for role in roles}) == len(FUNCTION_SPECS)
     for spec, role in zip(FUNCTION_SPECS, roles, strict=True):
@@ -186,6 +207,21 @@ def test_each_function_has_its_own_role_granting_what_its_spec_needs(dev: Synthe
         assert ("sqs:SendMessage" in queue_actions) is spec.sends_to_queue, spec.name
         assert ("sqs:ReceiveMessage" in queue_actions) is (spec is SENDER), spec.name
         assert ("sns:Publish" in _actions_on(statements, topic)) is spec.publishes_alerts
+        admin_token = _actions_on(statements, admin_secret)
+        assert ("secretsmanager:PutSecretValue" in admin_token) is spec.bootstraps_admin_token
+        assert ("secretsmanager:GetSecretValue" in admin_token) is spec.bootstraps_admin_token
+        api_keys = {
+            a for st in statements for a in _as_list(st["Action"]) if a.startswith("apigateway:")
+        }
+        assert bool(api_keys) is spec.manages_usage_keys, spec.name
+        if spec.manages_usage_keys:
+            (grant,) = [st for st in statements if "apigateway:POST" in _as_list(st["Action"])]
+            resources = [json.dumps(r) for r in _as_list(grant["Resource"])]
+            assert [r.rsplit("::", 1)[1] for r in resources] == [
+                '/apikeys"]]}',
+                '/usageplans"]]}',
+                '/usageplans/*/keys"]]}',
+            ]
 
 
 def test_no_policy_allows_every_action_or_every_service_action_on_everything(

@@ -2,8 +2,9 @@
 
 ``write_fake_functions(folder)`` writes ``<name>/app.py`` files: the claimer puts one message on
 the wired queue per invocation and then waits out its slice, the sender answers every record and
-reports those whose body says "fail", the ingest echoes its event, the scheduled ones count runs.
-Each one appends what it saw to ``calls.jsonl`` in the folder.
+reports those whose body says "fail", the ingest echoes its event, the authorizer accepts the
+token "good" (and refuses anything else), the scheduled ones count runs. Each one appends what it
+saw to ``calls.jsonl`` in the folder.
 """
 
 from __future__ import annotations
@@ -66,7 +67,23 @@ def handler(event, context):
     return {"statusCode": 201, "headers": {"Content-Type": "application/json", "X-Echo": "1"},
             "body": json.dumps({"method": event["httpMethod"], "path": event["path"],
                                 "query": event["queryStringParameters"], "body": event["body"],
-                                "stage": event["requestContext"]["stage"]})}
+                                "stage": event["requestContext"]["stage"],
+                                "authorizer": event["requestContext"]["authorizer"]})}
+"""
+)
+
+_AUTHORIZER = (
+    _RECORD
+    + """
+def handler(event, context):
+    record(function="authorizer", type=event["type"], method_arn=event["methodArn"])
+    if event["authorizationToken"] != "Bearer good":
+        raise Exception("Unauthorized")
+    arn = event["methodArn"].split("/")[0]
+    return {"principalId": "token-7",
+            "policyDocument": {"Version": "2012-10-17", "Statement": [
+                {"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": [arn + "/*/*"]}]},
+            "context": {"scope": "producer", "token_id": "7"}}
 """
 )
 
@@ -84,6 +101,7 @@ def write_fake_functions(folder: Path) -> Path:
         "claimer": _CLAIMER,
         "sender": _SENDER,
         "ingest": _INGEST,
+        "authorizer": _AUTHORIZER,
         "percentiles": _SCHEDULED,
         "health_monitor": _SCHEDULED,
         "dead_letter_report": _SCHEDULED,

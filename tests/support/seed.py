@@ -16,21 +16,32 @@ def make_endpoint(
     event_types: Sequence[str] = ("*",),
     rate_limit_per_s: float | None = None,
     enabled: bool = True,
+    app_id: int = 1,
 ) -> int:
     cur.execute(
-        "INSERT INTO tidings.endpoints (url, secret, rate_limit_per_s, enabled)"
-        " VALUES (%s, %s, %s, %s) RETURNING id",
-        (url, TEST_SECRET, rate_limit_per_s, enabled),
+        "INSERT INTO tidings.endpoints (url, secret, rate_limit_per_s, enabled, app_id)"
+        " VALUES (%s, %s, %s, %s, %s) RETURNING id",
+        (url, TEST_SECRET, rate_limit_per_s, enabled, app_id),
     )
     row = cur.fetchone()
     assert row is not None
     endpoint_id = int(row[0])
     for event_type in event_types:
         cur.execute(
-            "INSERT INTO tidings.subscriptions (endpoint_id, event_type) VALUES (%s, %s)",
-            (endpoint_id, event_type),
+            "INSERT INTO tidings.subscriptions (endpoint_id, app_id, event_type)"
+            " VALUES (%s, %s, %s)",
+            (endpoint_id, app_id, event_type),
         )
     return endpoint_id
+
+
+def make_application(cur: Cursor, uid: str, name: str = "") -> int:
+    cur.execute(
+        "INSERT INTO tidings.applications (uid, name) VALUES (%s, %s) RETURNING id", (uid, name)
+    )
+    row = cur.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def seed_messages(

@@ -1,4 +1,4 @@
-"""boto3 clients for SQS and SNS whose waits are bounded.
+"""boto3 clients for SQS, SNS, API Gateway and Secrets Manager whose waits are bounded.
 
 boto3 waits up to 60 s to connect and 60 s for each answer by default, and tries a call up to five
 times: one stuck call could outlast a function's invocation while the rows it claimed stay
@@ -36,3 +36,21 @@ def sqs_client(endpoint_url: str | None = None) -> Any:
 def sns_client(endpoint_url: str | None = None) -> Any:
     """An SNS client; ``AWS_ENDPOINT_URL`` still redirects it when ``endpoint_url`` is None."""
     return boto3.client("sns", endpoint_url=endpoint_url, config=SNS_CONFIG)
+
+
+# The authorizer makes a token's API key on its first request, within API Gateway's wait for it.
+CONTROL_CONFIG = Config(
+    connect_timeout=2,
+    read_timeout=5,
+    retries={"mode": "standard", "total_max_attempts": 3},
+)
+
+
+def apigateway_client(endpoint_url: str | None = None) -> Any:
+    """An API Gateway (management API) client."""
+    return boto3.client("apigateway", endpoint_url=endpoint_url, config=CONTROL_CONFIG)
+
+
+def secretsmanager_client(endpoint_url: str | None = None) -> Any:
+    """A Secrets Manager client."""
+    return boto3.client("secretsmanager", endpoint_url=endpoint_url, config=CONTROL_CONFIG)

@@ -50,6 +50,9 @@ class Settings:
     delivery_queue_url: str = ""
     alerts_topic_arn: str = ""
     aws_endpoint_url: str = ""
+    # The API's usage plan (AWS): the authorizer adds one API key per token to it, so that each
+    # caller is throttled on its own. Empty: no usage plan (the local runtime).
+    usage_plan_name: str = ""
 
     # Claiming
     claim_batch_size: int = 100
@@ -128,6 +131,10 @@ class Settings:
     percentiles_build_budget_s: float = 5.0
     # The period whose delivered/failed counts and delivery latency the health summary shows.
     health_recent_s: float = 3600.0
+    # Applications (uids, comma-separated, at most 20) whose queue figures the health monitor
+    # emits as metrics with an Application dimension. Listed, not every application: each
+    # application is a CloudWatch metric of its own per figure, so the cost stays bounded.
+    metrics_applications: tuple[str, ...] = field(default_factory=tuple)
     # Dead-letter report: the window the operator's view (tidings dead-letters) shows by default,
     # the most dead letters one scheduled report claims (the rest wait for the next run, so its
     # transaction stays short), and the pattern rules.
@@ -213,6 +220,11 @@ class Settings:
             port_ranges(self.endpoint_ports)
         except ValueError as exc:
             raise ConfigError(f"{_env_name('endpoint_ports')}: {exc}") from None
+        if len(self.metrics_applications) > 20:
+            raise ConfigError(
+                f"{_env_name('metrics_applications')} names more than 20 applications "
+                "(each one is a CloudWatch metric per figure)"
+            )
 
     def _validate_retry_schedule(self) -> None:
         formula = ("max_attempts", "backoff_base_s", "backoff_max_s")
@@ -266,37 +278,6 @@ def port_ranges(items: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
             raise ValueError(f"{item!r} is not within 1..65535 (low-high)")
         ranges.append((low, high))
     return tuple(ranges)
-
-    def _validate_retry_schedule(self) -> None:
-        formula = ("max_attempts", "backoff_base_s", "backoff_max_s")
-        for name in formula:
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigError(f"{_env_name(name)} must be positive, got {value}")
-        if self.backoff_max_s is not None and self.backoff_max_s < (self.backoff_base_s or 30.0):
-            raise ConfigError(
-                f"{_env_name('backoff_max_s')} ({self.backoff_max_s}) is below "
-                f"{_env_name('backoff_base_s')} ({self.backoff_base_s or 30.0})"
-            )
-        if not self.retry_schedule:
-            return
-        given = [_env_name(name) for name in formula if getattr(self, name) is not None]
-        if given:
-            raise ConfigError(
-                f"{_env_name('retry_schedule')} and {', '.join(given)} both set the retry "
-                "schedule; keep one"
-            )
-        if len(self.retry_schedule) > MAX_RETRY_DELAYS:
-            raise ConfigError(
-                f"{_env_name('retry_schedule')} holds {len(self.retry_schedule)} delays; "
-                f"at most {MAX_RETRY_DELAYS}"
-            )
-        for delay in self.retry_schedule:
-            if not math.isfinite(delay) or not 0 < delay <= MAX_RETRY_DELAY_S:
-                raise ConfigError(
-                    f"{_env_name('retry_schedule')} holds {delay}: each delay must be above 0 "
-                    f"and at most {MAX_RETRY_DELAY_S:.0f} seconds"
-                )
 
 
 _PLAIN_NAMES = {

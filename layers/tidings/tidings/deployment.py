@@ -32,6 +32,12 @@ class FunctionSpec:
     manages_endpoints: bool = False
     # Connects to the database instance directly instead of through RDS Proxy.
     connects_directly: bool = False
+    # Makes API Gateway API keys for tokens and adds them to the API's usage plan.
+    manages_usage_keys: bool = False
+    # Writes the deploy's first admin token into its Secrets Manager secret.
+    bootstraps_admin_token: bool = False
+    # Emits the queue's figures per listed application (TIDINGS_METRICS_APPLICATIONS).
+    emits_application_metrics: bool = False
 
     @property
     def scheduled(self) -> bool:
@@ -69,6 +75,13 @@ INGEST = FunctionSpec(
     memory_mb=512,
     manages_endpoints=True,
 )
+AUTHORIZER = FunctionSpec(
+    name="authorizer",
+    description="The ingest API's token authorizer: checks bearer tokens, names scope and app",
+    timeout_s=10,
+    memory_mb=256,
+    manages_usage_keys=True,
+)
 PERCENTILES = FunctionSpec(
     name="percentiles",
     description="Refreshes per-endpoint latency percentiles and reports slow endpoints",
@@ -85,6 +98,7 @@ HEALTH_MONITOR = FunctionSpec(
     memory_mb=256,
     schedule="rate(5 minutes)",
     publishes_alerts=True,
+    emits_application_metrics=True,
 )
 DEAD_LETTER_REPORT = FunctionSpec(
     name="dead_letter_report",
@@ -103,16 +117,18 @@ PRUNER = FunctionSpec(
 )
 MIGRATOR = FunctionSpec(
     name="migrator",
-    description="Applies the SQL migrations (CloudFormation custom resource, runs on deploy)",
+    description="Applies the SQL migrations and makes the first admin token (custom resource)",
     timeout_s=600,
     memory_mb=256,
     connects_directly=True,
+    bootstraps_admin_token=True,
 )
 
 FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
     CLAIMER,
     SENDER,
     INGEST,
+    AUTHORIZER,
     PERCENTILES,
     HEALTH_MONITOR,
     DEAD_LETTER_REPORT,
@@ -134,6 +150,16 @@ DEFAULT_SCHEDULES: Mapping[str, str] = {
 VISIBILITY_TIMEOUT_FACTOR = 6
 QUEUE_VISIBILITY_TIMEOUT_S = VISIBILITY_TIMEOUT_FACTOR * SENDER.timeout_s
 MAX_RECEIVE_COUNT = 5
+
+# How long API Gateway keeps the authorizer's answer for one Authorization header: a revoked or
+# expired token is refused within this long.
+AUTHORIZER_CACHE_TTL_S = 60
+
+
+def usage_plan_name(stage: str) -> str:
+    """The name of the ingest API's usage plan, by which the authorizer finds it."""
+    return f"tidings-{stage}"
+
 
 _RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
 _UNIT_S = {"minute": 60, "hour": 3600, "day": 86400}

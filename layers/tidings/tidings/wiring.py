@@ -1,4 +1,5 @@
-"""Where handlers get their collaborators: settings, database, delivery queue, notifier.
+"""Where handlers get their collaborators: settings, database, delivery queue, notifier, usage
+keys.
 
 Each is built on first use from the settings (the environment) and then reused, so a Lambda
 execution environment keeps one database connection and one client per service across
@@ -22,6 +23,7 @@ from tidings.dal.connection import Database
 if TYPE_CHECKING:
     from tidings.notify import Notifier
     from tidings.queue import DeliveryQueue
+    from tidings.usage_keys import UsageKeys
 
 _lock = threading.Lock()
 _overrides: dict[str, Any] = {}
@@ -54,6 +56,11 @@ def notifier() -> Notifier:
     return found
 
 
+def usage_keys() -> UsageKeys:
+    found: UsageKeys = _get("usage_keys", _default_usage_keys)
+    return found
+
+
 def _get(name: str, build: Any) -> Any:
     if name in _overrides:
         return _overrides[name]
@@ -79,10 +86,21 @@ def _default_notifier(cfg: Settings) -> Notifier:
     return SnsNotifier(cfg.alerts_topic_arn)
 
 
+def _default_usage_keys(cfg: Settings) -> UsageKeys:
+    from tidings.usage_keys import ApiGatewayUsageKeys, NoUsageKeys
+
+    if not cfg.usage_plan_name:
+        return NoUsageKeys()
+    from tidings.aws_clients import apigateway_client
+
+    return ApiGatewayUsageKeys(cfg.usage_plan_name, apigateway_client(cfg.aws_endpoint_url or None))
+
+
 def override(**collaborators: Any) -> None:
-    """Replace collaborators for this process: ``settings``, ``queue``, ``notifier``, and
-    ``database_factory`` (a callable returning a new ``Database``, used once per thread)."""
-    allowed = {"settings", "queue", "notifier", "database_factory"}
+    """Replace collaborators for this process: ``settings``, ``queue``, ``notifier``,
+    ``usage_keys``, and ``database_factory`` (a callable returning a new ``Database``, used once
+    per thread)."""
+    allowed = {"settings", "queue", "notifier", "usage_keys", "database_factory"}
     unknown = set(collaborators) - allowed
     if unknown:
         raise TypeError(f"unknown collaborators: {sorted(unknown)}")

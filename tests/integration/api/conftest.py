@@ -15,9 +15,12 @@ from tidings import wiring
 from tidings.api.app import handle
 from tidings.config import Settings
 from tidings.dal.connection import Database
+from tidings.logic.access import Principal, Scope
 
 # A public address: creating endpoints on it needs no DNS and passes the SSRF rules.
 PUBLIC_URL = "https://93.184.215.14/hook"
+# What the authorizer hands the ingest function for an admin token.
+ADMIN = Principal(Scope.ADMIN, token_id=1)
 
 
 @dataclass
@@ -41,8 +44,12 @@ def api_event(
     raw_body: str | None = None,
     base64_encoded: bool = False,
     content_type: str = "application/json",
+    principal: Principal | None = ADMIN,
 ) -> dict[str, Any]:
+    """The proxy event API Gateway hands the ingest function, after its authorizer accepted a
+    token of ``principal`` (None: no authorizer context at all)."""
     text = raw_body if raw_body is not None else (None if body is None else json.dumps(body))
+    authorizer = None if principal is None else {"principalId": "test", **principal.context()}
     return {
         "resource": path,
         "path": path,
@@ -60,6 +67,7 @@ def api_event(
             "stage": "prod",
             "requestId": "test-request",
             "identity": {"sourceIp": "203.0.113.9"},
+            "authorizer": authorizer,
         },
         "body": text,
         "isBase64Encoded": base64_encoded,
@@ -67,9 +75,18 @@ def api_event(
 
 
 class Api:
-    """Calls the handler as API Gateway would and decodes the answer."""
+    """Calls the handler as API Gateway would, for a token of ``principal``, and decodes the
+    answer."""
+
+    def __init__(self, principal: Principal | None = ADMIN) -> None:
+        self.principal = principal
+
+    def as_(self, principal: Principal | None) -> Api:
+        """The same API, called with another token's principal."""
+        return Api(principal)
 
     def call(self, method: str, path: str, body: Any = None, **options: Any) -> Reply:
+        options.setdefault("principal", self.principal)
         response = handle(api_event(method, path, body, **options), None)  # type: ignore[arg-type]
         raw = response.get("body") or ""
         if response.get("isBase64Encoded"):
@@ -115,3 +132,50 @@ def count(db: Database, table: str) -> int:
 
 def query_string(params: dict[str, str]) -> str:
     return urlencode(params)
+
+
+class Gateway:
+    """Requests through what API Gateway runs on AWS and the local API server runs here: the
+    token authorizer function, then the ingest function (both loaded from ``functions/`` as
+    Lambda loads them), without an HTTP server around them."""
+
+    def __init__(self, gateway: Any) -> None:
+        self._gateway = gateway
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        headers: dict[str, str] | None = None,
+        raw_body: bytes | None = None,
+        source_ip: str = "203.0.113.9",
+    ) -> Reply:
+        from tidings.local.lambda_env import HttpRequest
+
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        if token is not None:
+            sent["Authorization"] = f"Bearer {token}"
+        data = raw_body if raw_body is not None else b"" if body is None else json.dumps(body)
+        response = self._gateway.answer(
+            HttpRequest(
+                method=method,
+                target=path,
+                headers=tuple(sent.items()),
+                body=data.encode() if isinstance(data, str) else data,
+                source_ip=source_ip,
+            )
+        )
+        raw = response.body.decode()
+        return Reply(response.status, json.loads(raw) if raw else None, raw)
+
+
+@pytest.fixture
+def gateway(database_url: str, settings: Settings) -> Iterator[Gateway]:
+    from tidings.local.api_server import Gateway as LocalGateway
+    from tidings.local.lambda_env import load_handler
+
+    with wiring.overridden(settings=settings, database_factory=lambda: Database(database_url)):
+        yield Gateway(LocalGateway(load_handler("ingest"), load_handler("authorizer")))

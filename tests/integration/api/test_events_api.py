@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.api.conftest import Api, Reply, count
+from tests.integration.api.conftest import Api, Reply, api_event, count
 from tests.support.seed import make_endpoint
 from tidings import wiring
+from tidings.api.app import handle
 from tidings.dal import ingest as dal_ingest
 from tidings.dal.connection import Database
 from tidings.logic import events
@@ -145,7 +146,7 @@ def test_malformed_bodies_are_400(api: Api, db: Database) -> None:
     wrong_type = api.post(
         "/v1/events", raw_body="x=1", content_type="application/x-www-form-urlencoded"
     )
-    assert wrong_type.status in (400, 422)
+    assert (wrong_type.status, wrong_type.error["code"]) == (415, "unsupported_media_type")
     assert count(db, "events") == 0
 
 
@@ -257,7 +258,7 @@ def test_deadlocks_during_ingest_are_retried(
     real = dal_ingest.enqueue_event
     calls: list[int] = []
 
-    def deadlock_twice(cur, event):
+    def deadlock_twice(cur, event, **options):
         calls.append(1)
         if len(calls) <= 2:
             cur.execute("DO $$ BEGIN RAISE EXCEPTION 'simulated' USING ERRCODE = '40P01'; END $$")
@@ -275,7 +276,7 @@ def test_deadlocks_beyond_five_retries_surface(
 ) -> None:
     calls: list[int] = []
 
-    def always_deadlocked(cur, event):
+    def always_deadlocked(cur, event, **options):
         calls.append(1)
         cur.execute("DO $$ BEGIN RAISE EXCEPTION 'simulated' USING ERRCODE = '40P01'; END $$")
 
@@ -292,7 +293,7 @@ def test_constraint_violations_are_reported_at_once(
 ) -> None:
     calls: list[int] = []
 
-    def violates(cur, event):
+    def violates(cur, event, **options):
         calls.append(1)
         cur.execute("DO $$ BEGIN RAISE EXCEPTION 'dup' USING ERRCODE = '23505'; END $$")
 
@@ -333,10 +334,21 @@ def test_an_unreachable_database_is_503(api: Api, monkeypatch: pytest.MonkeyPatc
     assert "127.0.0.1" not in reply.raw
 
 
-def test_unknown_routes_are_404(api: Api) -> None:
-    for method, path in (("GET", "/v1/nothing"), ("PUT", "/v1/events"), ("GET", "/")):
+def test_unknown_routes_are_404_and_unknown_methods_405(api: Api) -> None:
+    for method, path in (("GET", "/v1/nothing"), ("PUT", "/v1/nothing/1"), ("GET", "/")):
         reply = api.call(method, path)
         assert (reply.status, reply.error["code"]) == (404, "route_not_found")
+    for method, path, allowed in (
+        ("PUT", "/v1/events", "POST"),
+        ("GET", "/v1/events/batch", "POST"),
+        ("POST", "/v1/endpoints/7", "DELETE, GET, PATCH"),
+        ("HEAD", "/v1/apps/acme/messages", "GET"),
+        ("PUT", "/v1/tokens/3", "DELETE, GET"),
+    ):
+        response = handle(api_event(method, path), None)  # type: ignore[arg-type]
+        assert response["statusCode"] == 405, (method, path)
+        assert response["multiValueHeaders"]["Allow"] == [allowed]
+        assert json.loads(response["body"])["error"]["code"] == "method_not_allowed"
 
 
 def test_the_sql_error_text_never_leaks(api: Api, db: Database) -> None:

@@ -1,4 +1,5 @@
-"""The migrator custom-resource handler against a real, empty PostgreSQL database."""
+"""The migrator custom-resource handler against a real, empty PostgreSQL database (and moto's
+Secrets Manager for the first admin token)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+import boto3
 import psycopg2
 import pytest
+from moto import mock_aws
 
+from tests.integration.maintenance.scheduled_support import aws_test_environment
 from tidings.config import Settings
+from tidings.logic import tokens
 
 HANDLER_PATH = Path(__file__).resolve().parents[3] / "functions" / "migrator" / "app.py"
 
@@ -33,12 +38,15 @@ def _load_handler() -> ModuleType:
     return module
 
 
-def _event(request_type: str) -> dict[str, object]:
+def _event(request_type: str, secret_arn: str | None = None) -> dict[str, object]:
+    properties = {"MigrationsHash": "abc"}
+    if secret_arn is not None:
+        properties["AdminTokenSecretArn"] = secret_arn
     return {
         "RequestType": request_type,
         "ResourceType": "Custom::TidingsSchema",
         "LogicalResourceId": "MigrationsSchema",
-        "ResourceProperties": {"MigrationsHash": "abc"},
+        "ResourceProperties": properties,
         "PhysicalResourceId": "tidings-schema",
     }
 
@@ -90,8 +98,76 @@ def test_create_applies_every_migration_and_update_finds_nothing_left(
     updated = migrator.handler(_event("Update"), LambdaContext())
     assert updated == {
         "PhysicalResourceId": "tidings-schema",
-        "Data": {"AppliedCount": "0", "Applied": ""},
+        "Data": {"AppliedCount": "0", "Applied": "", "AdminTokenMade": "false"},
     }
+
+
+def _tokens(dsn: str) -> list[tuple[str, str, bytes, bool]]:
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT scope, prefix, hash, revoked_at IS NOT NULL FROM tidings.tokens ORDER BY id"
+            )
+            return [(s, p, bytes(h), r) for s, p, h, r in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def test_the_first_admin_token_is_made_once_into_its_secret(
+    migrator: ModuleType,
+    empty_database: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    aws_test_environment(monkeypatch)
+    with mock_aws():
+        secrets = boto3.client("secretsmanager")
+        # What CloudFormation leaves in the secret: a random placeholder, no token.
+        arn = secrets.create_secret(Name="tidings-dev/first-admin-token", SecretString="x1y2z3")[
+            "ARN"
+        ]
+
+        created = migrator.handler(_event("Create", arn), LambdaContext())
+        assert created["Data"]["AdminTokenMade"] == "true"
+        token = secrets.get_secret_value(SecretId=arn)["SecretString"]
+        assert tokens.is_token(token)
+        assert _tokens(empty_database) == [("admin", token[:12], tokens.digest(token), False)]
+
+        # Deploying again keeps the token: nothing new in the secret or the database.
+        again = migrator.handler(_event("Update", arn), LambdaContext())
+        assert again["Data"]["AdminTokenMade"] == "false"
+        assert secrets.get_secret_value(SecretId=arn)["SecretString"] == token
+        assert len(_tokens(empty_database)) == 1
+
+        # A revoked first token stays revoked: a deploy brings no token back.
+        conn = psycopg2.connect(empty_database)
+        with conn, conn.cursor() as cur:
+            cur.execute("UPDATE tidings.tokens SET revoked_at = now()")
+        conn.close()
+        migrator.handler(_event("Update", arn), LambdaContext())
+        assert _tokens(empty_database) == [("admin", token[:12], tokens.digest(token), True)]
+        assert secrets.get_secret_value(SecretId=arn)["SecretString"] == token
+
+    logged = capsys.readouterr()
+    assert token not in logged.out and token not in logged.err
+    assert token not in str(created) and token not in str(again)
+
+
+def test_a_token_in_the_secret_but_not_stored_yet_is_stored(
+    migrator: ModuleType, empty_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The secret was written and the database write failed (the deploy failed): the next run
+    stores the token the secret holds instead of making another."""
+    aws_test_environment(monkeypatch)
+    token = tokens.generate()
+    with mock_aws():
+        secrets = boto3.client("secretsmanager")
+        arn = secrets.create_secret(Name="t", SecretString=token)["ARN"]
+        result = migrator.handler(_event("Create", arn), LambdaContext())
+        assert result["Data"]["AdminTokenMade"] == "false"
+        assert secrets.get_secret_value(SecretId=arn)["SecretString"] == token
+    assert _tokens(empty_database) == [("admin", token[:12], tokens.digest(token), False)]
 
 
 def test_delete_leaves_the_database_alone(

@@ -110,7 +110,11 @@ def test_recording_never_reads_through_the_queue_or_the_attempt_log(queue: Datab
 
 
 def test_the_guard_sees_a_sequential_scan(queue: Database) -> None:
-    """The counters are read after the work, not before it: a scan does show."""
-    reads = reads_during(queue, lambda cur: cur.execute("SELECT count(*) FROM tidings.events"))
+    """The counters are read after the work, not before it: a scan does show. (The condition on
+    the payload, which no index holds, keeps the planner from counting through an index.)"""
+    reads = reads_during(
+        queue,
+        lambda cur: cur.execute("SELECT count(*) FROM tidings.events WHERE payload IS NOT NULL"),
+    )
     assert reads["events"] == Reads(1, reads["events"].seq_rows, 0, 0)
     assert reads["events"].seq_rows >= 30_000

@@ -92,6 +92,7 @@ def test_api_requests_reach_the_ingest_handler_as_proxy_events(
     runtime.start()
     try:
         assert runtime.api is not None
+        # No token exists yet: a loopback request without one goes through as an admin's.
         reply = requests.post(runtime.api.url + "/events?dry=1", json={"type": "a"}, timeout=10)
         assert reply.status_code == 201
         assert reply.headers["X-Echo"] == "1"
@@ -101,10 +102,31 @@ def test_api_requests_reach_the_ingest_handler_as_proxy_events(
             "query": {"dry": "1"},
             "body": '{"type": "a"}',
             "stage": "local",
+            "authorizer": {"principalId": "local-loopback", "scope": "admin"},
         }
+        # A token presented is checked by the authorizer, whose context reaches the handler.
+        good = requests.get(
+            runtime.api.url + "/v1/x", headers={"Authorization": "Bearer good"}, timeout=10
+        )
+        assert good.json()["authorizer"] == {
+            "principalId": "token-7",
+            "scope": "producer",
+            "token_id": "7",
+        }
+        bad = requests.get(
+            runtime.api.url + "/v1/x", headers={"Authorization": "Bearer bad"}, timeout=10
+        )
+        assert bad.status_code == 401
+        assert bad.json()["error"]["code"] == "unauthorized"
+        checked = [c for c in _calls(tmp_path / "functions") if c["function"] == "authorizer"]
+        assert [c["type"] for c in checked] == ["TOKEN", "TOKEN"]
+        assert checked[0]["method_arn"].endswith("/local/GET/v1/x")
         failing = requests.get(runtime.api.url + "/boom", timeout=10)
         assert failing.status_code == 502
-        assert failing.json() == {"message": "Internal server error"}
+        assert failing.json()["error"]["code"] == "bad_gateway"
+        traced = requests.request("TRACE", runtime.api.url + "/v1/x", timeout=10)
+        assert traced.status_code == 405
+        assert traced.json()["error"]["code"] == "method_not_allowed"
     finally:
         runtime.stop()
 
@@ -143,3 +165,22 @@ def test_dev_settings_allow_loopback_only() -> None:
     assert all(settings.allows_port(port) for port in (1, 80, 6379, 54321, 65535))
     assert settings.lease_s == 60.0
     assert dev_settings({"TIDINGS_LEASE_S": "90"}).lease_s == 90.0
+
+
+def test_loopback_access_without_a_token_ends_with_the_first_token(database_url: str) -> None:
+    from tidings.dal.connection import Database
+    from tidings.local.runtime import OpenAccess
+    from tidings.logic import tokens
+
+    db = Database(database_url)
+    with wiring.overridden(database_factory=lambda: Database(database_url)):
+        open_access = OpenAccess()
+        assert open_access() is True
+        assert open_access() is True
+        made = tokens.create_token(db, scope="producer")
+        assert open_access() is False
+        # Revoked, the token still ended it: the API never opens again.
+        tokens.revoke_token(db, made.id)
+        assert open_access() is False
+        assert OpenAccess()() is False
+    db.close()

@@ -327,7 +327,7 @@ def test_every_statement_that_makes_a_dead_letter_leaves_it_unreported(
             assert maintenance.dead_letter_unreachable_messages(cur, batch_size=10) == 1
     else:
         with db.cursor() as cur:
-            assert endpoints_dal.soft_delete_endpoint(cur, endpoint)
+            assert endpoints_dal.soft_delete_endpoint(cur, 1, endpoint)
     assert len(unreported_ids(db)) == 1
     assert reported(run_report(db, MemoryNotifier(), SETTINGS)) == {endpoint: 1}
 

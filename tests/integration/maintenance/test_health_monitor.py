@@ -174,7 +174,12 @@ def test_alert_message_carries_readable_text_and_json(db: Database, inbox: SnsIn
         "alert_key": f"slow_endpoint:{endpoint}",
         "kind": "slow_endpoint",
         "status": "firing",
-        "details": {"endpoint_id": endpoint, "p95_ms": 2600.0, "sample_count": 20},
+        "details": {
+            "endpoint_id": endpoint,
+            "application": "default",
+            "p95_ms": 2600.0,
+            "sample_count": 20,
+        },
     }
     assert notification["MessageAttributes"]["status"]["Value"] == "firing"
 

@@ -216,11 +216,11 @@ def test_a_send_racing_the_end_of_its_keys_window_records_the_event_anew(
     real = ingest.enqueue_event
     calls: list[int] = []
 
-    def pruned_meanwhile(cur: Cursor, event: Any) -> ingest.Enqueued:
+    def pruned_meanwhile(cur: Cursor, event: Any, *, application: str | None) -> ingest.Enqueued:
         calls.append(1)
         if len(calls) == 1:
             return ingest.Enqueued(None, False, ())
-        return real(cur, event)
+        return real(cur, event, application=application)
 
     monkeypatch.setattr(ingest, "enqueue_event", pruned_meanwhile)
     result = send(db, "order-3")

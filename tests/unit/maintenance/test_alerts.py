@@ -42,6 +42,7 @@ def endpoint(**changes: object) -> EndpointAttention:
         "opened_at": None,
         "p95_ms": None,
         "sample_count": 0,
+        "app_uid": "acme",
     }
     values.update(changes)
     return EndpointAttention(**values)  # type: ignore[arg-type]
@@ -104,10 +105,12 @@ def test_messages_are_short_subjects_and_json_details() -> None:
         settings=SETTINGS,
     )
     subject, body, attributes = firing_message(c)
-    assert subject == "[Tidings] ALERT endpoint 7 disabled"
+    assert subject == "[Tidings] ALERT endpoint 7 (acme) disabled"
     assert "410 Gone" in body
+    assert "endpoint 7 of application acme (https://r.example)" in body
     assert json.loads(body.split("\n\n", 1)[1])["details"] == {
         "endpoint_id": 7,
+        "application": "acme",
         "reason": "410 Gone",
     }
     assert attributes == {
@@ -119,3 +122,47 @@ def test_messages_are_short_subjects_and_json_details() -> None:
     assert subject == "[Tidings] RESOLVED circuit_open:7"
     assert "30 minutes ago" in body
     assert attributes["status"] == "resolved"
+
+
+def test_queue_wide_alerts_name_the_applications() -> None:
+    (growing, oldest) = current_conditions(
+        oldest_undelivered_age_s=3600.0,
+        new_dead_letters=12,
+        dead_letters=40,
+        endpoints=[],
+        settings=SETTINGS,
+        new_dead_letters_by_application={"acme": 10, "globex": 2},
+        oldest_undelivered_application="globex",
+    )
+    assert "per application: acme 10, globex 2" in growing.explanation
+    assert growing.details["by_application"] == {"acme": 10, "globex": 2}
+    assert "A message in application globex has waited 60 minutes" in oldest.explanation
+    assert oldest.details["application"] == "globex"
+
+
+def test_an_alert_names_at_most_ten_applications() -> None:
+    many = {f"app-{i:02d}": 20 - i for i in range(12)}
+    (growing,) = current_conditions(
+        oldest_undelivered_age_s=None,
+        new_dead_letters=sum(many.values()),
+        dead_letters=200,
+        endpoints=[],
+        settings=SETTINGS,
+        new_dead_letters_by_application=many,
+    )
+    assert list(growing.details["by_application"]) == [f"app-{i:02d}" for i in range(10)]
+    assert growing.explanation.count("app-") == 10
+    assert "2 more" in growing.explanation
+
+
+def test_the_default_application_is_not_named_in_the_text() -> None:
+    (c,) = current_conditions(
+        oldest_undelivered_age_s=None,
+        new_dead_letters=None,
+        dead_letters=0,
+        endpoints=[endpoint(state="open", app_uid="default")],
+        settings=SETTINGS,
+    )
+    assert c.headline == "circuit open for endpoint 7"
+    assert "endpoint 7 (https://r.example)" in c.explanation
+    assert c.details["application"] == "default"

@@ -49,3 +49,17 @@ def test_the_lock_policy_waits_longer_each_time_up_to_its_ceiling() -> None:
     for attempt, ceiling in ((1, 1.0), (2, 2.0), (3, 4.0), (9, 4.0)):
         for _ in range(20):
             assert ceiling / 2 <= policy.wait_s(attempt) <= ceiling
+
+
+def test_the_migrations_of_applications_change_the_catalog_of_events_only() -> None:
+    shipped = {m.version: m for m in available()}
+    # The key of events is built concurrently, on its own.
+    assert not shipped[51].transactional
+    dropped, built = shipped[51].statements()
+    assert dropped.endswith("\nDROP INDEX CONCURRENTLY IF EXISTS tidings.events_app_key")
+    assert built.startswith("CREATE UNIQUE INDEX CONCURRENTLY events_app_key ON tidings.events")
+    # Adding the column changes the catalog only: a constant default, a foreign key not validated.
+    events = shipped[50].sql
+    assert "ALTER TABLE tidings.events ADD COLUMN app_id bigint NOT NULL DEFAULT 1;" in events
+    assert "REFERENCES tidings.applications (id) NOT VALID;" in events
+    assert "ALTER TABLE tidings.events VALIDATE CONSTRAINT" in shipped[52].sql

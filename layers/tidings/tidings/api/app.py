@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg2
@@ -20,19 +22,38 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestUnsupportedContentType,
     RequestValidationError,
 )
-from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn
+from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tidings import __version__
 from tidings.api.routes import router
-from tidings.logic.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, UseCaseError
+from tidings.api.scoping import REGISTERED, principal_of
+from tidings.logic.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    Unauthorized,
+    UseCaseError,
+)
 from tidings.observability import logger
 
 # API Gateway refuses bigger request bodies itself; the same limit holds locally.
 MAX_REQUEST_BYTES = 10 * 1024 * 1024
 JSON = "application/json"
 
-_STATUS = {InvalidInput: 422, NotFound: 404, PayloadTooLarge: 413, Conflict: 409}
+_STATUS = {
+    InvalidInput: 422,
+    NotFound: 404,
+    PayloadTooLarge: 413,
+    Conflict: 409,
+    Unauthorized: 401,
+    Forbidden: 403,
+}
+# Methods whose requests carry a body the routes read: it must be JSON.
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_ROUTE_PARAMETER = re.compile(r"<\w+>")
 
 
 def error_response(
@@ -73,7 +94,7 @@ def build_app() -> APIGatewayRestResolver:
 
     @app.exception_handler(RequestUnsupportedContentType)  # type: ignore[untyped-decorator]
     def unsupported_type(exc: RequestUnsupportedContentType) -> Response[dict[str, Any]]:
-        return error_response(400, "unsupported_content_type", "send application/json")
+        return error_response(415, "unsupported_media_type", "send application/json")
 
     @app.exception_handler(UseCaseError)  # type: ignore[untyped-decorator]
     def refused(exc: UseCaseError) -> Response[dict[str, Any]]:
@@ -104,6 +125,16 @@ def build_app() -> APIGatewayRestResolver:
 
     @app.not_found
     def no_route(exc: NotFoundError) -> Response[dict[str, Any]]:
+        event = app.current_event
+        allowed = allowed_methods(event.path)
+        if allowed:
+            response = error_response(
+                405,
+                "method_not_allowed",
+                f"{event.http_method.upper()} is not allowed here; use {', '.join(allowed)}",
+            )
+            response.headers["Allow"] = ", ".join(allowed)
+            return response
         return error_response(404, "route_not_found", "no such route")
 
     @app.exception_handler(Exception)  # type: ignore[untyped-decorator]
@@ -112,6 +143,19 @@ def build_app() -> APIGatewayRestResolver:
         return error_response(500, "internal_error", "internal error")
 
     return app
+
+
+def _template_pattern(template: str) -> re.Pattern[str]:
+    parts = _ROUTE_PARAMETER.split(template)
+    return re.compile("[^/]+".join(re.escape(part) for part in parts))
+
+
+_PATTERNS = [(method, _template_pattern(template)) for method, template in REGISTERED]
+
+
+def allowed_methods(path: str) -> list[str]:
+    """The methods the routes answer at ``path`` (none: there is no such path)."""
+    return sorted({method for method, pattern in _PATTERNS if pattern.fullmatch(path)})
 
 
 def _field_of(loc: Any) -> str | None:
@@ -129,7 +173,7 @@ app = build_app()
 
 def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Answer one API Gateway (REST, proxy) event."""
-    refusal = _refuse_body(event.get("body"), bool(event.get("isBase64Encoded")))
+    refusal = _refuse_request(event)
     if refusal is not None:
         status, code, message = refusal
         return {
@@ -138,7 +182,64 @@ def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "body": json.dumps({"error": {"code": code, "message": message}}),
             "isBase64Encoded": False,
         }
-    return app.resolve(event, context)
+    return app.resolve(_json_type_in_lower_case(event), context)
+
+
+def _refuse_request(event: Mapping[str, Any]) -> tuple[int, str, str] | None:
+    """Why a request is refused before routing, or None."""
+    # API Gateway calls this function only for requests its authorizer accepted, and passes on
+    # who made them; a request without that comes from a deployment wired wrongly.
+    if principal_of(event) is None:
+        return 401, "unauthorized", "a valid bearer token is required"
+    refusal = _refuse_body(event.get("body"), bool(event.get("isBase64Encoded")))
+    if refusal is not None:
+        return refusal
+    method = str(event.get("httpMethod") or "").upper()
+    content_type = _header(event, "content-type")
+    if method in _BODY_METHODS and content_type is not None and not _is_json(content_type):
+        return 415, "unsupported_media_type", "the request body must be application/json"
+    return None
+
+
+def _json_type_in_lower_case(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with a JSON content type spelled as the resolver reads it (media types are
+    case-insensitive; it compares them as written)."""
+    content_type = _header(event, "content-type")
+    if content_type is None or content_type == content_type.lower():
+        return event
+    changed = dict(event)
+    for key in ("headers", "multiValueHeaders"):
+        headers = event.get(key)
+        if isinstance(headers, Mapping):
+            changed[key] = {
+                name: (
+                    value
+                    if str(name).lower() != "content-type"
+                    else [v.lower() for v in value]
+                    if isinstance(value, list)
+                    else str(value).lower()
+                )
+                for name, value in headers.items()
+            }
+    return changed
+
+
+def _header(event: Mapping[str, Any], name: str) -> str | None:
+    for key in ("multiValueHeaders", "headers"):
+        headers = event.get(key)
+        if not isinstance(headers, Mapping):
+            continue
+        for header, value in headers.items():
+            if str(header).lower() == name:
+                if isinstance(value, list):
+                    return str(value[-1]) if value else None
+                return None if value is None else str(value)
+    return None
+
+
+def _is_json(content_type: str) -> bool:
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    return media_type in ("", "application/json")
 
 
 def _refuse_body(body: Any, base64_encoded: bool) -> tuple[int, str, str] | None:
@@ -173,9 +274,15 @@ def openapi_json() -> str:
     return app.get_openapi_json_schema(
         title="Tidings",
         version=__version__,
-        description="Reliable outbound webhooks: events, endpoints, messages, dead-letter replay.",
+        description=(
+            "Reliable outbound webhooks: applications, events, endpoints, messages, dead-letter "
+            "replay, tokens. Every request carries `Authorization: Bearer <token>`."
+        ),
         security_schemes={
-            "apiKey": APIKey.model_validate({"name": "x-api-key", "in": APIKeyIn.header})
+            "bearerToken": HTTPBearer(
+                bearerFormat="tdg_ followed by 43 URL-safe base64 characters",
+                description="An API token (tidings tokens create, or POST /v1/tokens)",
+            )
         },
-        security=[{"apiKey": []}],
+        security=[{"bearerToken": []}],
     )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
+from tidings.logic.applications import UID_PATTERN, Application, ApplicationPage
 from tidings.logic.endpoints import (
     MAX_RATE_LIMIT_PER_S,
     MIN_RATE_LIMIT_PER_S,
@@ -19,11 +20,20 @@ from tidings.logic.events import SendResult
 from tidings.logic.messages import Attempt, Message, MessageDetail, MessagePage, MessageStatus
 from tidings.logic.replay import ReplayResult
 from tidings.logic.resend import RecoverResult
+from tidings.logic.tokens import CreatedToken, Token, TokenPage, TokenScope
 
 
 def _not_null(value: Any) -> Any:
     if value is None:
         raise ValueError("the payload must not be null")
+    return value
+
+
+def _text_only(value: Any) -> Any:
+    # A time is an RFC 3339 string, as documented; pydantic would also take a number of
+    # seconds since 1970, which the document does not allow.
+    if not isinstance(value, str):
+        raise ValueError("a time is an RFC 3339 string with its zone")
     return value
 
 
@@ -51,6 +61,7 @@ MAX_ATTEMPTS_DEPRECATED = (
     "Deprecated: use retry_schedule. The deployment's schedule cut or extended to "
     "max_attempts - 1 delays; excludes retry_schedule."
 )
+Moment = Annotated[AwareDatetime, BeforeValidator(_text_only)]
 EventType = Annotated[str, Field(min_length=1, max_length=200)]
 EventId = Annotated[str, Field(min_length=1, max_length=200)]
 # Any JSON value except null: objects, arrays, strings, numbers, booleans.
@@ -64,10 +75,15 @@ Payload = Annotated[
 ]
 
 __all__ = [
+    "Application",
+    "ApplicationPage",
     "Attempt",
     "BatchResult",
+    "CreateApplication",
     "CreateEndpoint",
+    "CreateToken",
     "CreatedEndpoint",
+    "CreatedToken",
     "Endpoint",
     "EndpointHealth",
     "EndpointPage",
@@ -85,6 +101,9 @@ __all__ = [
     "RotatedSecret",
     "SendEvent",
     "SendResult",
+    "Token",
+    "TokenPage",
+    "UpdateApplication",
     "UpdateEndpoint",
 ]
 
@@ -163,15 +182,51 @@ class ReplayRequest(_Strict):
 
     message_ids: list[Id] | None = Field(default=None, min_length=1, max_length=1000)
     endpoint_id: Id | None = None
-    since: AwareDatetime | None = Field(default=None, description="dead-lettered at or after")
-    until: AwareDatetime | None = Field(default=None, description="dead-lettered before")
+    since: Moment | None = Field(default=None, description="dead-lettered at or after")
+    until: Moment | None = Field(default=None, description="dead-lettered before")
+
+
+Uid = Annotated[str, Field(min_length=1, max_length=200, pattern=UID_PATTERN)]
+MetadataKey = Annotated[str, Field(min_length=1, max_length=100)]
+MetadataValue = Annotated[str, Field(max_length=1000)]
+Metadata = Annotated[dict[MetadataKey, MetadataValue], Field(max_length=50)]
+
+
+class CreateApplication(_Strict):
+    uid: Uid = Field(
+        description="Your own id for this customer: letters, digits and . _ : - (unique; "
+        "a deleted application keeps its uid)"
+    )
+    name: str = Field(default="", max_length=200)
+    metadata: Metadata = Field(default_factory=dict, description="Your own string pairs")
+
+
+class UpdateApplication(_Strict):
+    """Only the fields present change; metadata is replaced whole."""
+
+    name: str | None = Field(default=None, max_length=200)
+    metadata: Metadata | None = None
+
+
+class CreateToken(_Strict):
+    scope: TokenScope = Field(
+        description="admin: everything; producer: send events, read messages; "
+        "app: everything inside one application"
+    )
+    application: Uid | None = Field(
+        default=None, description="The application (uid or id) of an app token; only for scope app"
+    )
+    description: str = Field(default="", max_length=200)
+    expires_at: Moment | None = Field(
+        default=None, description="When the token stops working (never, when absent)"
+    )
 
 
 class RecoverRequest(_Strict):
     """The window of the messages to send again, by the time they were created."""
 
-    since: AwareDatetime = Field(description="created at or after")
-    until: AwareDatetime | None = Field(
+    since: Moment = Field(description="created at or after")
+    until: Moment | None = Field(
         default=None, description="created before (default: now; the answer says which)"
     )
 

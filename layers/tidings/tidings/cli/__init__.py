@@ -19,6 +19,8 @@ COMMAND_MODULES = (
     "tidings.cli.dev",
     "tidings.cli.demo",
     "tidings.cli.status",
+    "tidings.cli.apps",
+    "tidings.cli.tokens",
     "tidings.cli.endpoints",
     "tidings.cli.send",
     "tidings.cli.messages",

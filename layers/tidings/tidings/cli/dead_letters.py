@@ -7,7 +7,15 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
-from tidings.cli.support import parse_time, print_json, target, when
+from tidings.cli.support import (
+    AppChoice,
+    add_app_option,
+    chosen_app,
+    parse_time,
+    print_json,
+    target,
+    when,
+)
 from tidings.config import Settings
 from tidings.dal.connection import Database
 from tidings.local.progress import table
@@ -39,13 +47,20 @@ def register(subparsers: Any) -> None:
         help="report the dead letters of the last AGE (30m, 2h, 7d); default: the report's window",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(parser, "only this application's dead letters (default: every application's)")
     parser.set_defaults(handler=run)
 
 
-def build(db: Database, settings: Settings, window_s: float | None = None) -> DeadLetterReport:
+def build(
+    db: Database,
+    settings: Settings,
+    window_s: float | None = None,
+    app: AppChoice | None = None,
+) -> DeadLetterReport:
     window = window_s or settings.dead_letter_report_window_s
     rules = PatternRules.from_settings(settings)
-    return db.run(lambda cur: build_report(cur, window, rules=rules))
+    app_id = None if app is None else app.id
+    return db.run(lambda cur: build_report(cur, window, rules=rules, app_id=app_id))
 
 
 def render(report: DeadLetterReport) -> str:
@@ -56,6 +71,7 @@ def render(report: DeadLetterReport) -> str:
     rows: list[list[object]] = [
         [
             e.stats.endpoint_id,
+            e.stats.app_uid,
             e.stats.url,
             e.stats.dead_letters,
             e.pattern.value.replace("_", " "),
@@ -67,8 +83,21 @@ def render(report: DeadLetterReport) -> str:
         ]
         for e in report.endpoints
     ]
-    headers = ("id", "url", "dead", "pattern", "top error", "status", "first", "last", "attempts")
-    actions = [f"endpoint {e.stats.endpoint_id}: {e.action}" for e in report.endpoints]
+    headers = (
+        "id",
+        "app",
+        "url",
+        "dead",
+        "pattern",
+        "top error",
+        "status",
+        "first",
+        "last",
+        "attempts",
+    )
+    actions = [
+        f"endpoint {e.stats.endpoint_id} ({e.stats.app_uid}): {e.action}" for e in report.endpoints
+    ]
     return "\n".join([head, "", table(headers, rows), "", "What to do:", *actions])
 
 
@@ -78,7 +107,8 @@ def report_text(db: Database, settings: Settings) -> str:
 
 def run(args: argparse.Namespace) -> int:
     with target() as where:
-        report = build(where.db, where.settings, args.window)
+        app = None if args.app is None else chosen_app(where, args.app)
+        report = build(where.db, where.settings, args.window, app)
     if args.json:
         print_json(report.to_dict())
     else:

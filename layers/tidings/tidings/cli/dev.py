@@ -135,6 +135,19 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         runtime.stop()
         raise CommandError(f"cannot start: {exc}") from exc
+    if runtime.api is not None:
+        if runtime.open_access():
+            print(
+                "tidings dev: no API token exists yet, so requests from loopback are accepted "
+                "without one; the first token (tidings tokens create --scope admin) ends that, "
+                "and from then on every request needs Authorization: Bearer <token>, as on AWS",
+                flush=True,
+            )
+        else:
+            print(
+                "tidings dev: every API request needs Authorization: Bearer <token>, as on AWS",
+                flush=True,
+            )
     where = runtime.api.url if runtime.api is not None else "no API"
     database = "embedded PostgreSQL" if runtime.embedded is not None else "DATABASE_URL"
     queue = "SQS at AWS_ENDPOINT_URL" if settings.aws_endpoint_url else "local queue"

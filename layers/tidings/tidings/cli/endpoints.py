@@ -8,7 +8,15 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from tidings.cli.support import parse_time, print_json, target, use_case_errors, when
+from tidings.cli.support import (
+    add_app_option,
+    chosen_app,
+    parse_time,
+    print_json,
+    target,
+    use_case_errors,
+    when,
+)
 from tidings.local.progress import LiveDisplay, progress_bar, table
 
 
@@ -115,15 +123,18 @@ def register(subparsers: Any) -> None:
     )
     add.add_argument("--timeout-ms", type=int, default=None)
     add.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(add)
     add.set_defaults(handler=run_add)
 
     listing = actions.add_parser("list", help="list endpoints")
     listing.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(listing)
     listing.set_defaults(handler=run_list)
 
     show = actions.add_parser("show", help="one endpoint, with the retry schedule it follows")
     show.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
     show.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(show)
     show.set_defaults(handler=run_show)
 
     update = actions.add_parser("update", help="change an endpoint's retry schedule")
@@ -136,6 +147,7 @@ def register(subparsers: Any) -> None:
         help="its own waits between attempts, e.g. 5,300,1800 ('default': the deployment's)",
     )
     update.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(update)
     update.set_defaults(handler=run_update)
 
     recover = actions.add_parser(
@@ -161,11 +173,13 @@ def register(subparsers: Any) -> None:
         help="messages per transaction (1 to 10000; default 1000)",
     )
     recover.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(recover)
     recover.set_defaults(handler=run_recover)
 
     disable = actions.add_parser("disable", help="stop delivering to an endpoint")
     disable.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
     disable.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(disable)
     disable.set_defaults(handler=run_disable)
 
     rotate = actions.add_parser(
@@ -173,6 +187,7 @@ def register(subparsers: Any) -> None:
     )
     rotate.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
     rotate.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(rotate)
     rotate.set_defaults(handler=run_rotate)
 
 
@@ -180,8 +195,10 @@ def run_add(args: argparse.Namespace) -> int:
     from tidings.logic import endpoints
 
     with target() as where, use_case_errors():
+        app = chosen_app(where, args.app)
         created = endpoints.create_endpoint(
             where.db,
+            app_id=app.id,
             url=args.url,
             description=args.description,
             event_types=args.event_types,
@@ -194,7 +211,7 @@ def run_add(args: argparse.Namespace) -> int:
     if args.json:
         print_json(created)
         return 0
-    print(f"endpoint {created.id} added: {created.url}")
+    print(f"endpoint {created.id} added to application {app.uid}: {created.url}")
     print(f"  event types: {', '.join(created.event_types)}")
     print(f"  retries:     {describe_schedule(created.retry_schedule)}")
     print(f"  secret:      {created.secret}")
@@ -207,10 +224,11 @@ def run_list(args: argparse.Namespace) -> int:
 
     found = []
     with target() as where, use_case_errors():
+        app = chosen_app(where, args.app)
         cursor: str | None = None
         while True:
             page = endpoints.list_endpoints(
-                where.db, cursor=cursor, limit=100, settings=where.settings
+                where.db, cursor=cursor, limit=100, app_id=app.id, settings=where.settings
             )
             found.extend(page.items)
             cursor = page.next_cursor
@@ -220,7 +238,7 @@ def run_list(args: argparse.Namespace) -> int:
         print_json(found)
         return 0
     if not found:
-        print("no endpoints")
+        print(f"no endpoints in application {app.uid}")
         return 0
     rows: list[list[object]] = [
         [
@@ -241,7 +259,10 @@ def run_show(args: argparse.Namespace) -> int:
     from tidings.logic import endpoints
 
     with target() as where, use_case_errors():
-        found = endpoints.get_endpoint(where.db, args.endpoint_id, settings=where.settings)
+        app = chosen_app(where, args.app)
+        found = endpoints.get_endpoint(
+            where.db, args.endpoint_id, app_id=app.id, settings=where.settings
+        )
     if args.json:
         print_json(found)
         return 0
@@ -272,11 +293,13 @@ def run_update(args: argparse.Namespace) -> int:
     from tidings.logic import endpoints
 
     with target() as where, use_case_errors():
+        app = chosen_app(where, args.app)
         changed = endpoints.update_endpoint(
             where.db,
             args.endpoint_id,
             {"retry_schedule": args.retry_schedule},
             settings=where.settings,
+            app_id=app.id,
         )
     if args.json:
         print_json(changed)
@@ -295,6 +318,7 @@ def run_recover(args: argparse.Namespace) -> int:
             display.show(f"recovering endpoint {args.endpoint_id} " + progress_bar(done, total))
 
     with target() as where, use_case_errors():
+        app = chosen_app(where, args.app)
         result = recover_endpoint(
             where.db,
             args.endpoint_id,
@@ -302,6 +326,7 @@ def run_recover(args: argparse.Namespace) -> int:
             until=args.until,
             batch_size=args.batch_size,
             progress=progress,
+            app_id=app.id,
         )
     if args.json:
         print_json(result)
@@ -324,8 +349,9 @@ def run_disable(args: argparse.Namespace) -> int:
     from tidings.logic import endpoints
 
     with target() as where, use_case_errors():
+        app = chosen_app(where, args.app)
         changed = endpoints.update_endpoint(
-            where.db, args.endpoint_id, {"enabled": False}, settings=where.settings
+            where.db, args.endpoint_id, {"enabled": False}, settings=where.settings, app_id=app.id
         )
     if args.json:
         print_json(changed)
@@ -338,7 +364,10 @@ def run_rotate(args: argparse.Namespace) -> int:
     from tidings.logic import endpoints
 
     with target() as where, use_case_errors():
-        rotated = endpoints.rotate_secret(where.db, args.endpoint_id, settings=where.settings)
+        app = chosen_app(where, args.app)
+        rotated = endpoints.rotate_secret(
+            where.db, args.endpoint_id, settings=where.settings, app_id=app.id
+        )
     if args.json:
         print_json(rotated)
         return 0

@@ -7,7 +7,14 @@ import argparse
 import json
 from typing import Any
 
-from tidings.cli.support import print_json, target, use_case_errors, when
+from tidings.cli.support import (
+    add_app_option,
+    chosen_app,
+    print_json,
+    target,
+    use_case_errors,
+    when,
+)
 from tidings.local.progress import table
 
 
@@ -27,6 +34,7 @@ def register(subparsers: Any) -> None:
     show = actions.add_parser("show", help="a message with its payload and attempts")
     show.add_argument("message_id", type=message_id, metavar="ID")
     show.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(show)
     show.set_defaults(handler=run_show)
     resend = actions.add_parser(
         "resend",
@@ -34,6 +42,7 @@ def register(subparsers: Any) -> None:
     )
     resend.add_argument("message_id", type=message_id, metavar="ID")
     resend.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(resend)
     resend.set_defaults(handler=run_resend)
 
 
@@ -42,7 +51,8 @@ def run_resend(args: argparse.Namespace) -> int:
     from tidings.logic.resend import resend_message
 
     with target() as where, use_case_errors():
-        resent = resend_message(where.db, args.message_id)
+        app = chosen_app(where, args.app)
+        resent = resend_message(where.db, args.message_id, app_id=app.id)
     if args.json:
         print_json(resent)
         return 0
@@ -57,7 +67,8 @@ def run_show(args: argparse.Namespace) -> int:
     from tidings.logic import messages
 
     with target() as where, use_case_errors():
-        found = messages.get_message(where.db, args.message_id)
+        app = chosen_app(where, args.app)
+        found = messages.get_message(where.db, args.message_id, app_id=app.id)
     if args.json:
         print_json(found)
         return 0

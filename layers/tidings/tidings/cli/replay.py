@@ -9,7 +9,14 @@ from typing import Any
 from tidings.cli import CommandError
 from tidings.cli.endpoints import endpoint_id
 from tidings.cli.messages import message_id
-from tidings.cli.support import parse_time, print_json, target, use_case_errors
+from tidings.cli.support import (
+    add_app_option,
+    chosen_app,
+    parse_time,
+    print_json,
+    target,
+    use_case_errors,
+)
 from tidings.dal.dead_letters import dead_letter_ids
 from tidings.local.progress import LiveDisplay, progress_bar
 
@@ -38,26 +45,29 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--ids", type=message_id, nargs="+", default=None, metavar="ID")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tidings.logic.replay import replay_dead_letters
+    from tidings.logic.replay import check_named, replay_dead_letters
 
     if args.endpoint is None and args.since is None and args.ids is None:
         raise CommandError("name what to replay: --endpoint ID, --since TIME or --ids ID ...")
     display = LiveDisplay(sys.stderr, every_s=2.0)
     requeued = 0
     with target() as where, use_case_errors():
+        app = chosen_app(where, args.app)
+        check_named(where.db, app.id, message_ids=args.ids, endpoint_id=args.endpoint)
         wanted = where.db.run(
             lambda cur: dead_letter_ids(
-                cur, endpoint_id=args.endpoint, since=args.since, ids=args.ids
+                cur, app.id, endpoint_id=args.endpoint, since=args.since, ids=args.ids
             )
         )
         show = len(wanted) > CHUNK and not args.json
         for start in range(0, len(wanted), CHUNK):
             chunk = wanted[start : start + CHUNK]
-            requeued += replay_dead_letters(where.db, message_ids=chunk).requeued
+            requeued += replay_dead_letters(where.db, message_ids=chunk, app_id=app.id).requeued
             if show:
                 display.show("replaying " + progress_bar(start + len(chunk), len(wanted)))
     if args.json:

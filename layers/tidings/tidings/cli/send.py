@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from tidings.cli import CommandError
-from tidings.cli.support import print_json, target, use_case_errors
+from tidings.cli.support import add_app_option, chosen_app, print_json, target, use_case_errors
 
 
 def register(subparsers: Any) -> None:
@@ -18,6 +18,7 @@ def register(subparsers: Any) -> None:
         "--event-id", default=None, help="your idempotency key (default: a new UUID)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -29,8 +30,10 @@ def run(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         raise CommandError(f"JSON is not valid JSON: {exc}") from None
     with target() as where, use_case_errors():
+        app = chosen_app(where, args.app)
         result = events.send_event(
             where.db,
+            application=None if args.app is None else app.uid,
             event_type=args.event_type,
             payload=payload,
             event_id=args.event_id,

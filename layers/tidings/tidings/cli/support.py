@@ -99,6 +99,41 @@ def use_case_errors() -> Iterator[None]:
         raise OperatorError(f"{exc.message}{where}") from exc
 
 
+@dataclass(frozen=True)
+class AppChoice:
+    """The application a command acts in."""
+
+    id: int
+    uid: str
+
+
+def add_app_option(
+    parser: Any,
+    help_text: str = "the application to act in (its uid or id; default: the default application)",
+) -> None:
+    parser.add_argument("--app", metavar="UID", default=None, help=help_text)
+
+
+def chosen_app(where: Target, ref: str | None) -> AppChoice:
+    """The application ``--app`` names (the default application without it)."""
+    from tidings.logic import applications
+
+    if ref is None:
+        return AppChoice(applications.DEFAULT_APP_ID, applications.DEFAULT_APP_UID)
+    found = applications.find(where.db, ref)
+    if found is None:
+        raise OperatorError(f"application {ref} does not exist (see tidings apps list)")
+    return AppChoice(found.id, found.uid)
+
+
+def parse_duration(text: str) -> timedelta:
+    """A positive duration such as ``90s``, ``15m``, ``12h``, ``30d``."""
+    match = _RELATIVE.match(text.strip())
+    if match is None or float(match[1]) <= 0:
+        raise ValueError(f"{text!r} is not a duration like 15m, 12h or 30d")
+    return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+
+
 def plain(value: Any) -> Any:
     """``value`` as JSON-ready data: models, dataclasses, times, decimals and ids included."""
     if isinstance(value, BaseModel):

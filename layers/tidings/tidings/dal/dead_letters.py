@@ -25,10 +25,15 @@ class DeadLetterStats:
     first_at: datetime
     last_at: datetime
     mean_attempts: float
+    # The uid of the endpoint's application.
+    app_uid: str = "default"
 
 
-def dead_letter_stats(cur: Cursor, *, since: datetime, now: datetime) -> list[DeadLetterStats]:
-    cur.execute(sql("dead_letter_stats"), {"since": since, "now": now})
+def dead_letter_stats(
+    cur: Cursor, *, since: datetime, now: datetime, app_id: int | None = None
+) -> list[DeadLetterStats]:
+    """Per endpoint, the dead letters of (since, now], of one application or (None) of all."""
+    cur.execute(sql("dead_letter_stats"), {"since": since, "now": now, "app_id": app_id})
     return [DeadLetterStats(**row) for row in fetch_dicts(cur)]
 
 
@@ -48,15 +53,21 @@ def count_unreported_dead_letters(cur: Cursor) -> int:
 
 def dead_letter_ids(
     cur: Cursor,
+    app_id: int,
     *,
     endpoint_id: int | None = None,
     since: datetime | None = None,
     ids: Sequence[int] | None = None,
 ) -> list[int]:
-    """Ids of the dead letters matching every given filter, in id order (what a replay will
-    requeue, listed up front so that a long replay can show its progress)."""
+    """Ids of an application's dead letters matching every given filter, in id order (what a
+    replay will requeue, listed up front so that a long replay can show its progress)."""
     cur.execute(
         sql("dead_letter_ids"),
-        {"endpoint_id": endpoint_id, "since": since, "ids": list(ids) if ids is not None else None},
+        {
+            "app_id": app_id,
+            "endpoint_id": endpoint_id,
+            "since": since,
+            "ids": list(ids) if ids is not None else None,
+        },
     )
     return [int(row[0]) for row in cur.fetchall()]

@@ -25,6 +25,7 @@ UPDATABLE_FIELDS = (
 def insert_endpoint(
     cur: Cursor,
     *,
+    app_id: int,
     url: str,
     description: str,
     secret: str,
@@ -33,10 +34,12 @@ def insert_endpoint(
     timeout_ms: int | None,
     rate_limit_per_s: float | None,
     retry_schedule: Sequence[float] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
+    """The new endpoint, or None when its application is not there (any more)."""
     cur.execute(
         sql("insert_endpoint"),
         {
+            "app_id": app_id,
             "url": url,
             "description": description,
             "secret": secret,
@@ -47,29 +50,31 @@ def insert_endpoint(
             "retry_schedule": _seconds(retry_schedule),
         },
     )
-    return fetch_dicts(cur)[0]
-
-
-def get_endpoint(cur: Cursor, endpoint_id: int) -> dict[str, Any] | None:
-    cur.execute(sql("get_endpoint"), {"endpoint_id": endpoint_id})
     rows = fetch_dicts(cur)
     return rows[0] if rows else None
 
 
-def list_endpoints(cur: Cursor, *, after_id: int, limit: int) -> list[dict[str, Any]]:
-    """Up to ``limit + 1`` endpoints after ``after_id`` (the extra row means more follow)."""
-    cur.execute(sql("list_endpoints"), {"after_id": after_id, "limit": limit})
+def get_endpoint(cur: Cursor, app_id: int, endpoint_id: int) -> dict[str, Any] | None:
+    cur.execute(sql("get_endpoint"), {"app_id": app_id, "endpoint_id": endpoint_id})
+    rows = fetch_dicts(cur)
+    return rows[0] if rows else None
+
+
+def list_endpoints(cur: Cursor, app_id: int, *, after_id: int, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit + 1`` of an application's endpoints after ``after_id`` (the extra row means
+    more follow)."""
+    cur.execute(sql("list_endpoints"), {"app_id": app_id, "after_id": after_id, "limit": limit})
     return fetch_dicts(cur)
 
 
 def update_endpoint(
-    cur: Cursor, endpoint_id: int, changes: dict[str, Any]
+    cur: Cursor, app_id: int, endpoint_id: int, changes: dict[str, Any]
 ) -> dict[str, Any] | None:
     """Apply ``changes`` (keys from ``UPDATABLE_FIELDS``); None when the endpoint is not there."""
     unknown = set(changes) - set(UPDATABLE_FIELDS)
     if unknown:
         raise ValueError(f"fields that cannot be updated: {sorted(unknown)}")
-    params: dict[str, Any] = {"endpoint_id": endpoint_id}
+    params: dict[str, Any] = {"app_id": app_id, "endpoint_id": endpoint_id}
     for name in UPDATABLE_FIELDS:
         params[f"set_{name}"] = name in changes
         params[name] = changes.get(name)
@@ -81,25 +86,25 @@ def update_endpoint(
     return rows[0] if rows else None
 
 
-def soft_delete_endpoint(cur: Cursor, endpoint_id: int) -> bool:
-    cur.execute(sql("soft_delete_endpoint"), {"endpoint_id": endpoint_id})
+def soft_delete_endpoint(cur: Cursor, app_id: int, endpoint_id: int) -> bool:
+    cur.execute(sql("soft_delete_endpoint"), {"app_id": app_id, "endpoint_id": endpoint_id})
     return cur.fetchone() is not None
 
 
 def rotate_secret(
-    cur: Cursor, endpoint_id: int, *, secret: str, overlap_s: float
+    cur: Cursor, app_id: int, endpoint_id: int, *, secret: str, overlap_s: float
 ) -> datetime | None:
     """Install ``secret``; returns when the previous one stops signing (None: no endpoint)."""
     cur.execute(
         sql("rotate_endpoint_secret"),
-        {"endpoint_id": endpoint_id, "secret": secret, "overlap_s": overlap_s},
+        {"app_id": app_id, "endpoint_id": endpoint_id, "secret": secret, "overlap_s": overlap_s},
     )
     row = cur.fetchone()
     return None if row is None else row[1]
 
 
-def endpoint_health(cur: Cursor, endpoint_id: int) -> dict[str, Any] | None:
-    cur.execute(sql("endpoint_health"), {"endpoint_id": endpoint_id})
+def endpoint_health(cur: Cursor, app_id: int, endpoint_id: int) -> dict[str, Any] | None:
+    cur.execute(sql("endpoint_health"), {"app_id": app_id, "endpoint_id": endpoint_id})
     rows = fetch_dicts(cur)
     return rows[0] if rows else None
 

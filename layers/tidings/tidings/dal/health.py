@@ -5,6 +5,7 @@ failing streaks and the endpoints they disable, and the messages disabled endpoi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -22,6 +23,8 @@ class QueueFigures:
     failed_attempts_recently: int
     dead_lettered_recently: int
     oldest_undelivered_age_s: float | None
+    # The uid of the application of the oldest undelivered message.
+    oldest_undelivered_application: str | None
     delivery_mean_ms: float | None
     delivery_p95_ms: float | None
     open_circuits: int
@@ -40,6 +43,20 @@ class EndpointAttention:
     opened_at: datetime | None
     p95_ms: float | None
     sample_count: int
+    # The uid of the endpoint's application.
+    app_uid: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class ApplicationFigures:
+    """One application's part of the queue."""
+
+    app_uid: str
+    pending: int
+    awaiting_retry: int
+    in_flight: int
+    dead_letters: int
+    oldest_undelivered_age_s: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +66,24 @@ class DisabledEndpoint:
     failing_since: datetime
 
 
-def queue_figures(cur: Cursor, *, now: datetime, since: datetime) -> QueueFigures:
-    cur.execute(sql("health_summary"), {"now": now, "since": since})
+def queue_figures(
+    cur: Cursor, *, now: datetime, since: datetime, app_id: int | None = None
+) -> QueueFigures:
+    """The queue's figures, of one application or (None) of all."""
+    cur.execute(sql("health_summary"), {"now": now, "since": since, "app_id": app_id})
     (row,) = fetch_dicts(cur)
     return QueueFigures(**row)
+
+
+def application_figures(
+    cur: Cursor, *, now: datetime, uids: Sequence[str] | None = None
+) -> list[ApplicationFigures]:
+    """Per application with work or dead letters (those of ``uids``, or all), by uid."""
+    cur.execute(
+        sql("application_figures"),
+        {"now": now, "uids": None if uids is None else list(uids)},
+    )
+    return [ApplicationFigures(**row) for row in fetch_dicts(cur)]
 
 
 def endpoints_needing_attention(
@@ -65,11 +96,10 @@ def endpoints_needing_attention(
     return [EndpointAttention(**row) for row in fetch_dicts(cur)]
 
 
-def count_dead_lettered_between(cur: Cursor, *, since: datetime, now: datetime) -> int:
+def count_dead_lettered_between(cur: Cursor, *, since: datetime, now: datetime) -> dict[str, int]:
+    """Per application uid, the messages dead-lettered in (since, now] (largest first)."""
     cur.execute(sql("count_dead_lettered_between"), {"since": since, "now": now})
-    row = cur.fetchone()
-    assert row is not None
-    return int(row[0])
+    return {str(row[0]): int(row[1]) for row in cur.fetchall()}
 
 
 def track_failing_streaks(cur: Cursor) -> int:

@@ -29,8 +29,9 @@ class Enqueued:
     message_ids: tuple[int, ...]
 
 
-def enqueue_event(cur: Cursor, event: NewEvent) -> Enqueued:
-    """Record one event (``tidings.enqueue_event``); a repeated key creates nothing."""
+def enqueue_event(cur: Cursor, event: NewEvent, *, application: str | None = None) -> Enqueued:
+    """Record one event (``tidings.enqueue_event``) for the application of this uid ('default'
+    when None); a repeated key creates nothing."""
     cur.execute(
         sql("enqueue_event"),
         {
@@ -38,6 +39,7 @@ def enqueue_event(cur: Cursor, event: NewEvent) -> Enqueued:
             "payload": event.payload_json,
             "event_id": event.event_id,
             "endpoint_ids": None if event.endpoint_ids is None else list(event.endpoint_ids),
+            "application": application,
         },
     )
     row = cur.fetchone()
@@ -46,11 +48,14 @@ def enqueue_event(cur: Cursor, event: NewEvent) -> Enqueued:
     return _enqueued(row[0], row[1], row[2])
 
 
-def enqueue_batch(cur: Cursor, events: Sequence[NewEvent]) -> list[Enqueued]:
-    """Record many events in one statement (``tidings.enqueue_batch``), in input order."""
+def enqueue_batch(
+    cur: Cursor, events: Sequence[NewEvent], *, application: str | None = None
+) -> list[Enqueued]:
+    """Record many events for the application of this uid ('default' when None) in one
+    statement (``tidings.enqueue_batch``), in input order."""
     if not events:
         return []
-    cur.execute(sql("enqueue_batch"), {"events": _batch_json(events)})
+    cur.execute(sql("enqueue_batch"), {"events": _batch_json(events), "application": application})
     rows = cur.fetchall()
     if len(rows) != len(events):
         raise RuntimeError(f"tidings.enqueue_batch returned {len(rows)} rows for {len(events)}")

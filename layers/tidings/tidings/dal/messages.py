@@ -1,4 +1,5 @@
-"""Messages: look-up with attempts, filtered paging, dead-letter replay, resend and recovery."""
+"""Messages of an application: look-up with attempts, filtered paging, dead-letter replay,
+resend and recovery."""
 
 from __future__ import annotations
 
@@ -10,19 +11,20 @@ from tidings.dal.connection import Cursor, fetch_dicts
 from tidings.dal.queries import sql
 
 
-def get_message(cur: Cursor, message_id: int) -> dict[str, Any] | None:
-    cur.execute(sql("get_message"), {"message_id": message_id})
+def get_message(cur: Cursor, app_id: int, message_id: int) -> dict[str, Any] | None:
+    cur.execute(sql("get_message"), {"app_id": app_id, "message_id": message_id})
     rows = fetch_dicts(cur)
     return rows[0] if rows else None
 
 
-def attempts_of_message(cur: Cursor, message_id: int) -> list[dict[str, Any]]:
-    cur.execute(sql("attempts_of_message"), {"message_id": message_id})
+def attempts_of_message(cur: Cursor, app_id: int, message_id: int) -> list[dict[str, Any]]:
+    cur.execute(sql("attempts_of_message"), {"app_id": app_id, "message_id": message_id})
     return fetch_dicts(cur)
 
 
 def list_messages(
     cur: Cursor,
+    app_id: int,
     *,
     before_id: int | None,
     limit: int,
@@ -34,6 +36,7 @@ def list_messages(
     cur.execute(
         sql("list_messages"),
         {
+            "app_id": app_id,
             "before_id": before_id,
             "limit": limit,
             "status": status,
@@ -46,6 +49,7 @@ def list_messages(
 
 def replay_dead_letters(
     cur: Cursor,
+    app_id: int,
     *,
     batch_size: int,
     message_ids: Sequence[int] | None = None,
@@ -57,6 +61,7 @@ def replay_dead_letters(
     cur.execute(
         sql("replay_dead_letters"),
         {
+            "app_id": app_id,
             "batch_size": batch_size,
             "message_ids": None if message_ids is None else list(message_ids),
             "endpoint_id": endpoint_id,
@@ -67,10 +72,20 @@ def replay_dead_letters(
     return [int(row[0]) for row in cur.fetchall()]
 
 
-def resend_message(cur: Cursor, message_id: int) -> dict[str, Any] | None:
-    """Start a new delivery of a finished message; the message as it is now, with ``resent``,
-    ``endpoint_open`` and ``endpoint_deleted`` (None when it does not exist)."""
-    cur.execute(sql("resend_message"), {"message_id": message_id})
+def messages_outside_application(cur: Cursor, app_id: int, message_ids: Sequence[int]) -> list[int]:
+    """Those of ``message_ids`` that are not messages of the application's endpoints."""
+    cur.execute(
+        sql("messages_outside_application"),
+        {"app_id": app_id, "message_ids": list(message_ids)},
+    )
+    return [int(row[0]) for row in cur.fetchall()]
+
+
+def resend_message(cur: Cursor, app_id: int, message_id: int) -> dict[str, Any] | None:
+    """Start a new delivery of a finished message of the application's endpoints; the message as
+    it is now, with ``resent``, ``endpoint_open`` and ``endpoint_deleted`` (None when the
+    application has no such message)."""
+    cur.execute(sql("resend_message"), {"app_id": app_id, "message_id": message_id})
     rows = fetch_dicts(cur)
     return rows[0] if rows else None
 
@@ -89,3 +104,10 @@ def recover_messages(cur: Cursor, *, endpoint_id: int, ids: Sequence[int]) -> li
     """Start a new delivery of those of ``ids`` still dead or awaiting a retry; their ids."""
     cur.execute(sql("recover_messages"), {"endpoint_id": endpoint_id, "ids": list(ids)})
     return [int(row[0]) for row in cur.fetchall()]
+
+
+def endpoint_of_application(cur: Cursor, app_id: int, endpoint_id: int) -> bool:
+    """Whether the endpoint is the application's (deleted or not)."""
+    cur.execute(sql("endpoint_of_application"), {"app_id": app_id, "endpoint_id": endpoint_id})
+    row = cur.fetchone()
+    return bool(row and row[0])

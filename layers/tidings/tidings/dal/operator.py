@@ -51,6 +51,8 @@ class EndpointProgress:
     dead_letter: int
     attempts: int
     p95_ms: float | None
+    # The uid of the endpoint's application.
+    app_uid: str = "default"
 
     @property
     def settled(self) -> int:
@@ -59,9 +61,12 @@ class EndpointProgress:
         return self.delivered + self.dead_letter + held
 
 
-def endpoint_progress(cur: Cursor, since: datetime) -> list[EndpointProgress]:
-    """Every endpoint's figures; latency from attempts made since ``since``."""
-    cur.execute(sql("endpoint_progress"), {"since": since})
+def endpoint_progress(
+    cur: Cursor, since: datetime, app_id: int | None = None
+) -> list[EndpointProgress]:
+    """Every endpoint's figures (of one application, or all); latency from attempts made since
+    ``since``."""
+    cur.execute(sql("endpoint_progress"), {"since": since, "app_id": app_id})
     return [
         EndpointProgress(
             endpoint_id=row["id"],
@@ -77,6 +82,7 @@ def endpoint_progress(cur: Cursor, since: datetime) -> list[EndpointProgress]:
             dead_letter=row["dead_letter"],
             attempts=row["attempts"],
             p95_ms=None if row["p95_ms"] is None else float(row["p95_ms"]),
+            app_uid=row["app_uid"],
         )
         for row in fetch_dicts(cur)
     ]

@@ -22,6 +22,7 @@ from tidings import migrations, wiring
 from tidings.aws_clients import sns_client, sqs_client
 from tidings.config import Settings
 from tidings.dal.connection import Database, connect
+from tidings.dal.tokens import any_token
 from tidings.deployment import MAX_RECEIVE_COUNT, QUEUE_VISIBILITY_TIMEOUT_S, SENDER
 from tidings.local.api_server import ApiServer
 from tidings.local.event_source import consume_once
@@ -148,6 +149,20 @@ def aws_collaborators(settings: Settings) -> tuple[SqsQueue, str, SnsNotifier]:
     return queue, queue.queue_arn(), SnsNotifier(topic_arn, client=sns)
 
 
+class OpenAccess:
+    """Whether no API token exists yet (the local API then lets loopback requests through
+    without one). Asked on every request until a token exists, then never again: tokens are
+    revoked, never removed."""
+
+    def __init__(self) -> None:
+        self._closed = False
+
+    def __call__(self) -> bool:
+        if not self._closed and wiring.database().run(any_token):
+            self._closed = True
+        return not self._closed
+
+
 class DevRuntime:
     """Starts, runs and stops the local system; see the module docstring."""
 
@@ -161,6 +176,8 @@ class DevRuntime:
         self.queue_arn = LOCAL_QUEUE_ARN
         self.notifier: Notifier | None = None
         self.api: ApiServer | None = None
+        # Whether the API lets loopback requests through without a token (none exists yet).
+        self.open_access = OpenAccess()
         self.scheduler: Scheduler | None = None
         self._stopping = threading.Event()
         self._draining = threading.Event()
@@ -196,6 +213,7 @@ class DevRuntime:
         }
         if config.serve_api:
             handlers["ingest"] = load_handler("ingest", config.functions_dir)
+            handlers["authorizer"] = load_handler("authorizer", config.functions_dir)
         self._wire(settings)
         self.scheduler = Scheduler(
             [
@@ -209,7 +227,13 @@ class DevRuntime:
         self._spawn("claimer", self._claimer_loop, handlers["claimer"])
         self.scheduler.start()
         if config.serve_api:
-            self.api = ApiServer(handlers["ingest"], config.host, config.port)
+            self.api = ApiServer(
+                handlers["ingest"],
+                config.host,
+                config.port,
+                authorizer=handlers["authorizer"],
+                open_access=self.open_access,
+            )
             self.api.start()
 
     def _wire(self, settings: Settings) -> None:

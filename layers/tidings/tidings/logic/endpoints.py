@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, PlainSerializer
 
 from tidings.config import Settings, get_settings
 from tidings.dal import endpoints as dal
+from tidings.dal.applications import DEFAULT_APP_ID
 from tidings.dal.connection import Database
 from tidings.delivery import retry_schedule, signing, ssrf
 from tidings.logic.errors import InvalidInput, NotFound
@@ -116,9 +117,11 @@ def create_endpoint(
     retry_schedule: Sequence[float] | None = None,
     settings: Settings | None = None,
     resolver: ssrf.Resolver | None = None,
+    app_id: int = DEFAULT_APP_ID,
 ) -> CreatedEndpoint:
-    """Create an endpoint after checking its URL against the SSRF rules; returns its secret.
-    ``retry_schedule`` (its own) and ``max_attempts`` (deprecated) exclude each other."""
+    """Create an endpoint of an application after checking its URL against the SSRF rules;
+    returns its secret. ``retry_schedule`` (its own) and ``max_attempts`` (deprecated) exclude
+    each other."""
     cfg = settings or get_settings()
     if retry_schedule is not None and max_attempts is not None:
         raise _conflicting_schedule()
@@ -136,14 +139,26 @@ def create_endpoint(
         resolver,
     )
     secret = signing.generate_secret()
-    row = db.run(lambda cur: dal.insert_endpoint(cur, secret=secret, **fields), transaction=True)
+    row = db.run(
+        lambda cur: dal.insert_endpoint(cur, app_id=app_id, secret=secret, **fields),
+        transaction=True,
+    )
+    if row is None:
+        # The application was deleted since the request found it.
+        raise NotFound("application", app_id)
     return CreatedEndpoint(**_shown(row, cfg), secret=secret)
 
 
-def get_endpoint(db: Database, endpoint_id: int, *, settings: Settings | None = None) -> Endpoint:
-    """One endpoint, with the retry schedule its messages follow."""
+def get_endpoint(
+    db: Database,
+    endpoint_id: int,
+    *,
+    app_id: int = DEFAULT_APP_ID,
+    settings: Settings | None = None,
+) -> Endpoint:
+    """One endpoint of an application, with the retry schedule its messages follow."""
     check_id(endpoint_id, "endpoint_id")
-    row = db.run(lambda cur: dal.get_endpoint(cur, endpoint_id))
+    row = db.run(lambda cur: dal.get_endpoint(cur, app_id, endpoint_id))
     if row is None:
         raise NotFound("endpoint", endpoint_id)
     return Endpoint(**_shown(row, settings or get_settings()))
@@ -154,13 +169,14 @@ def list_endpoints(
     *,
     cursor: str | None = None,
     limit: int = 50,
+    app_id: int = DEFAULT_APP_ID,
     settings: Settings | None = None,
 ) -> EndpointPage:
-    """Endpoints by ascending id, ``limit`` (at most 100) at a time."""
+    """An application's endpoints by ascending id, ``limit`` (at most 100) at a time."""
     check_limit(limit)
     cfg = settings or get_settings()
     after_id = 0 if cursor is None else decode_cursor(cursor)
-    rows = db.run(lambda cur: dal.list_endpoints(cur, after_id=after_id, limit=limit))
+    rows = db.run(lambda cur: dal.list_endpoints(cur, app_id, after_id=after_id, limit=limit))
     items = [Endpoint(**_shown(row, cfg)) for row in rows[:limit]]
     more = len(rows) > limit
     return EndpointPage(items=items, next_cursor=encode_cursor(items[-1].id) if more else None)
@@ -173,6 +189,7 @@ def update_endpoint(
     *,
     settings: Settings | None = None,
     resolver: ssrf.Resolver | None = None,
+    app_id: int = DEFAULT_APP_ID,
 ) -> Endpoint:
     """Change the given fields (url, description, event_types, retry_schedule, max_attempts,
     timeout_ms, rate_limit_per_s, enabled); a None override goes back to the deployment default.
@@ -195,23 +212,29 @@ def update_endpoint(
         checked["max_attempts"] = None
     if limit is not None:
         checked["retry_schedule"] = None
-    row = db.run(lambda cur: dal.update_endpoint(cur, endpoint_id, checked), transaction=True)
+    row = db.run(
+        lambda cur: dal.update_endpoint(cur, app_id, endpoint_id, checked), transaction=True
+    )
     if row is None:
         raise NotFound("endpoint", endpoint_id)
     return Endpoint(**_shown(row, cfg))
 
 
-def delete_endpoint(db: Database, endpoint_id: int) -> None:
+def delete_endpoint(db: Database, endpoint_id: int, *, app_id: int = DEFAULT_APP_ID) -> None:
     """Soft delete: the endpoint stops receiving and disappears; its history stays."""
     check_id(endpoint_id, "endpoint_id")
     # In a transaction: a connection lost before COMMIT is retried, one lost during COMMIT is
     # not (run twice after it committed, the delete would answer 404).
-    if not db.run(lambda cur: dal.soft_delete_endpoint(cur, endpoint_id), transaction=True):
+    if not db.run(lambda cur: dal.soft_delete_endpoint(cur, app_id, endpoint_id), transaction=True):
         raise NotFound("endpoint", endpoint_id)
 
 
 def rotate_secret(
-    db: Database, endpoint_id: int, *, settings: Settings | None = None
+    db: Database,
+    endpoint_id: int,
+    *,
+    settings: Settings | None = None,
+    app_id: int = DEFAULT_APP_ID,
 ) -> RotatedSecret:
     """A new signing secret; the old one keeps signing for the configured overlap."""
     check_id(endpoint_id, "endpoint_id")
@@ -221,7 +244,7 @@ def rotate_secret(
     # the previous slot and end the old secret's overlap at once.
     expires = db.run(
         lambda cur: dal.rotate_secret(
-            cur, endpoint_id, secret=secret, overlap_s=cfg.secret_rotation_overlap_s
+            cur, app_id, endpoint_id, secret=secret, overlap_s=cfg.secret_rotation_overlap_s
         ),
         transaction=True,
     )
@@ -230,9 +253,11 @@ def rotate_secret(
     return RotatedSecret(endpoint_id=endpoint_id, secret=secret, previous_secret_expires_at=expires)
 
 
-def endpoint_health(db: Database, endpoint_id: int) -> EndpointHealth:
+def endpoint_health(
+    db: Database, endpoint_id: int, *, app_id: int = DEFAULT_APP_ID
+) -> EndpointHealth:
     check_id(endpoint_id, "endpoint_id")
-    row = db.run(lambda cur: dal.endpoint_health(cur, endpoint_id))
+    row = db.run(lambda cur: dal.endpoint_health(cur, app_id, endpoint_id))
     if row is None:
         raise NotFound("endpoint", endpoint_id)
     row["circuit_state"] = row.pop("state")

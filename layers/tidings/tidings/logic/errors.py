@@ -18,10 +18,19 @@ class InvalidInput(UseCaseError):
 
 
 class NotFound(UseCaseError):
-    """The thing named does not exist (or was deleted)."""
+    """The thing named does not exist (or was deleted, or the caller may not know of it: a
+    token of one application is told that another application's things do not exist)."""
 
-    def __init__(self, what: str, ident: int) -> None:
+    def __init__(self, what: str, ident: int | str) -> None:
         super().__init__(f"{what}_not_found", f"{what.replace('_', ' ')} {ident} does not exist")
+
+
+class Unauthorized(UseCaseError):
+    """No credential, or one that is not (or no longer) valid."""
+
+
+class Forbidden(UseCaseError):
+    """The credential is valid but its scope does not allow what was asked."""
 
 
 class PayloadTooLarge(UseCaseError):

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from tidings.config import Settings, get_settings
 from tidings.dal import ingest as dal
 from tidings.dal.connection import Database
-from tidings.logic.errors import InvalidInput
+from tidings.logic.errors import InvalidInput, NotFound
 from tidings.logic.validation import MAX_TEXT, check_id, clean_text, payload_json
 
 MAX_BATCH = 100
@@ -49,20 +49,32 @@ def send_event(
     event_id: str | None = None,
     endpoint_ids: Sequence[int] | None = None,
     settings: Settings | None = None,
+    application: str | None = None,
 ) -> SendResult:
-    """Fan one event out to its endpoints through ``tidings.enqueue``'s path."""
+    """Fan one event out to its endpoints through ``tidings.enqueue``'s path; ``application``
+    is the uid of the application it is sent to ('default' when None)."""
     spec = EventSpec(event_type, payload, event_id, endpoint_ids)
     new = _checked(spec, "", settings or get_settings())
     outcome = _at_window_end(
-        lambda: [db.run(lambda cur: dal.enqueue_event(cur, new), transaction=True)]
+        lambda: [
+            db.run(
+                lambda cur: dal.enqueue_event(cur, new, application=application), transaction=True
+            )
+        ],
+        application,
     )[0]
     return _result(new, outcome)
 
 
 def send_events(
-    db: Database, events: Sequence[EventSpec], *, settings: Settings | None = None
+    db: Database,
+    events: Sequence[EventSpec],
+    *,
+    settings: Settings | None = None,
+    application: str | None = None,
 ) -> list[SendResult]:
-    """Up to 100 events in one transaction: all are recorded or none is."""
+    """Up to 100 events for one application (its uid; 'default' when None) in one transaction:
+    all are recorded or none is."""
     if not events:
         raise InvalidInput("invalid_value", "events must hold at least one event", "events")
     if len(events) > MAX_BATCH:
@@ -70,7 +82,10 @@ def send_events(
     cfg = settings or get_settings()
     new = [_checked(spec, f"events[{i}].", cfg) for i, spec in enumerate(events)]
     outcomes = _at_window_end(
-        lambda: db.run(lambda cur: dal.enqueue_batch(cur, new), transaction=True)
+        lambda: db.run(
+            lambda cur: dal.enqueue_batch(cur, new, application=application), transaction=True
+        ),
+        application,
     )
     return [_result(event, outcome) for event, outcome in zip(new, outcomes, strict=True)]
 
@@ -100,29 +115,34 @@ def _checked(spec: EventSpec, where: str, settings: Settings) -> dal.NewEvent:
     return dal.NewEvent(event_type, text, event_id, endpoint_ids)
 
 
-def _at_window_end(call: Callable[[], list[dal.Enqueued]]) -> list[dal.Enqueued]:
+def _at_window_end(
+    call: Callable[[], list[dal.Enqueued]], application: str | None
+) -> list[dal.Enqueued]:
     """``call``'s outcomes, made again when a key's event was pruned (its idempotency window
     over) between the moment the key was found taken and the moment its event was read: the
     key is free now, so the next run records the event anew."""
     for _ in range(_WINDOW_RACE_RUNS - 1):
-        outcomes: list[dal.Enqueued] = _calling_sql(call)
+        outcomes: list[dal.Enqueued] = _calling_sql(call, application)
         if all(o.event_ref is not None for o in outcomes):
             return outcomes
-    outcomes = _calling_sql(call)
+    outcomes = _calling_sql(call, application)
     if any(o.event_ref is None for o in outcomes):
         raise RuntimeError("an event key's event kept disappearing while it was sent")
     return outcomes
 
 
-def _calling_sql(call: Any) -> Any:
+def _calling_sql(call: Any, application: str | None) -> Any:
     # The SQL functions check their arguments too; their refusals become the same errors as ours.
     try:
         return call()
     except psycopg2.Error as exc:
         if exc.pgcode not in ("22023", "23503"):
             raise
-        message = (exc.diag.message_primary or "bad event").removeprefix(_SQL_PREFIX)
         field = exc.diag.message_detail or None
+        if exc.pgcode == "23503" and field == "application":
+            # Deleted since the request found it (or never there, on a direct call).
+            raise NotFound("application", application or "default") from None
+        message = (exc.diag.message_primary or "bad event").removeprefix(_SQL_PREFIX)
         code = "unknown_endpoint" if exc.pgcode == "23503" else "invalid_event"
         raise InvalidInput(code, message, field) from None
 

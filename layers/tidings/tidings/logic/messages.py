@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from tidings.dal import messages as dal
+from tidings.dal.applications import DEFAULT_APP_ID
 from tidings.dal.connection import Database
 from tidings.delivery import waiting
 from tidings.logic.errors import InvalidInput, NotFound
@@ -70,12 +71,16 @@ class MessagePage(BaseModel):
     next_cursor: str | None
 
 
-def get_message(db: Database, message_id: int) -> MessageDetail:
-    """One message, its payload and every attempt made so far (oldest first)."""
+def get_message(db: Database, message_id: int, *, app_id: int = DEFAULT_APP_ID) -> MessageDetail:
+    """One message of an application, its payload and every attempt made so far (oldest
+    first)."""
     check_id(message_id, "message_id")
 
     def read(cur: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        return dal.get_message(cur, message_id), dal.attempts_of_message(cur, message_id)
+        return (
+            dal.get_message(cur, app_id, message_id),
+            dal.attempts_of_message(cur, app_id, message_id),
+        )
 
     row, attempts = db.run(read, transaction=True)
     if row is None:
@@ -113,8 +118,10 @@ def list_messages(
     event_type: str | None = None,
     cursor: str | None = None,
     limit: int = 50,
+    app_id: int = DEFAULT_APP_ID,
 ) -> MessagePage:
-    """Messages newest first, filtered by any of status, endpoint and event type."""
+    """An application's messages newest first, filtered by any of status, endpoint and event
+    type."""
     check_limit(limit)
     if status is not None and status not in STATUSES:
         raise InvalidInput(
@@ -128,6 +135,7 @@ def list_messages(
     rows = db.run(
         lambda cur: dal.list_messages(
             cur,
+            app_id,
             before_id=before_id,
             limit=limit,
             status=status,

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 from pydantic import BaseModel
 
 from tidings.dal import messages as dal
+from tidings.dal.applications import DEFAULT_APP_ID
 from tidings.dal.connection import Database
-from tidings.logic.errors import InvalidInput
+from tidings.logic.errors import InvalidInput, NotFound
 from tidings.logic.validation import check_id
 
 MAX_MESSAGE_IDS = 1000
@@ -28,10 +29,13 @@ def replay_dead_letters(
     since: datetime | None = None,
     until: datetime | None = None,
     batch_size: int = REPLAY_BATCH_SIZE,
+    app_id: int = DEFAULT_APP_ID,
 ) -> ReplayResult:
-    """Requeue the dead letters matching every given filter (at least one is required):
-    message ids, an endpoint, a dead-lettered-at range [since, until). Works in batches of
-    ``batch_size``, each its own transaction, so a large replay never holds many locks."""
+    """Requeue an application's dead letters matching every given filter (at least one is
+    required): message ids, an endpoint, a dead-lettered-at range [since, until). Works in
+    batches of ``batch_size``, each its own transaction, so a large replay never holds many
+    locks. Naming a message or an endpoint the application does not have is refused (NotFound),
+    another application's included."""
     if message_ids is None and endpoint_id is None and since is None and until is None:
         raise InvalidInput(
             "missing_filter",
@@ -57,12 +61,14 @@ def replay_dead_letters(
     until = until or datetime.now(UTC)
     if batch_size < 1:
         raise InvalidInput("invalid_value", "batch_size must be positive", "batch_size")
+    check_named(db, app_id, message_ids=message_ids, endpoint_id=endpoint_id)
 
     requeued = 0
     while True:
         batch = db.run(
             lambda cur: dal.replay_dead_letters(
                 cur,
+                app_id,
                 batch_size=batch_size,
                 message_ids=message_ids,
                 endpoint_id=endpoint_id,
@@ -73,3 +79,23 @@ def replay_dead_letters(
         requeued += len(batch)
         if not batch:
             return ReplayResult(requeued=requeued)
+
+
+def check_named(
+    db: Database,
+    app_id: int,
+    *,
+    message_ids: Sequence[int] | None = None,
+    endpoint_id: int | None = None,
+) -> None:
+    """Refuse (NotFound) a replay that names a message or an endpoint the application does not
+    have: another application's is as unknown as one that does not exist."""
+    if message_ids:
+        wanted = list(message_ids)
+        outside = db.run(lambda cur: dal.messages_outside_application(cur, app_id, wanted))
+        if outside:
+            raise NotFound("message", outside[0])
+    if endpoint_id is not None:
+        named = endpoint_id
+        if not db.run(lambda cur: dal.endpoint_of_application(cur, app_id, named)):
+            raise NotFound("endpoint", named)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from tidings.dal import endpoints as endpoints_dal
 from tidings.dal import messages as dal
+from tidings.dal.applications import DEFAULT_APP_ID
 from tidings.dal.connection import Database
 from tidings.logic.errors import Conflict, InvalidInput, NotFound
 from tidings.logic.messages import Message
@@ -44,10 +45,11 @@ class RecoverResult(BaseModel):
     )
 
 
-def resend_message(db: Database, message_id: int) -> Message:
-    """A new delivery of a delivered or dead-lettered message; the message as it now is."""
+def resend_message(db: Database, message_id: int, *, app_id: int = DEFAULT_APP_ID) -> Message:
+    """A new delivery of a delivered or dead-lettered message of the application; the message as
+    it now is. Another application's message is as unknown as a missing one."""
     check_id(message_id, "message_id")
-    row = db.run(lambda cur: dal.resend_message(cur, message_id), transaction=True)
+    row = db.run(lambda cur: dal.resend_message(cur, app_id, message_id), transaction=True)
     if row is None:
         raise NotFound("message", message_id)
     resent = row.pop("resent")
@@ -78,6 +80,7 @@ def recover_endpoint(
     batch_size: int = RECOVER_BATCH_SIZE,
     time_budget_s: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    app_id: int = DEFAULT_APP_ID,
 ) -> RecoverResult:
     """Send again every message of the endpoint created in [since, until) (until: now) that is
     a dead letter or awaits a retry, ``batch_size`` at a time. With ``time_budget_s``, stops
@@ -94,7 +97,7 @@ def recover_endpoint(
         raise InvalidInput(
             "invalid_value", f"batch_size must be within 1..{MAX_RECOVER_BATCH_SIZE}", "batch_size"
         )
-    endpoint = db.run(lambda cur: endpoints_dal.get_endpoint(cur, endpoint_id))
+    endpoint = db.run(lambda cur: endpoints_dal.get_endpoint(cur, app_id, endpoint_id))
     if endpoint is None:
         raise NotFound("endpoint", endpoint_id)
     if not endpoint["enabled"]:

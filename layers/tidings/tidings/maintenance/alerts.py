@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from tidings.dal import alerts as dal
 from tidings.dal import health as health_dal
 from tidings.dal.alerts import Notification, StoredAlert
+from tidings.dal.applications import DEFAULT_APP_UID
 from tidings.dal.connection import Cursor, Database
 from tidings.dal.health import EndpointAttention
 from tidings.delivery.ssrf import display_origin
@@ -38,6 +39,8 @@ class QueueHealth(Protocol):
 
     @property
     def oldest_undelivered_age_s(self) -> float | None: ...
+    @property
+    def oldest_undelivered_application(self) -> str | None: ...
     @property
     def dead_letters(self) -> int: ...
 
@@ -60,6 +63,8 @@ class AlertSettings(Protocol):
 PUBLISH_CLAIM_S = 60.0
 # Notifications left by earlier runs that one run publishes, at most.
 MAX_WAITING_PER_RUN = 100
+# An alert names at most this many applications (the largest first), the rest by their count.
+MAX_NAMED_APPS = 10
 
 
 class AlertKind(enum.StrEnum):
@@ -109,37 +114,61 @@ def current_conditions(
     dead_letters: int,
     endpoints: Sequence[EndpointAttention],
     settings: AlertSettings,
+    new_dead_letters_by_application: Mapping[str, int] | None = None,
+    oldest_undelivered_application: str | None = None,
 ) -> list[Condition]:
     """The conditions that hold now. ``new_dead_letters`` is the number dead-lettered since the
-    previous monitor run (None before the first run, when growth cannot be told)."""
+    previous monitor run (None before the first run, when growth cannot be told), and
+    ``new_dead_letters_by_application`` the same per application uid."""
     found: list[Condition] = []
     if new_dead_letters:
+        by_app = dict(new_dead_letters_by_application or {})
+        named = ", ".join(f"{uid} {n}" for uid, n in list(by_app.items())[:MAX_NAMED_APPS])
+        if len(by_app) > MAX_NAMED_APPS:
+            named += f", {len(by_app) - MAX_NAMED_APPS} more"
+        details: dict[str, Any] = {
+            "new_dead_letters": new_dead_letters,
+            "dead_letters": dead_letters,
+        }
+        if by_app:
+            details["by_application"] = dict(list(by_app.items())[:MAX_NAMED_APPS])
         found.append(
             Condition(
                 key=AlertKind.DEAD_LETTERS_GROWING.value,
                 kind=AlertKind.DEAD_LETTERS_GROWING,
                 headline=f"dead letters growing: {new_dead_letters} new, {dead_letters} in all",
                 explanation=(
-                    f"{new_dead_letters} messages were dead-lettered since the previous check; "
-                    f"{dead_letters} dead letters are waiting. See the dead-letter report for "
-                    "the endpoints and the pattern."
+                    f"{new_dead_letters} messages were dead-lettered since the previous check"
+                    + (f" (per application: {named})" if named else "")
+                    + f"; {dead_letters} dead letters are waiting. See the dead-letter report "
+                    "for the endpoints and the pattern."
                 ),
-                details={"new_dead_letters": new_dead_letters, "dead_letters": dead_letters},
+                details=details,
             )
         )
     limit_s = settings.oldest_undelivered_alert_s
     if oldest_undelivered_age_s is not None and oldest_undelivered_age_s > limit_s:
         minutes = oldest_undelivered_age_s / 60
+        where = (
+            f" in application {oldest_undelivered_application}"
+            if oldest_undelivered_application
+            else ""
+        )
+        oldest_details: dict[str, Any] = {
+            "oldest_undelivered_age_s": round(oldest_undelivered_age_s, 1)
+        }
+        if oldest_undelivered_application:
+            oldest_details["application"] = oldest_undelivered_application
         found.append(
             Condition(
                 key=AlertKind.OLDEST_UNDELIVERED.value,
                 kind=AlertKind.OLDEST_UNDELIVERED,
                 headline=f"oldest undelivered message is {minutes:.0f} minutes old",
                 explanation=(
-                    f"A message has waited {minutes:.0f} minutes for delivery (limit "
+                    f"A message{where} has waited {minutes:.0f} minutes for delivery (limit "
                     f"{limit_s / 60:.0f}). Check open circuits, the senders and the queue."
                 ),
-                details={"oldest_undelivered_age_s": round(oldest_undelivered_age_s, 1)},
+                details=oldest_details,
             )
         )
     for endpoint in endpoints:
@@ -149,19 +178,27 @@ def current_conditions(
 
 def _endpoint_conditions(e: EndpointAttention, settings: AlertSettings) -> list[Condition]:
     found: list[Condition] = []
-    where = f"endpoint {e.endpoint_id} ({display_origin(e.url)})"
+    # People read the application's uid beside the endpoint unless it is the default one (so a
+    # single-tenant deployment reads as before); the JSON details always carry it.
+    of_app = "" if e.app_uid == DEFAULT_APP_UID else f" of application {e.app_uid}"
+    where = f"endpoint {e.endpoint_id}{of_app} ({display_origin(e.url)})"
+    name = f"endpoint {e.endpoint_id}" + ("" if not of_app else f" ({e.app_uid})")
     if not e.enabled:
         found.append(
             Condition(
                 key=f"{AlertKind.ENDPOINT_DISABLED.value}:{e.endpoint_id}",
                 kind=AlertKind.ENDPOINT_DISABLED,
-                headline=f"endpoint {e.endpoint_id} disabled",
+                headline=f"{name} disabled",
                 explanation=(
                     f"{where} is disabled: {e.disabled_reason or 'no reason recorded'}. "
                     "Its undelivered messages become dead letters (replay them once it is "
                     "enabled again); events sent while it is disabled are not queued for it."
                 ),
-                details={"endpoint_id": e.endpoint_id, "reason": e.disabled_reason},
+                details={
+                    "endpoint_id": e.endpoint_id,
+                    "application": e.app_uid,
+                    "reason": e.disabled_reason,
+                },
             )
         )
     if e.state != "closed":
@@ -169,14 +206,14 @@ def _endpoint_conditions(e: EndpointAttention, settings: AlertSettings) -> list[
             Condition(
                 key=f"{AlertKind.CIRCUIT_OPEN.value}:{e.endpoint_id}",
                 kind=AlertKind.CIRCUIT_OPEN,
-                headline=f"circuit open for endpoint {e.endpoint_id}",
+                headline=f"circuit open for {name}",
                 explanation=(
                     f"The circuit of {where} opened"
                     + (f" at {e.opened_at.isoformat()}" if e.opened_at else "")
                     + " after repeated failures; deliveries wait and one probe is sent after "
                     "each cooldown."
                 ),
-                details={"endpoint_id": e.endpoint_id, "state": e.state},
+                details={"endpoint_id": e.endpoint_id, "application": e.app_uid, "state": e.state},
             )
         )
     slow = (
@@ -189,13 +226,14 @@ def _endpoint_conditions(e: EndpointAttention, settings: AlertSettings) -> list[
             Condition(
                 key=f"{AlertKind.SLOW_ENDPOINT.value}:{e.endpoint_id}",
                 kind=AlertKind.SLOW_ENDPOINT,
-                headline=f"endpoint {e.endpoint_id} slow: p95 {e.p95_ms:.0f} ms",
+                headline=f"{name} slow: p95 {e.p95_ms:.0f} ms",
                 explanation=(
                     f"{where} answers slowly: p95 {e.p95_ms:.0f} ms over {e.sample_count} "
                     f"attempts (threshold {settings.slow_endpoint_p95_ms} ms)."
                 ),
                 details={
                     "endpoint_id": e.endpoint_id,
+                    "application": e.app_uid,
                     "p95_ms": round(e.p95_ms, 1),
                     "sample_count": e.sample_count,
                 },
@@ -328,7 +366,7 @@ def check_and_send(
     # A row's dead_lettered_at is when its recording statement began; the statement may commit
     # up to a statement timeout later, after the previous run had looked. Looking back that much
     # further never misses one (at worst it counts one twice, and the alert resolves a run later).
-    new_dead_letters = (
+    by_application = (
         None
         if checkpoint is None
         else db.run(
@@ -349,10 +387,12 @@ def check_and_send(
     firing = db.run(dal.firing_alerts)
     conditions = current_conditions(
         oldest_undelivered_age_s=summary.oldest_undelivered_age_s,
-        new_dead_letters=new_dead_letters,
+        new_dead_letters=None if by_application is None else sum(by_application.values()),
         dead_letters=summary.dead_letters,
         endpoints=attention,
         settings=settings,
+        new_dead_letters_by_application=by_application,
+        oldest_undelivered_application=summary.oldest_undelivered_application,
     )
     dispatched = dispatch(db.cursor, notifier, plan_alerts(conditions, firing), now)
     # Only after the alerts went out: a run that failed to send re-counts the same dead letters.

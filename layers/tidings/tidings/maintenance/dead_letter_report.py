@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from tidings.dal import dead_letters as dal
+from tidings.dal.applications import DEFAULT_APP_UID
 from tidings.dal.connection import Cursor, Database
 from tidings.dal.dead_letters import DeadLetterStats
 from tidings.delivery.ssrf import display_origin
@@ -173,6 +174,7 @@ class EndpointDeadLetters:
         s = self.stats
         return {
             "endpoint_id": s.endpoint_id,
+            "application": s.app_uid,
             "url": display_origin(s.url),
             "dead_letters": s.dead_letters,
             "top_error": s.top_error,
@@ -229,8 +231,8 @@ class DeadLetterReport:
             s = e.stats
             lines += [
                 "",
-                f"Endpoint {s.endpoint_id} ({display_origin(s.url)}): "
-                f"{s.dead_letters} dead letter(s), "
+                f"Endpoint {s.endpoint_id}{_of_application(s.app_uid)} "
+                f"({display_origin(s.url)}): {s.dead_letters} dead letter(s), "
                 f"{e.pattern.value.replace('_', ' ')}",
                 f"  most common error: {s.top_error or 'none recorded'}; "
                 f"most common status: {s.top_status_code or 'none'}",
@@ -252,15 +254,21 @@ class DeadLetterReport:
         return data
 
 
+def _of_application(uid: str) -> str:
+    # Named beside the endpoint unless it is the default application (the JSON always has it).
+    return "" if uid == DEFAULT_APP_UID else f" of application {uid}"
+
+
 def build_report(
     cur: Cursor,
     window_s: float,
     now: datetime | None = None,
     *,
     rules: PatternRules | None = None,
+    app_id: int | None = None,
 ) -> DeadLetterReport:
     """The operator's view: the dead letters of the ``window_s`` seconds before ``now``, whether
-    reported or not. Reads only; marks nothing reported."""
+    reported or not, of one application or (None) of all. Reads only; marks nothing reported."""
     if window_s <= 0:
         raise ValueError(f"the report window must be positive, got {window_s} s")
     until = now or datetime.now(UTC)
@@ -268,7 +276,9 @@ def build_report(
         raise ValueError("now must be timezone-aware")
     since = until - timedelta(seconds=window_s)
     chosen = rules or PatternRules()
-    stats: Sequence[DeadLetterStats] = dal.dead_letter_stats(cur, since=since, now=until)
+    stats: Sequence[DeadLetterStats] = dal.dead_letter_stats(
+        cur, since=since, now=until, app_id=app_id
+    )
     return DeadLetterReport(
         since=since,
         until=until,

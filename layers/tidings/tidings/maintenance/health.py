@@ -7,11 +7,16 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from tidings.dal import health as dal
 from tidings.dal.connection import Cursor
-from tidings.observability import metrics
+from tidings.dal.health import ApplicationFigures
+from tidings.observability import NAMESPACE, SERVICE, metrics
+
+# The most applications metrics carry as a dimension (each application and metric is a
+# CloudWatch metric of its own, billed monthly: the list is the operator's, and bounded).
+MAX_METRICS_APPLICATIONS = 20
 
 
 class HealthSettings(Protocol):
@@ -19,6 +24,8 @@ class HealthSettings(Protocol):
 
     @property
     def health_recent_s(self) -> float: ...
+    @property
+    def metrics_applications(self) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,14 +43,18 @@ class HealthSummary(dal.QueueFigures):
 
 
 def health_summary(
-    cur: Cursor, settings: HealthSettings, now: datetime | None = None
+    cur: Cursor, settings: HealthSettings, now: datetime | None = None, app_id: int | None = None
 ) -> HealthSummary:
-    """The health summary at ``now`` (default: the current time)."""
+    """The health summary at ``now`` (default: the current time), of one application or (None)
+    of the whole queue."""
     moment = now or datetime.now(UTC)
     if moment.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     figures = dal.queue_figures(
-        cur, now=moment, since=moment - timedelta(seconds=settings.health_recent_s)
+        cur,
+        now=moment,
+        since=moment - timedelta(seconds=settings.health_recent_s),
+        app_id=app_id,
     )
     return HealthSummary(checked_at=moment, recent_s=settings.health_recent_s, **asdict(figures))
 
@@ -79,3 +90,40 @@ def emit_metrics(summary: HealthSummary) -> None:
         metrics.add_metric(
             name="DeliveryLatencyP95", unit=MetricUnit.Milliseconds, value=summary.delivery_p95_ms
         )
+
+
+def metered_applications(
+    cur: Cursor, settings: HealthSettings, now: datetime
+) -> list[ApplicationFigures]:
+    """The figures of the applications the operator listed for per-application metrics
+    (``TIDINGS_METRICS_APPLICATIONS``), each of them, with or without work."""
+    wanted = settings.metrics_applications[:MAX_METRICS_APPLICATIONS]
+    if not wanted:
+        return []
+    found = {f.app_uid: f for f in dal.application_figures(cur, now=now, uids=wanted)}
+    return [found.get(uid) or ApplicationFigures(uid, 0, 0, 0, 0, None) for uid in wanted]
+
+
+_APPLICATION_COUNTS = (
+    ("Pending", "pending"),
+    ("AwaitingRetry", "awaiting_retry"),
+    ("InFlight", "in_flight"),
+    ("DeadLetters", "dead_letters"),
+)
+
+
+def emit_application_metrics(figures: list[ApplicationFigures]) -> None:
+    """The listed applications' figures as metrics with an ``Application`` dimension, one EMF
+    record per application, written at once (the whole-queue metrics carry no such
+    dimension)."""
+    for f in figures:
+        record = EphemeralMetrics(service=SERVICE, namespace=NAMESPACE)
+        record.add_dimension(name="Application", value=f.app_uid)
+        for name, attribute in _APPLICATION_COUNTS:
+            record.add_metric(name=name, unit=MetricUnit.Count, value=getattr(f, attribute))
+        record.add_metric(
+            name="OldestUndeliveredAge",
+            unit=MetricUnit.Seconds,
+            value=f.oldest_undelivered_age_s or 0.0,
+        )
+        record.flush_metrics()

@@ -8,14 +8,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from tidings.dal.connection import Database
+from tidings.dal.health import ApplicationFigures
 from tidings.maintenance import alerts
 from tidings.maintenance.failing_endpoints import FailingEndpointSettings, disable_failing_endpoints
-from tidings.maintenance.health import HealthSettings, HealthSummary, health_summary
+from tidings.maintenance.health import (
+    HealthSettings,
+    HealthSummary,
+    health_summary,
+    metered_applications,
+)
 from tidings.maintenance.unreachable import UnreachableSettings, dead_letter_unreachable
 from tidings.notify import Notifier
 
@@ -36,10 +42,13 @@ class MonitorResult:
     resolved: tuple[str, ...]
     # Notifications earlier runs could not publish, published by this run.
     caught_up: tuple[str, ...] = ()
+    # The applications listed for per-application metrics, with their figures.
+    applications: tuple[ApplicationFigures, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "summary": self.summary.to_dict(),
+            "applications": [asdict(a) for a in self.applications],
             "disabled_endpoint_ids": list(self.disabled_endpoint_ids),
             "unreachable_dead_lettered": self.unreachable_dead_lettered,
             "fired": list(self.fired),
@@ -56,6 +65,7 @@ def run_monitor(
     disabled = disable_failing_endpoints(db, settings, moment)
     unreachable = dead_letter_unreachable(db, settings)
     summary = db.run(lambda cur: health_summary(cur, settings, moment))
+    metered = db.run(lambda cur: metered_applications(cur, settings, moment))
     dispatched = alerts.check_and_send(db, notifier, settings, summary, moment)
     return MonitorResult(
         summary=summary,
@@ -64,4 +74,5 @@ def run_monitor(
         fired=dispatched.fired,
         resolved=dispatched.resolved,
         caught_up=dispatched.caught_up,
+        applications=tuple(metered),
     )

@@ -1,16 +1,24 @@
 -- name: insert_endpoint
--- Creates an endpoint with its subscriptions (its health row comes from a trigger) and returns
--- its public columns.
-WITH created AS (
-    INSERT INTO tidings.endpoints (url, description, secret, max_attempts, timeout_ms,
+-- Creates an endpoint of a live application, with its subscriptions (its health row comes from a
+-- trigger), and returns its public columns; nothing when the application is not there. The
+-- application is held FOR KEY SHARE until the commit, so a concurrent deletion of it waits for
+-- this endpoint and disables it.
+WITH app AS (
+    SELECT a.id FROM tidings.applications a
+    WHERE a.id = %(app_id)s AND a.deleted_at IS NULL
+    FOR KEY SHARE
+),
+created AS (
+    INSERT INTO tidings.endpoints (app_id, url, description, secret, max_attempts, timeout_ms,
                                    rate_limit_per_s, retry_schedule)
-    VALUES (%(url)s, %(description)s, %(secret)s, %(max_attempts)s, %(timeout_ms)s,
-            %(rate_limit_per_s)s, %(retry_schedule)s::integer[])
+    SELECT app.id, %(url)s, %(description)s, %(secret)s, %(max_attempts)s, %(timeout_ms)s,
+           %(rate_limit_per_s)s, %(retry_schedule)s::integer[]
+    FROM app
     RETURNING *
 ),
 subscribed AS (
-    INSERT INTO tidings.subscriptions (endpoint_id, event_type)
-    SELECT created.id, t.event_type
+    INSERT INTO tidings.subscriptions (endpoint_id, app_id, event_type)
+    SELECT created.id, created.app_id, t.event_type
     FROM created, unnest(%(event_types)s::text[]) AS t (event_type)
 )
 SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
@@ -19,32 +27,34 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
 FROM created c
 
 -- name: get_endpoint
--- One endpoint that is not deleted, with its subscribed event types; never its secrets.
+-- One endpoint of an application that is not deleted, with its subscribed event types; never its
+-- secrets.
 SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
                  FROM tidings.subscriptions s WHERE s.endpoint_id = e.id), '{}') AS event_types,
        e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.previous_secret_expires_at,
        e.created_at, e.updated_at, e.retry_schedule
 FROM tidings.endpoints e
-WHERE e.id = %(endpoint_id)s AND e.deleted_at IS NULL
+WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL
 
 -- name: list_endpoints
--- A page of endpoints that are not deleted, by ascending id after the cursor id (0 for the first
--- page); one more row than the page size tells whether another page follows.
+-- A page of an application's endpoints that are not deleted, by ascending id after the cursor id
+-- (0 for the first page); one more row than the page size tells whether another page follows.
 SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
                  FROM tidings.subscriptions s WHERE s.endpoint_id = e.id), '{}') AS event_types,
        e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.previous_secret_expires_at,
        e.created_at, e.updated_at, e.retry_schedule
 FROM tidings.endpoints e
-WHERE e.deleted_at IS NULL AND e.id > %(after_id)s
+WHERE e.app_id = %(app_id)s AND e.deleted_at IS NULL AND e.id > %(after_id)s
 ORDER BY e.id
 LIMIT %(limit)s + 1
 
 -- name: update_endpoint
 -- Changes the fields whose set_<field> flag is true (others keep their value; a NULL override
 -- means the deployment default) and, when set_event_types, replaces the subscriptions.
--- Re-enabling clears the disabled reason. Returns nothing for a missing or deleted endpoint.
+-- Re-enabling clears the disabled reason. Returns nothing for a missing or deleted endpoint, or
+-- one of another application.
 WITH changed AS (
     UPDATE tidings.endpoints e SET
         url = CASE WHEN %(set_url)s THEN %(url)s ELSE e.url END,
@@ -65,7 +75,7 @@ WITH changed AS (
             WHEN %(enabled)s THEN NULL
             ELSE now() END,
         updated_at = now()
-    WHERE e.id = %(endpoint_id)s AND e.deleted_at IS NULL
+    WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL
     RETURNING e.*
 ),
 unsubscribed AS (
@@ -75,8 +85,8 @@ unsubscribed AS (
       AND s.event_type <> ALL (%(event_types)s::text[])
 ),
 subscribed AS (
-    INSERT INTO tidings.subscriptions (endpoint_id, event_type)
-    SELECT c.id, t.event_type
+    INSERT INTO tidings.subscriptions (endpoint_id, app_id, event_type)
+    SELECT c.id, c.app_id, t.event_type
     FROM changed c, unnest(%(event_types)s::text[]) AS t (event_type)
     WHERE %(set_event_types)s
     ON CONFLICT DO NOTHING
@@ -92,14 +102,14 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
 FROM changed c
 
 -- name: soft_delete_endpoint
--- Marks an endpoint deleted and disabled, keeping its row for the history of its messages. Its
+-- Marks an endpoint of an application deleted and disabled, keeping its row for the history of its messages. Its
 -- undelivered messages become dead letters ("endpoint deleted") in the same statement, so none
 -- waits forever for an endpoint that is gone; clearing the lease voids any attempt in flight.
 WITH deleted AS (
     UPDATE tidings.endpoints
     SET deleted_at = now(), enabled = false, disabled_at = coalesce(disabled_at, now()),
         disabled_reason = 'deleted', updated_at = now()
-    WHERE id = %(endpoint_id)s AND deleted_at IS NULL
+    WHERE id = %(endpoint_id)s AND app_id = %(app_id)s AND deleted_at IS NULL
     RETURNING id
 ),
 abandoned AS (
@@ -112,18 +122,19 @@ abandoned AS (
 SELECT id FROM deleted
 
 -- name: rotate_endpoint_secret
--- Installs a new signing secret; the current one becomes the previous secret, which keeps signing
--- until overlap_s from now.
+-- Installs a new signing secret on an application's endpoint; the current one becomes the previous
+-- secret, which keeps signing until overlap_s from now.
 UPDATE tidings.endpoints
 SET previous_secret = secret,
     previous_secret_expires_at = now() + %(overlap_s)s * interval '1 second',
     secret = %(secret)s,
     updated_at = now()
-WHERE id = %(endpoint_id)s AND deleted_at IS NULL
+WHERE id = %(endpoint_id)s AND app_id = %(app_id)s AND deleted_at IS NULL
 RETURNING id, previous_secret_expires_at
 
 -- name: endpoint_health
--- An endpoint's circuit, latency figures and the number of its messages in each status.
+-- An application's endpoint: its circuit, latency figures and the number of its messages in each
+-- status.
 SELECT h.endpoint_id, h.state, h.consecutive_failures, h.failure_threshold, h.cooldown_s,
        h.opened_at, h.last_success_at, h.last_failure_at, h.p50_ms, h.p95_ms, h.p99_ms,
        h.sample_count, h.percentiles_at,
@@ -134,4 +145,4 @@ SELECT h.endpoint_id, h.state, h.consecutive_failures, h.failure_threshold, h.co
                        GROUP BY m.status) c), '{}') AS counts
 FROM tidings.endpoint_health h
 JOIN tidings.endpoints e ON e.id = h.endpoint_id
-WHERE h.endpoint_id = %(endpoint_id)s AND e.deleted_at IS NULL
+WHERE h.endpoint_id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL

@@ -1,55 +1,103 @@
 -- name: health_summary
--- The queue at a glance: rows per state, what was delivered, failed and dead-lettered in the
--- recent period, the age of the oldest undelivered message, and the end-to-end delivery latency
--- (created to delivered) of the messages delivered in the recent period.
-WITH recent_deliveries AS (
+-- The queue at a glance, of one application (app_id) or of all (app_id NULL): rows per state, what
+-- was delivered, failed and dead-lettered in the recent period, the age of the oldest undelivered
+-- message and its application, and the end-to-end delivery latency (created to delivered) of the
+-- messages delivered in the recent period. (With app_id NULL the application conditions fold
+-- away when the statement is planned: the whole-queue figures cost what they did.)
+WITH app_endpoints AS (
+    SELECT e.id FROM tidings.endpoints e WHERE e.app_id = %(app_id)s::bigint
+),
+scoped AS (
+    SELECT m.status, m.created_at, m.delivered_at, m.dead_lettered_at, m.endpoint_id
+    FROM tidings.messages m
+    WHERE %(app_id)s::bigint IS NULL OR m.endpoint_id IN (SELECT id FROM app_endpoints)
+),
+recent_deliveries AS (
     SELECT extract(epoch FROM delivered_at - created_at) * 1000 AS latency_ms
-    FROM tidings.messages
+    FROM scoped
     WHERE status = 'delivered'
       AND delivered_at > %(since)s AND delivered_at <= %(now)s
+),
+oldest AS (
+    SELECT created_at, endpoint_id
+    FROM scoped
+    WHERE status IN ('pending', 'failed', 'in_flight')
+    ORDER BY created_at
+    LIMIT 1
 )
 SELECT
-    (SELECT count(*) FROM tidings.messages WHERE status = 'pending') AS pending,
-    (SELECT count(*) FROM tidings.messages WHERE status = 'failed') AS awaiting_retry,
-    (SELECT count(*) FROM tidings.messages WHERE status = 'in_flight') AS in_flight,
-    (SELECT count(*) FROM tidings.messages WHERE status = 'dead_letter') AS dead_letters,
+    (SELECT count(*) FROM scoped WHERE status = 'pending') AS pending,
+    (SELECT count(*) FROM scoped WHERE status = 'failed') AS awaiting_retry,
+    (SELECT count(*) FROM scoped WHERE status = 'in_flight') AS in_flight,
+    (SELECT count(*) FROM scoped WHERE status = 'dead_letter') AS dead_letters,
     (SELECT count(*) FROM recent_deliveries) AS delivered_recently,
-    (SELECT count(*) FROM tidings.attempts
-     WHERE attempted_at > %(since)s AND attempted_at <= %(now)s
-       AND NOT coalesce(status_code BETWEEN 200 AND 299, false)) AS failed_attempts_recently,
-    (SELECT count(*) FROM tidings.messages
+    (SELECT count(*) FROM tidings.attempts a
+     WHERE a.attempted_at > %(since)s AND a.attempted_at <= %(now)s
+       AND (%(app_id)s::bigint IS NULL OR a.endpoint_id IN (SELECT id FROM app_endpoints))
+       AND NOT coalesce(a.status_code BETWEEN 200 AND 299, false)) AS failed_attempts_recently,
+    (SELECT count(*) FROM scoped
      WHERE status = 'dead_letter'
        AND dead_lettered_at > %(since)s AND dead_lettered_at <= %(now)s) AS dead_lettered_recently,
-    (SELECT extract(epoch FROM %(now)s - min(created_at))::double precision
-     FROM tidings.messages
-     WHERE status IN ('pending', 'failed', 'in_flight')) AS oldest_undelivered_age_s,
+    (SELECT extract(epoch FROM %(now)s - o.created_at)::double precision FROM oldest o)
+        AS oldest_undelivered_age_s,
+    (SELECT ap.uid FROM oldest o
+     JOIN tidings.endpoints e ON e.id = o.endpoint_id
+     JOIN tidings.applications ap ON ap.id = e.app_id) AS oldest_undelivered_application,
     (SELECT avg(latency_ms)::double precision FROM recent_deliveries) AS delivery_mean_ms,
     (SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms)::double precision
      FROM recent_deliveries) AS delivery_p95_ms,
     (SELECT count(*) FROM tidings.endpoint_health h
      JOIN tidings.endpoints e ON e.id = h.endpoint_id
-     WHERE e.deleted_at IS NULL AND h.state <> 'closed') AS open_circuits,
-    (SELECT count(*) FROM tidings.endpoints
-     WHERE deleted_at IS NULL AND NOT enabled) AS disabled_endpoints;
+     WHERE e.deleted_at IS NULL AND h.state <> 'closed'
+       AND (%(app_id)s::bigint IS NULL OR e.app_id = %(app_id)s::bigint)) AS open_circuits,
+    (SELECT count(*) FROM tidings.endpoints e
+     WHERE e.deleted_at IS NULL AND NOT e.enabled
+       AND (%(app_id)s::bigint IS NULL OR e.app_id = %(app_id)s::bigint)) AS disabled_endpoints;
+
+-- name: application_figures
+-- Per application that has undelivered messages or dead letters (of the applications named in
+-- uids, or of all when uids is NULL): how many are pending, awaiting a retry, in flight and dead,
+-- and the age of its oldest undelivered message. By uid.
+SELECT a.uid AS app_uid,
+       count(*) FILTER (WHERE m.status = 'pending') AS pending,
+       count(*) FILTER (WHERE m.status = 'failed') AS awaiting_retry,
+       count(*) FILTER (WHERE m.status = 'in_flight') AS in_flight,
+       count(*) FILTER (WHERE m.status = 'dead_letter') AS dead_letters,
+       extract(epoch FROM %(now)s - min(m.created_at)
+                                  FILTER (WHERE m.status <> 'dead_letter'))::double precision
+           AS oldest_undelivered_age_s
+FROM tidings.messages m
+JOIN tidings.endpoints e ON e.id = m.endpoint_id
+JOIN tidings.applications a ON a.id = e.app_id
+WHERE m.status IN ('pending', 'failed', 'in_flight', 'dead_letter')
+  AND (%(uids)s::text[] IS NULL OR a.uid = ANY (%(uids)s::text[]))
+GROUP BY a.uid
+ORDER BY a.uid;
 
 -- name: endpoints_needing_attention
--- The endpoints (not deleted) that are disabled, whose circuit is not closed, or whose p95 is
--- above slow_p95_ms with at least min_samples samples.
+-- The endpoints (not deleted, of applications not deleted) that are disabled, whose circuit is not
+-- closed, or whose p95 is above slow_p95_ms with at least min_samples samples; with their
+-- application's uid.
 SELECT e.id AS endpoint_id, e.url, e.enabled, e.disabled_reason, h.state::text AS state,
-       h.opened_at, h.p95_ms, h.sample_count
+       h.opened_at, h.p95_ms, h.sample_count, a.uid AS app_uid
 FROM tidings.endpoints e
 JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
-WHERE e.deleted_at IS NULL
+JOIN tidings.applications a ON a.id = e.app_id
+WHERE e.deleted_at IS NULL AND a.deleted_at IS NULL
   AND (NOT e.enabled
        OR h.state <> 'closed'
        OR (h.p95_ms > %(slow_p95_ms)s AND h.sample_count >= %(min_samples)s))
 ORDER BY e.id;
 
 -- name: count_dead_lettered_between
--- How many messages were dead-lettered in (since, now].
-SELECT count(*)
-FROM tidings.messages
-WHERE status = 'dead_letter' AND dead_lettered_at > %(since)s AND dead_lettered_at <= %(now)s;
+-- How many messages were dead-lettered in (since, now], per application (by uid, largest first).
+SELECT a.uid AS app_uid, count(*) AS dead_lettered
+FROM tidings.messages m
+JOIN tidings.endpoints e ON e.id = m.endpoint_id
+JOIN tidings.applications a ON a.id = e.app_id
+WHERE m.status = 'dead_letter' AND m.dead_lettered_at > %(since)s AND m.dead_lettered_at <= %(now)s
+GROUP BY a.uid
+ORDER BY count(*) DESC, a.uid;
 
 -- name: track_failing_streaks
 -- Marks when each endpoint's current run of failures began (its first failed attempt after its

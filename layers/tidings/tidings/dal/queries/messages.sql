@@ -1,6 +1,7 @@
 -- name: get_message
--- One message with its event (key and payload text), and what decides when it is sent: its
--- lease, its endpoint's state and circuit, read at one moment (now() is that moment).
+-- One message of an application's endpoints with its event (key and payload text), and what
+-- decides when it is sent: its lease, its endpoint's state and circuit, read at one moment (now()
+-- is that moment).
 SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status, m.attempts,
        m.max_attempts, m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at,
        m.last_error, m.last_status_code, m.last_response_ms, ev.payload::text AS payload,
@@ -14,11 +15,12 @@ FROM tidings.messages m
 JOIN tidings.events ev ON ev.id = m.event_ref
 JOIN tidings.endpoints e ON e.id = m.endpoint_id
 LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = m.endpoint_id
-WHERE m.id = %(message_id)s
+WHERE m.id = %(message_id)s AND e.app_id = %(app_id)s
 
 -- name: attempts_of_message
--- Every recorded HTTP attempt of one message, in the order they were made: from the attempt
--- partitions, and from attempts_kept for days whose partition was dropped while it was kept.
+-- Every recorded HTTP attempt of one message of an application's endpoints, in the order they
+-- were made: from the attempt partitions, and from attempts_kept for days whose partition was
+-- dropped while the message was kept.
 SELECT h.attempt_number, h.attempted_at, h.status_code, h.response_ms, h.error_class,
        h.response_excerpt
 FROM (
@@ -32,17 +34,23 @@ FROM (
     FROM tidings.attempts_kept k
     WHERE k.message_id = %(message_id)s
 ) h
+WHERE EXISTS (SELECT 1 FROM tidings.messages m
+              JOIN tidings.endpoints e ON e.id = m.endpoint_id
+              WHERE m.id = %(message_id)s AND e.app_id = %(app_id)s)
 ORDER BY h.attempted_at, h.attempt_number, h.id
 
 -- name: list_messages
--- A page of messages, newest first, before the cursor id (NULL for the first page), optionally
--- filtered by status, endpoint and event type; one extra row tells whether a next page exists.
+-- A page of the messages of an application's endpoints, newest first, before the cursor id (NULL
+-- for the first page), optionally filtered by status, endpoint and event type; one extra row
+-- tells whether a next page exists.
 SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status, m.attempts,
        m.max_attempts, m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at,
        m.last_error, m.last_status_code, m.last_response_ms
 FROM tidings.messages m
 JOIN tidings.events ev ON ev.id = m.event_ref
-WHERE (%(before_id)s::bigint IS NULL OR m.id < %(before_id)s::bigint)
+JOIN tidings.endpoints e ON e.id = m.endpoint_id
+WHERE e.app_id = %(app_id)s
+  AND (%(before_id)s::bigint IS NULL OR m.id < %(before_id)s::bigint)
   AND (%(status)s::text IS NULL OR m.status = %(status)s::tidings.message_status)
   AND (%(endpoint_id)s::bigint IS NULL OR m.endpoint_id = %(endpoint_id)s::bigint)
   AND (%(event_type)s::text IS NULL OR m.event_type = %(event_type)s::text)
@@ -50,7 +58,7 @@ ORDER BY m.id DESC
 LIMIT %(limit)s + 1
 
 -- name: replay_dead_letters
--- Puts up to batch_size dead letters that match every given filter (message ids, endpoint,
+-- Puts up to batch_size dead letters of an application's endpoints that match every given filter (message ids, endpoint,
 -- dead-lettered time range; NULL means no filter) back to pending, due now, with the attempt
 -- count reset and no report mark (should one die again, the scheduled report names it again);
 -- their attempts rows stay. Endpoints that are deleted are skipped. Rows another transaction
@@ -63,6 +71,7 @@ WITH chosen AS (
     FROM tidings.messages m
     JOIN tidings.endpoints e ON e.id = m.endpoint_id
     WHERE m.status = 'dead_letter'
+      AND e.app_id = %(app_id)s
       AND e.deleted_at IS NULL
       AND (%(message_ids)s::bigint[] IS NULL OR m.id = ANY (%(message_ids)s::bigint[]))
       AND (%(endpoint_id)s::bigint IS NULL OR m.endpoint_id = %(endpoint_id)s::bigint)
@@ -79,18 +88,35 @@ FROM chosen
 WHERE m.id = chosen.id
 RETURNING m.id
 
+-- name: messages_outside_application
+-- Of the given message ids, those that are not messages of the application's endpoints (in
+-- ascending order): a replay that names one is refused as a request for an unknown message.
+SELECT wanted.id
+FROM unnest(%(message_ids)s::bigint[]) AS wanted (id)
+WHERE NOT EXISTS (SELECT 1 FROM tidings.messages m
+                  JOIN tidings.endpoints e ON e.id = m.endpoint_id
+                  WHERE m.id = wanted.id AND e.app_id = %(app_id)s)
+ORDER BY wanted.id
+
+-- name: endpoint_of_application
+-- Whether the endpoint exists in the application, deleted or not (a replay may name a deleted
+-- endpoint's history; another application's endpoint is refused as an unknown one).
+SELECT EXISTS (SELECT 1 FROM tidings.endpoints e
+               WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s)
+
 -- name: resend_message
--- Starts a new delivery of a delivered or dead-lettered message whose endpoint is enabled and not
--- deleted: pending, due now, a fresh attempt budget (attempts 0), no lease token (an outcome of
--- the old delivery that arrives late finds no row to write to), no report mark; its attempts
--- rows and its id (so its webhook-id) stay. Answers with the message as it is now, and why it was
--- not resent otherwise (its status and its endpoint's state; nothing when it does not exist).
+-- Starts a new delivery of a delivered or dead-lettered message of an application's endpoints,
+-- whose endpoint is enabled and not deleted: pending, due now, a fresh attempt budget (attempts
+-- 0), no lease token (an outcome of the old delivery that arrives late finds no row to write to),
+-- no report mark; its attempts rows and its id (so its webhook-id) stay. Answers with the message
+-- as it is now, and why it was not resent otherwise (its status and its endpoint's state; nothing
+-- when the application has no such message).
 WITH target AS (
     SELECT m.id, e.enabled AND e.deleted_at IS NULL AS endpoint_open,
            e.deleted_at IS NOT NULL AS endpoint_deleted
     FROM tidings.messages m
     JOIN tidings.endpoints e ON e.id = m.endpoint_id
-    WHERE m.id = %(message_id)s
+    WHERE m.id = %(message_id)s AND e.app_id = %(app_id)s
 ),
 resent AS (
     UPDATE tidings.messages m

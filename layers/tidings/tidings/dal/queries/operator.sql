@@ -1,6 +1,7 @@
 -- name: endpoint_progress
--- Per endpoint: its messages by status, its circuit state, and the p95 latency and count of its
--- attempts since a given time, computed live from the attempt log (the demo's table).
+-- Per endpoint (of one application, or of all when app_id is NULL, with its application's uid):
+-- its messages by status, its circuit state, and the p95 latency and count of its attempts since
+-- a given time, computed live from the attempt log (the demo's table, tidings status).
 WITH counts AS (
     SELECT m.endpoint_id,
            count(*) AS total,
@@ -20,16 +21,19 @@ latency AS (
     WHERE a.attempted_at >= %(since)s
     GROUP BY a.endpoint_id
 )
-SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, h.state::text AS circuit,
+SELECT e.id, a.uid AS app_uid, e.url, e.description, e.enabled, e.disabled_reason,
+       h.state::text AS circuit,
        coalesce(c.total, 0) AS total, coalesce(c.pending, 0) AS pending,
        coalesce(c.in_flight, 0) AS in_flight, coalesce(c.retrying, 0) AS retrying,
        coalesce(c.delivered, 0) AS delivered, coalesce(c.dead_letter, 0) AS dead_letter,
        coalesce(l.attempts, 0) AS attempts, l.p95_ms
 FROM tidings.endpoints e
+JOIN tidings.applications a ON a.id = e.app_id
 JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
 LEFT JOIN counts c ON c.endpoint_id = e.id
 LEFT JOIN latency l ON l.endpoint_id = e.id
 WHERE e.deleted_at IS NULL
+  AND (%(app_id)s::bigint IS NULL OR e.app_id = %(app_id)s::bigint)
 ORDER BY e.id;
 
 -- name: enqueue_events

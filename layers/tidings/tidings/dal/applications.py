@@ -1,0 +1,70 @@
+"""Applications: creation, look-up by uid or id, paging, changes and deletion."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from tidings.dal.connection import Cursor, fetch_dicts
+from tidings.dal.queries import sql
+
+DEFAULT_APP_ID = 1
+DEFAULT_APP_UID = "default"
+
+
+def insert_application(
+    cur: Cursor, *, uid: str, name: str, metadata: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """The new application, or None when its uid is taken."""
+    cur.execute(
+        sql("insert_application"), {"uid": uid, "name": name, "metadata": json.dumps(metadata)}
+    )
+    rows = fetch_dicts(cur)
+    return rows[0] if rows else None
+
+
+def find_application(cur: Cursor, ref: str) -> dict[str, Any] | None:
+    """The live application whose uid is ``ref``, else whose id ``ref`` spells."""
+    app_id = int(ref) if ref.isascii() and ref.isdigit() and len(ref) <= 18 else None
+    cur.execute(sql("find_application"), {"ref": ref, "id": app_id})
+    rows = fetch_dicts(cur)
+    return rows[0] if rows else None
+
+
+def list_applications(cur: Cursor, *, after_id: int, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit + 1`` live applications after ``after_id`` (the extra row: more follow)."""
+    cur.execute(sql("list_applications"), {"after_id": after_id, "limit": limit})
+    return fetch_dicts(cur)
+
+
+def update_application(
+    cur: Cursor, app_id: int, *, name: str | None, metadata: Mapping[str, str] | None
+) -> dict[str, Any] | None:
+    """Change the fields given (not None); None when the application is not there."""
+    cur.execute(
+        sql("update_application"),
+        {
+            "app_id": app_id,
+            "set_name": name is not None,
+            "name": name,
+            "set_metadata": metadata is not None,
+            "metadata": None if metadata is None else json.dumps(metadata),
+        },
+    )
+    rows = fetch_dicts(cur)
+    return rows[0] if rows else None
+
+
+def delete_application(cur: Cursor, app_id: int) -> tuple[int, int] | None:
+    """Delete an application: the endpoints disabled and the messages dead-lettered, or None
+    when there is no such live application (or it is 'default'). Two statements, so that the
+    second sees what was sent to the application until the first got its lock: run them in one
+    transaction."""
+    cur.execute(sql("mark_application_deleted"), {"app_id": app_id})
+    if cur.fetchone() is None:
+        return None
+    cur.execute(sql("retire_application_endpoints"), {"app_id": app_id})
+    row = cur.fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])

@@ -1,0 +1,112 @@
+"""Who may do what: the scopes of API tokens, as pure rules.
+
+A request is made by a principal (the scope of the token that made it and, for an application
+token, its application). A route first asks whether the scope allows its kind of action at all
+(``require``: otherwise 403), then which applications the principal may see (``sees``: another
+application is answered as if it did not exist, 404, so that existence does not leak).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tidings.logic.errors import Forbidden
+
+
+class Scope(enum.StrEnum):
+    # Everything, applications and tokens included.
+    ADMIN = "admin"
+    # Send events to any application and read messages; nothing about endpoints or secrets.
+    PRODUCER = "producer"
+    # Everything inside one application: its endpoints and secrets, its messages, replay.
+    APP = "app"
+
+
+class Action(enum.StrEnum):
+    SEND_EVENTS = "send_events"
+    READ_MESSAGES = "read_messages"
+    MANAGE_ENDPOINTS = "manage_endpoints"
+    REPLAY = "replay"
+    READ_APPLICATION = "read_application"
+    MANAGE_APPLICATIONS = "manage_applications"
+    MANAGE_TOKENS = "manage_tokens"
+
+
+ALLOWED: Mapping[Scope, frozenset[Action]] = {
+    Scope.ADMIN: frozenset(Action),
+    Scope.PRODUCER: frozenset({Action.SEND_EVENTS, Action.READ_MESSAGES}),
+    Scope.APP: frozenset(
+        {
+            Action.SEND_EVENTS,
+            Action.READ_MESSAGES,
+            Action.MANAGE_ENDPOINTS,
+            Action.REPLAY,
+            Action.READ_APPLICATION,
+        }
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request comes from: a token's scope, its application (app scope only) and id
+    (None for the local runtime's loopback access while no token exists)."""
+
+    scope: Scope
+    app_id: int | None = None
+    token_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.scope is Scope.APP) != (self.app_id is not None):
+            raise ValueError("an application is named by app-scoped principals, and only them")
+
+    def context(self) -> dict[str, str]:
+        """The principal as an API Gateway authorizer context (string values only)."""
+        found = {"scope": self.scope.value}
+        if self.app_id is not None:
+            found["app_id"] = str(self.app_id)
+        if self.token_id is not None:
+            found["token_id"] = str(self.token_id)
+        return found
+
+    @classmethod
+    def from_context(cls, context: Mapping[str, object] | None) -> Principal | None:
+        """The principal an authorizer context describes, or None when it describes none."""
+        if not context:
+            return None
+        try:
+            scope = Scope(str(context.get("scope")))
+            app_id = _optional_id(context.get("app_id"))
+            token_id = _optional_id(context.get("token_id"))
+            return cls(scope, app_id, token_id)
+        except ValueError:
+            return None
+
+
+def _optional_id(value: object) -> int | None:
+    if value is None or value == "":
+        return None
+    text = str(value)
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        raise ValueError(text)
+    return int(text)
+
+
+def permits(principal: Principal, action: Action) -> bool:
+    return action in ALLOWED[principal.scope]
+
+
+def require(principal: Principal, action: Action) -> None:
+    """Refuse (403) an action the principal's scope does not allow, whatever it is done to."""
+    if not permits(principal, action):
+        raise Forbidden(
+            "forbidden",
+            f"a token of scope {principal.scope.value} may not {action.value.replace('_', ' ')}",
+        )
+
+
+def sees(principal: Principal, app_id: int) -> bool:
+    """Whether the principal may know the application exists."""
+    return principal.scope is not Scope.APP or principal.app_id == app_id

@@ -1,0 +1,64 @@
+"""Every request is answered in the documented shape: bodies that are not JSON are 415 in the
+error shape (a multipart type without its boundary once was a 500), JSON with parameters or
+without a content type is read as JSON."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.api.conftest import Api, Gateway, count
+from tidings.dal.connection import Database
+from tidings.logic import tokens
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "multipart/form-data",
+        "multipart/form-data; boundary=x",
+        "application/x-www-form-urlencoded",
+        "text/plain",
+        "application/json-patch+json",
+        "application/jsonl",
+    ],
+)
+def test_bodies_that_are_not_json_are_415(api: Api, db: Database, content_type: str) -> None:
+    endpoint = api.create_endpoint()
+    for method, path in (
+        ("PATCH", f"/v1/endpoints/{endpoint['id']}"),
+        ("POST", "/v1/endpoints"),
+        ("POST", "/v1/events"),
+        ("POST", "/v1/apps/default/dead-letters/replay"),
+        ("POST", "/v1/apps"),
+    ):
+        reply = api.call(method, path, raw_body='{"description": "x"}', content_type=content_type)
+        assert (reply.status, reply.error["code"]) == (415, "unsupported_media_type"), path
+        empty = api.call(method, path, raw_body="", content_type=content_type)
+        assert empty.status == 415, path
+    assert count(db, "endpoints") == 1
+    assert api.get(f"/v1/endpoints/{endpoint['id']}").body["description"] == ""
+
+
+def test_json_is_json_with_parameters_any_case_or_no_type(api: Api) -> None:
+    endpoint = api.create_endpoint()
+    for content_type in ("application/json; charset=utf-8", "Application/JSON", ""):
+        reply = api.call(
+            "PATCH",
+            f"/v1/endpoints/{endpoint['id']}",
+            raw_body='{"description": "ok"}',
+            content_type=content_type,
+        )
+        assert reply.status == 200, (content_type, reply.raw)
+
+
+def test_a_multipart_patch_through_the_gateway_is_415(gateway: Gateway, db: Database) -> None:
+    token = tokens.create_token(db, scope="admin").token
+    created = gateway.call("POST", "/v1/endpoints", {"url": "https://93.184.215.14/h"}, token=token)
+    reply = gateway.call(
+        "PATCH",
+        f"/v1/endpoints/{created.body['id']}",
+        token=token,
+        headers={"Content-Type": "multipart/form-data"},
+        raw_body=b"--x\r\n\r\n",
+    )
+    assert (reply.status, reply.error["code"]) == (415, "unsupported_media_type")

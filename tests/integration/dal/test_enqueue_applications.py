@@ -1,0 +1,208 @@
+"""tidings.enqueue and tidings.enqueue_batch with applications: fan-out within the application,
+(application, event type, event id) as the key, unknown applications and foreign endpoints
+refused with nothing created, the calls of before unchanged, and an application deleted while
+events are sent to it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg2
+import psycopg2.errors
+import pytest
+
+from tests.support.seed import make_application, make_endpoint
+from tidings.dal.connection import Database
+from tidings.logic import applications
+
+
+def ids_of(cur: psycopg2.extensions.cursor, query: str, *args: object) -> list[int]:
+    cur.execute(query, args)
+    return [row[0] for row in cur.fetchall()]
+
+
+def endpoints_of(cur: psycopg2.extensions.cursor, message_ids: list[int]) -> list[int]:
+    cur.execute(
+        "SELECT endpoint_id FROM tidings.messages WHERE id = ANY(%s) ORDER BY 1", (message_ids,)
+    )
+    return [row[0] for row in cur.fetchall()]
+
+
+def count(cur: psycopg2.extensions.cursor, table: str) -> int:
+    cur.execute(f"SELECT count(*) FROM tidings.{table}")
+    return int(cur.fetchone()[0])
+
+
+def test_events_fan_out_only_to_their_applications_subscribers(db: Database) -> None:
+    with db.cursor() as cur:
+        acme = make_application(cur, "acme")
+        globex = make_application(cur, "globex")
+        default_all = make_endpoint(cur, event_types=["*"])
+        acme_paid = make_endpoint(cur, event_types=["order.paid"], app_id=acme)
+        acme_all = make_endpoint(cur, event_types=["*"], app_id=acme)
+        make_endpoint(cur, event_types=["user.new"], app_id=acme)
+        make_endpoint(cur, event_types=["*"], app_id=acme, enabled=False)
+        make_endpoint(cur, event_types=["*"], app_id=globex)
+
+        sent = ids_of(
+            cur,
+            "SELECT * FROM tidings.enqueue('order.paid', '{}', 'o-1', application => 'acme')",
+        )
+        assert endpoints_of(cur, sent) == [acme_paid, acme_all]
+        cur.execute("SELECT app_id FROM tidings.events")
+        assert cur.fetchall() == [(acme,)]
+        # Without an application: the default one, as before.
+        assert endpoints_of(
+            cur, ids_of(cur, "SELECT * FROM tidings.enqueue('order.paid', '1')")
+        ) == [default_all]
+
+
+def test_the_key_is_application_type_and_id(db: Database) -> None:
+    with db.cursor() as cur:
+        acme = make_application(cur, "acme")
+        make_application(cur, "globex")
+        make_endpoint(cur, app_id=acme)
+        first = ids_of(cur, "SELECT * FROM tidings.enqueue('t', '{}', 'k', application => 'acme')")
+        again = ids_of(
+            cur, "SELECT * FROM tidings.enqueue('t', '{\"x\": 1}', 'k', application => 'acme')"
+        )
+        assert again == first and len(first) == 1
+        ids_of(cur, "SELECT * FROM tidings.enqueue('t', '{}', 'k', application => 'globex')")
+        ids_of(cur, "SELECT * FROM tidings.enqueue('t', '{}', 'k')")
+        cur.execute(
+            "SELECT a.uid FROM tidings.events e JOIN tidings.applications a"
+            " ON a.id = e.app_id ORDER BY a.uid"
+        )
+        assert [r[0] for r in cur.fetchall()] == ["acme", "default", "globex"]
+
+
+def test_an_unknown_or_deleted_application_is_23503_and_creates_nothing(db: Database) -> None:
+    with db.cursor() as cur:
+        gone = make_application(cur, "gone")
+        make_endpoint(cur, app_id=gone)
+    applications.delete_application(db, applications.find(db, "gone"))  # type: ignore[arg-type]
+    for call in (
+        "SELECT * FROM tidings.enqueue('t', '{}', 'k', application => 'nobody')",
+        "SELECT * FROM tidings.enqueue('t', '{}', 'k', application => 'gone')",
+        'SELECT * FROM tidings.enqueue_batch(\'[{"event_type": "t", "payload": 1}]\', \'gone\')',
+        "SELECT * FROM tidings.enqueue_batch('[]', 'nobody')",
+        "SELECT * FROM tidings.enqueue('t', '{}', 'k', application => '')",
+    ):
+        with pytest.raises(psycopg2.errors.ForeignKeyViolation) as refused, db.cursor() as cur:
+            cur.execute(call)
+        assert refused.value.diag.message_detail == "application"
+        assert "unknown application" in refused.value.diag.message_primary
+    with db.cursor() as cur:
+        assert count(cur, "events") == 0
+        assert count(cur, "messages") == 0
+
+
+def test_another_applications_endpoint_is_refused_like_an_unknown_one(db: Database) -> None:
+    with db.cursor() as cur:
+        acme = make_application(cur, "acme")
+        globex = make_application(cur, "globex")
+        own = make_endpoint(cur, app_id=acme)
+        foreign = make_endpoint(cur, app_id=globex)
+        default = make_endpoint(cur)
+    for query, args in (
+        ("SELECT * FROM tidings.enqueue('t', '{}', 'k', %s::bigint[], 'acme')", ([own, foreign],)),
+        ("SELECT * FROM tidings.enqueue('t', '{}', 'k', %s::bigint[])", ([foreign],)),
+        (
+            "SELECT * FROM tidings.enqueue_batch(%s::jsonb, application => 'acme')",
+            (f'[{{"event_type": "t", "payload": 1, "endpoint_ids": [{default}]}}]',),
+        ),
+    ):
+        with pytest.raises(psycopg2.errors.ForeignKeyViolation) as refused, db.cursor() as cur:
+            cur.execute(query, args)
+        assert "unknown endpoint ids" in refused.value.diag.message_primary
+    with db.cursor() as cur:
+        assert count(cur, "events") == 0
+        named = ids_of(
+            cur, "SELECT * FROM tidings.enqueue('t', '{}', 'k', %s::bigint[], 'acme')", [own]
+        )
+        assert endpoints_of(cur, named) == [own]
+
+
+def test_the_calls_of_before_keep_working(db: Database) -> None:
+    with db.cursor() as cur:
+        endpoint = make_endpoint(cur)
+        calls = [
+            "SELECT * FROM tidings.enqueue('a', '{}')",
+            "SELECT * FROM tidings.enqueue('b', '{}', 'k')",
+            f"SELECT * FROM tidings.enqueue('c', '{{}}', 'k', ARRAY[{endpoint}]::bigint[])",
+            "SELECT * FROM tidings.enqueue(event_type => 'd', payload => '{}', event_id => 'k')",
+            'SELECT * FROM tidings.enqueue_batch(\'[{"event_type": "e", "payload": 1}]\')',
+            "SELECT * FROM tidings.enqueue_event('f', '{}', 'k', NULL)",
+        ]
+        for call in calls:
+            cur.execute(call)
+            assert cur.fetchall(), call
+        assert count(cur, "messages") == len(calls)
+
+
+def test_deleting_an_application_while_events_are_sent_to_it(
+    db: Database, database_url: str
+) -> None:
+    """Senders on their own connections send to the application while it is deleted: every
+    event either went in before the deletion (its messages are dead letters now) or was refused
+    (23503, nothing created); none leaves a message waiting for a disabled endpoint."""
+    with db.cursor() as cur:
+        acme = make_application(cur, "acme")
+        endpoints = [make_endpoint(cur, app_id=acme) for _ in range(3)]
+    stop = threading.Event()
+    accepted: list[list[int]] = []
+    refused: list[str] = []
+    errors: list[BaseException] = []
+
+    def send(worker: int) -> None:
+        conn = psycopg2.connect(database_url)
+        try:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                try:
+                    with conn, conn.cursor() as cur:
+                        cur.execute(
+                            "SELECT * FROM tidings.enqueue('t', '{}', %s, application => 'acme')",
+                            (f"w{worker}-{n}",),
+                        )
+                        ids = [row[0] for row in cur.fetchall()]
+                        # Hold the transaction open a little, as a producer's own writes would.
+                        time.sleep(0.002)
+                    accepted.append(ids)
+                except psycopg2.errors.ForeignKeyViolation as exc:
+                    refused.append(exc.diag.message_detail or "")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            conn.close()
+
+    workers = [threading.Thread(target=send, args=(i,)) for i in range(4)]
+    for worker in workers:
+        worker.start()
+    time.sleep(0.3)
+    deleted = applications.delete_application(db, applications.find(db, "acme"))  # type: ignore[arg-type]
+    time.sleep(0.2)
+    stop.set()
+    for worker in workers:
+        worker.join()
+    assert errors == []
+    assert accepted and refused
+    assert set(refused) == {"application"}
+    assert all(len(ids) == len(endpoints) for ids in accepted)
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT m.status::text, count(*) FROM tidings.messages m"
+            " WHERE m.endpoint_id = ANY(%s) GROUP BY 1",
+            (endpoints,),
+        )
+        by_status = dict(cur.fetchall())
+        cur.execute(
+            "SELECT bool_and(NOT enabled) FROM tidings.endpoints WHERE app_id = %s", (acme,)
+        )
+        assert cur.fetchone() == (True,)
+    sent = sum(len(ids) for ids in accepted)
+    assert by_status == {"dead_letter": sent}
+    assert deleted.messages_dead_lettered == sent
+    assert deleted.endpoints_disabled == len(endpoints)

@@ -1,0 +1,85 @@
+"""The scopes of API tokens as pure rules: what each may do, which applications it may see,
+and the authorizer context that carries a principal from the authorizer to the ingest function."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidings.logic.access import Action, Principal, Scope, permits, require, sees
+from tidings.logic.errors import Forbidden
+
+ENDPOINT_WORK = {Action.MANAGE_ENDPOINTS, Action.REPLAY}
+ADMIN_ONLY = {Action.MANAGE_APPLICATIONS, Action.MANAGE_TOKENS}
+
+ids = st.integers(1, 2**63 - 1)
+principals = st.one_of(
+    st.builds(Principal, st.just(Scope.ADMIN), st.none(), st.one_of(st.none(), ids)),
+    st.builds(Principal, st.just(Scope.PRODUCER), st.none(), st.one_of(st.none(), ids)),
+    st.builds(Principal, st.just(Scope.APP), ids, st.one_of(st.none(), ids)),
+)
+
+
+def test_admin_may_do_everything() -> None:
+    assert all(permits(Principal(Scope.ADMIN), action) for action in Action)
+
+
+def test_producer_sends_and_reads_messages_only() -> None:
+    producer = Principal(Scope.PRODUCER)
+    allowed = {a for a in Action if permits(producer, a)}
+    assert allowed == {Action.SEND_EVENTS, Action.READ_MESSAGES}
+    for action in ENDPOINT_WORK | ADMIN_ONLY | {Action.READ_APPLICATION}:
+        with pytest.raises(Forbidden) as refused:
+            require(producer, action)
+        assert refused.value.code == "forbidden"
+
+
+def test_an_application_token_does_everything_inside_its_application_only() -> None:
+    app = Principal(Scope.APP, app_id=5)
+    assert {a for a in Action if permits(app, a)} == set(Action) - ADMIN_ONLY
+    assert sees(app, 5)
+    assert not sees(app, 6)
+    assert not sees(app, 1)
+
+
+@given(principals, ids)
+def test_only_application_tokens_are_confined(principal: Principal, app_id: int) -> None:
+    if principal.scope is Scope.APP:
+        assert sees(principal, app_id) is (app_id == principal.app_id)
+    else:
+        assert sees(principal, app_id)
+
+
+@given(principals)
+def test_the_authorizer_context_carries_the_principal_exactly(principal: Principal) -> None:
+    context = principal.context()
+    assert all(isinstance(value, str) for value in context.values())
+    assert Principal.from_context(context) == principal
+    # API Gateway adds principalId beside the context's keys.
+    assert Principal.from_context({"principalId": "token-1", **context}) == principal
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        None,
+        {},
+        {"scope": "root"},
+        {"scope": "app"},
+        {"scope": "admin", "app_id": "3"},
+        {"scope": "app", "app_id": "-3"},
+        {"scope": "app", "app_id": "3x"},
+        {"scope": "app", "app_id": "1" * 20},
+        {"scope": "producer", "token_id": "٣"},
+    ],
+)
+def test_a_context_that_names_no_valid_principal_names_none(context: dict | None) -> None:
+    assert Principal.from_context(context) is None
+
+
+def test_an_application_is_named_by_application_tokens_and_only_them() -> None:
+    with pytest.raises(ValueError):
+        Principal(Scope.APP)
+    with pytest.raises(ValueError):
+        Principal(Scope.PRODUCER, app_id=3)
