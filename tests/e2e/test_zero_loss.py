@@ -35,7 +35,9 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 # failures rarely exhaust them.
 FAULT_SETTINGS = {
     "TIDINGS_LEASE_S": "10",
-    "TIDINGS_HTTP_TIMEOUT_S": "1",
+    # A killed runtime's queue dies with it: its claimed rows come back when their lease ends.
+    "TIDINGS_LEASE_QUEUE_ALLOWANCE_S": "1",
+    "TIDINGS_HTTP_TIMEOUT_S": "0.5",
     "TIDINGS_BACKOFF_BASE_S": "0.2",
     "TIDINGS_BACKOFF_MAX_S": "2",
     "TIDINGS_MAX_ATTEMPTS": "10",
