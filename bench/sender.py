@@ -33,7 +33,7 @@ from typing import Any
 import psycopg2
 import psycopg2.extensions
 import requests
-from support import ROOT, Stopwatch, fresh_database, server_dsn
+from support import ROOT, Stopwatch, fresh_database, give_secret, server_dsn
 
 sys.path.insert(0, str(ROOT))
 
@@ -152,10 +152,11 @@ def seed(url: str, receiver_url: str, endpoints: int, rows: int) -> None:
     conn.autocommit = True
     with conn.cursor() as cur:
         cur.execute(
-            "INSERT INTO tidings.endpoints (url, secret)"
-            " SELECT %s || '/' || g, %s FROM generate_series(1, %s) g",
-            (receiver_url, SECRET, endpoints),
+            "INSERT INTO tidings.endpoints (url)"
+            " SELECT %s || '/' || g FROM generate_series(1, %s) g RETURNING id",
+            (receiver_url, endpoints),
         )
+        give_secret(cur, [row[0] for row in cur.fetchall()], SECRET)
         cur.execute(
             """
             WITH ev AS (

@@ -23,8 +23,16 @@ import psycopg2
 import psycopg2.extensions
 import pytest
 
+from tests.support.secrets import TEST_SECRETS_KEY
 from tidings import migrations
 from tidings.dal.connection import Database
+
+# Signing secrets are encrypted with the tests' own key, in this process and in every process a
+# test starts (never a key file in the working directory, never a KMS key named outside).
+os.environ["TIDINGS_SECRETS_KEY"] = TEST_SECRETS_KEY
+os.environ.pop("TIDINGS_SECRETS_PREVIOUS_KEYS", None)
+os.environ.pop("TIDINGS_SECRETS_KMS_KEY_ID", None)
+os.environ.pop("TIDINGS_SECRETS_KEY_FILE", None)
 
 # Unique per test session, so that runs sharing one server do not collide.
 TEMPLATE_DB = f"tidings_test_template_{uuid.uuid4().hex[:8]}"

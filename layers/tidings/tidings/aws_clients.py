@@ -1,4 +1,4 @@
-"""boto3 clients for SQS and SNS whose waits are bounded.
+"""boto3 clients for SQS, SNS, KMS and RDS whose waits are bounded.
 
 boto3 waits up to 60 s to connect and 60 s for each answer by default, and tries a call up to five
 times: one stuck call could outlast a function's invocation while the rows it claimed stay
@@ -27,6 +27,14 @@ SNS_CONFIG = Config(
     retries={"mode": "standard", "total_max_attempts": 2},
 )
 
+# A data key is made or opened on the request path (an endpoint created, a sender's first batch
+# with a key it has not opened): a few seconds at most, then the caller gives the work back.
+KMS_CONFIG = Config(
+    connect_timeout=2,
+    read_timeout=5,
+    retries={"mode": "standard", "total_max_attempts": 3},
+)
+
 
 def sqs_client(endpoint_url: str | None = None) -> Any:
     """An SQS client; ``AWS_ENDPOINT_URL`` still redirects it when ``endpoint_url`` is None."""
@@ -36,3 +44,13 @@ def sqs_client(endpoint_url: str | None = None) -> Any:
 def sns_client(endpoint_url: str | None = None) -> Any:
     """An SNS client; ``AWS_ENDPOINT_URL`` still redirects it when ``endpoint_url`` is None."""
     return boto3.client("sns", endpoint_url=endpoint_url, config=SNS_CONFIG)
+
+
+def kms_client(endpoint_url: str | None = None) -> Any:
+    """A KMS client; ``AWS_ENDPOINT_URL`` still redirects it when ``endpoint_url`` is None."""
+    return boto3.client("kms", endpoint_url=endpoint_url, config=KMS_CONFIG)
+
+
+def rds_client() -> Any:
+    """An RDS client, for IAM authentication tokens (signed locally: no call leaves)."""
+    return boto3.client("rds")

@@ -4,7 +4,11 @@ local runtime imitates, so the two cannot disagree.
 
 Each function is ``functions/<name>/app.py`` with the handler ``app.handler``. The flags say what
 a function may touch; the constructs turn them into grants and security-group rules, so a
-function's permissions are read here and nowhere else.
+function's permissions are read here and nowhere else: its database role and login user
+included (what each role may run is ``tidings.dal.access``).
+
+Producers that call ``tidings.enqueue`` over SQL get login users of their own, members of
+``tidings_producer``; their names follow ``producer_database_user``.
 """
 
 from __future__ import annotations
@@ -29,10 +33,22 @@ class FunctionSpec:
     reaches_endpoints: bool = False
     # Connects to the database instance directly instead of through RDS Proxy.
     connects_directly: bool = False
+    # The database group role its own login user joins (tidings.dal.access says what that role
+    # runs); None for the migrator, which connects as the master user, a member of the owner role.
+    database_role: str | None = None
+    # Opens the data keys of signing secrets (KMS Decrypt): to sign, or to re-encrypt.
+    opens_signing_secrets: bool = False
+    # Makes data keys for new signing secrets (KMS GenerateDataKey).
+    seals_signing_secrets: bool = False
 
     @property
     def scheduled(self) -> bool:
         return self.schedule is not None
+
+    @property
+    def database_user(self) -> str | None:
+        """The login user it connects as (through RDS Proxy, with IAM authentication)."""
+        return None if self.database_role is None else f"tidings_fn_{self.name}"
 
     @property
     def construct_id(self) -> str:
@@ -46,6 +62,7 @@ CLAIMER = FunctionSpec(
     memory_mb=512,
     schedule="rate(1 minute)",
     sends_to_queue=True,
+    database_role="tidings_claimer",
 )
 SENDER = FunctionSpec(
     name="sender",
@@ -58,12 +75,17 @@ SENDER = FunctionSpec(
     memory_mb=512,
     sends_to_queue=True,
     reaches_endpoints=True,
+    database_role="tidings_sender",
+    opens_signing_secrets=True,
 )
 INGEST = FunctionSpec(
     name="ingest",
     description="The ingest API: events, endpoints, subscriptions, look-ups, replay",
     timeout_s=29,
     memory_mb=512,
+    database_role="tidings_ingest",
+    opens_signing_secrets=True,
+    seals_signing_secrets=True,
 )
 PERCENTILES = FunctionSpec(
     name="percentiles",
@@ -73,6 +95,7 @@ PERCENTILES = FunctionSpec(
     timeout_s=900,
     memory_mb=256,
     schedule="rate(5 minutes)",
+    database_role="tidings_percentiles",
 )
 HEALTH_MONITOR = FunctionSpec(
     name="health_monitor",
@@ -81,6 +104,7 @@ HEALTH_MONITOR = FunctionSpec(
     memory_mb=256,
     schedule="rate(5 minutes)",
     publishes_alerts=True,
+    database_role="tidings_health_monitor",
 )
 DEAD_LETTER_REPORT = FunctionSpec(
     name="dead_letter_report",
@@ -89,6 +113,7 @@ DEAD_LETTER_REPORT = FunctionSpec(
     memory_mb=256,
     schedule="rate(1 hour)",
     publishes_alerts=True,
+    database_role="tidings_dead_letter_report",
 )
 PRUNER = FunctionSpec(
     name="pruner",
@@ -96,6 +121,7 @@ PRUNER = FunctionSpec(
     timeout_s=300,
     memory_mb=256,
     schedule="rate(1 hour)",
+    database_role="tidings_pruner",
 )
 MIGRATOR = FunctionSpec(
     name="migrator",
@@ -103,6 +129,8 @@ MIGRATOR = FunctionSpec(
     timeout_s=600,
     memory_mb=256,
     connects_directly=True,
+    opens_signing_secrets=True,
+    seals_signing_secrets=True,
 )
 
 FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
@@ -141,3 +169,16 @@ def schedule_interval_s(expression: str) -> float:
     if match is None:
         raise ValueError(f"{expression!r} is not a rate(N minutes|hours|days) schedule")
     return float(int(match[1]) * _UNIT_S[match[2].rstrip("s")])
+
+
+PRODUCER_ROLE = "tidings_producer"
+
+
+def producer_database_user(name: str) -> str:
+    """The login user of the producer called ``name`` (a stage's ``producerLogins``)."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,39}", name):
+        raise ValueError(
+            f"producer login name {name!r} must be 1 to 40 lower-case letters, digits or _ "
+            "and start with a letter"
+        )
+    return f"tidings_producer_{name}"

@@ -1,4 +1,5 @@
-"""Where handlers get their collaborators: settings, database, delivery queue, notifier.
+"""Where handlers get their collaborators: settings, database, delivery queue, notifier, and the
+keyring that encrypts and decrypts signing secrets.
 
 Each is built on first use from the settings (the environment) and then reused, so a Lambda
 execution environment keeps one database connection and one client per service across
@@ -22,6 +23,7 @@ from tidings.dal.connection import Database
 if TYPE_CHECKING:
     from tidings.notify import Notifier
     from tidings.queue import DeliveryQueue
+    from tidings.secrets.keyring import Keyring
 
 _lock = threading.Lock()
 _overrides: dict[str, Any] = {}
@@ -54,6 +56,12 @@ def notifier() -> Notifier:
     return found
 
 
+def keyring() -> Keyring:
+    """The process's keyring: its data keys are opened once and shared by every thread."""
+    found: Keyring = _get("keyring", _default_keyring)
+    return found
+
+
 def _get(name: str, build: Any) -> Any:
     if name in _overrides:
         return _overrides[name]
@@ -79,10 +87,18 @@ def _default_notifier(cfg: Settings) -> Notifier:
     return SnsNotifier(cfg.alerts_topic_arn)
 
 
+def _default_keyring(cfg: Settings) -> Keyring:
+    from tidings.secrets.keyring import Keyring
+    from tidings.secrets.master_keys import configured_master_key
+
+    return Keyring(configured_master_key(cfg), data_key_max_age_s=cfg.secrets_data_key_max_age_s)
+
+
 def override(**collaborators: Any) -> None:
-    """Replace collaborators for this process: ``settings``, ``queue``, ``notifier``, and
-    ``database_factory`` (a callable returning a new ``Database``, used once per thread)."""
-    allowed = {"settings", "queue", "notifier", "database_factory"}
+    """Replace collaborators for this process: ``settings``, ``queue``, ``notifier``,
+    ``keyring``, and ``database_factory`` (a callable returning a new ``Database``, used once per
+    thread)."""
+    allowed = {"settings", "queue", "notifier", "keyring", "database_factory"}
     unknown = set(collaborators) - allowed
     if unknown:
         raise TypeError(f"unknown collaborators: {sorted(unknown)}")

@@ -22,7 +22,8 @@ from tests.integration.delivery.delivery_harness import (
     seconds_until,
 )
 from tests.support.receivers import Receiver, running_receiver
-from tests.support.seed import TEST_SECRET, make_endpoint, seed_messages
+from tests.support.secrets import secrets_keyring
+from tests.support.seed import TEST_SECRET, add_secret, make_endpoint, seed_messages
 from tidings.dal.connection import Database
 from tidings.delivery.attempt import webhook_id
 from tidings.delivery.sender import BatchReport, QueueRecord, Sender, record_reserve_s
@@ -307,11 +308,7 @@ def test_the_receiver_sees_the_exact_payload_with_valid_signatures_for_both_secr
     new_secret = generate_secret()
     endpoint_id = one_message_to(db, receiver.url("ok"))
     with db.cursor() as cur:
-        cur.execute(
-            "UPDATE tidings.endpoints SET secret = %s, previous_secret = %s,"
-            " previous_secret_expires_at = now() + interval '1 day' WHERE id = %s",
-            (new_secret, TEST_SECRET, endpoint_id),
-        )
+        add_secret(cur, endpoint_id, new_secret, overlap_s=86400)
         cur.execute("SELECT payload::text FROM tidings.events")
         stored_payload = cur.fetchone()[0]  # type: ignore[index]
     pipeline.claim_and_deliver()
@@ -333,17 +330,22 @@ def test_an_expired_previous_secret_no_longer_signs(
     db: Database, pipeline: Pipeline, receiver: Receiver
 ) -> None:
     endpoint_id = one_message_to(db, receiver.url("ok"))
+    current = generate_secret()
     with db.cursor() as cur:
+        add_secret(cur, endpoint_id, current, overlap_s=86400)
+        # The rotated-out secret's overlap ends.
         cur.execute(
-            "UPDATE tidings.endpoints SET previous_secret = %s,"
-            " previous_secret_expires_at = now() - interval '1 second' WHERE id = %s",
-            (generate_secret(), endpoint_id),
+            "UPDATE tidings.endpoint_secrets SET expires_at = now() - interval '1 second'"
+            " WHERE endpoint_id = %s AND expires_at IS NOT NULL",
+            (endpoint_id,),
         )
     pipeline.claim_and_deliver()
 
     [request] = receiver.requests
     assert len(request.headers["webhook-signature"].split(" ")) == 1
-    Webhook(TEST_SECRET).verify(request.body, request.headers)
+    Webhook(current).verify(request.body, request.headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(TEST_SECRET).verify(request.body, request.headers)
 
 
 def test_a_private_address_is_refused_without_a_connection(
@@ -431,7 +433,9 @@ def test_an_unreachable_database_returns_the_whole_batch_to_the_queue(
     received = pipeline.queue.receive()
     unreachable = Database("postgresql://postgres@127.0.0.1:1/none?connect_timeout=1")
     unreachable.max_retries = 1
-    sender = Sender(unreachable, pipeline.queue, pipeline.settings, pipeline.transport)
+    sender = Sender(
+        unreachable, pipeline.queue, pipeline.settings, pipeline.transport, keyring=secrets_keyring()
+    )
 
     report = sender.process([QueueRecord(m.message_id, m.body) for m in received])
 
@@ -568,16 +572,23 @@ def test_with_no_time_left_to_send_the_rows_go_back_to_the_database_unsent(
     assert pipeline.claim_and_deliver().delivered == 1
 
 
+@pytest.mark.parametrize("flaw", ["not base64", "altered ciphertext"])
 def test_a_secret_that_cannot_sign_dead_letters_at_once_without_counting_against_the_circuit(
-    db: Database, pipeline: Pipeline, receiver: Receiver
+    db: Database, pipeline: Pipeline, receiver: Receiver, flaw: str
 ) -> None:
     endpoint_id = one_message_to(db, receiver.url("ok"))
     with db.cursor() as cur:
-        # Written around the API, which would refuse it: not base64.
-        cur.execute(
-            "UPDATE tidings.endpoints SET secret = 'whsec_not*base64' WHERE id = %s",
-            (endpoint_id,),
-        )
+        if flaw == "not base64":
+            # Written around the API, which would refuse it.
+            add_secret(cur, endpoint_id, "whsec_not*base64", overlap_s=0)
+        else:
+            # One bit of the stored ciphertext changed: it no longer opens.
+            cur.execute(
+                "UPDATE tidings.endpoint_secrets"
+                " SET ciphertext = set_bit(ciphertext, 100, 1 - get_bit(ciphertext, 100))"
+                " WHERE endpoint_id = %s",
+                (endpoint_id,),
+            )
 
     report = pipeline.claim_and_deliver()
 

@@ -25,14 +25,21 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tidings import __version__
 from tidings.api.routes import router
-from tidings.logic.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, UseCaseError
+from tidings.logic.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    Unavailable,
+    UseCaseError,
+)
 from tidings.observability import logger
 
 # API Gateway refuses bigger request bodies itself; the same limit holds locally.
 MAX_REQUEST_BYTES = 10 * 1024 * 1024
 JSON = "application/json"
 
-_STATUS = {InvalidInput: 422, NotFound: 404, PayloadTooLarge: 413, Conflict: 409}
+_STATUS = {InvalidInput: 422, NotFound: 404, PayloadTooLarge: 413, Conflict: 409, Unavailable: 503}
 
 
 def error_response(

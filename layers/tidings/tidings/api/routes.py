@@ -48,7 +48,10 @@ def _errors(*codes: int) -> dict[int, Any]:
         409: "Conflicts with the stored state",
         413: "A payload or the request is too large",
         422: "A field is missing, of the wrong type or not acceptable",
-        503: "The database is busy or unreachable: send it again (safe with an event_id)",
+        503: (
+            "The database, or the key that encrypts signing secrets, is busy or unreachable: "
+            "send it again (safe with an event_id)"
+        ),
     }
     return {
         code: {"description": reasons[code], "content": {JSON: {"model": ErrorBody}}}
@@ -147,6 +150,7 @@ def list_messages(
 def create_endpoint(body: Annotated[CreateEndpoint, Body()]) -> Response[CreatedEndpoint]:
     created = endpoints.create_endpoint(
         wiring.database(),
+        keyring=wiring.keyring(),
         url=body.url,
         description=body.description,
         event_types=body.event_types,
@@ -208,12 +212,14 @@ def delete_endpoint(endpoint_id: EndpointIdPath) -> Response[None]:
 
 @router.post(
     "/v1/endpoints/<endpoint_id>/rotate-secret",
-    summary="A new signing secret; the old one keeps signing for the overlap (24 h)",
+    summary="A new signing secret; earlier ones keep signing for their overlap (24 h, 5 at most)",
     responses={**_ok(200, RotatedSecret, "The new secret, shown once"), **_errors(404)},
     tags=["endpoints"],
 )
 def rotate_secret(endpoint_id: EndpointIdPath) -> RotatedSecret:
-    return endpoints.rotate_secret(wiring.database(), endpoint_id, settings=wiring.settings())
+    return endpoints.rotate_secret(
+        wiring.database(), endpoint_id, keyring=wiring.keyring(), settings=wiring.settings()
+    )
 
 
 @router.get(

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tidings.cli.support import print_json, target, use_case_errors, when
+from tidings.cli.support import (
+    keyring_for,
+    print_json,
+    secrets_key_notice,
+    target,
+    use_case_errors,
+    when,
+)
 from tidings.local.progress import table
 
 
@@ -50,7 +57,8 @@ def register(subparsers: Any) -> None:
     disable.set_defaults(handler=run_disable)
 
     rotate = actions.add_parser(
-        "rotate-secret", help="new signing secret; the old one keeps signing for the overlap"
+        "rotate-secret",
+        help="new signing secret; earlier ones keep signing for their overlap (5 at most)",
     )
     rotate.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
     rotate.add_argument("--json", action="store_true", help="print JSON")
@@ -61,8 +69,10 @@ def run_add(args: argparse.Namespace) -> int:
     from tidings.logic import endpoints
 
     with target() as where, use_case_errors():
+        keyring = keyring_for(where)
         created = endpoints.create_endpoint(
             where.db,
+            keyring=keyring,
             url=args.url,
             description=args.description,
             event_types=args.event_types,
@@ -78,6 +88,7 @@ def run_add(args: argparse.Namespace) -> int:
     print(f"  event types: {', '.join(created.event_types)}")
     print(f"  secret:      {created.secret}")
     print("  (the secret is shown this once; keep it to verify signatures)")
+    print(f"  ({secrets_key_notice(keyring.master)})")
     return 0
 
 
@@ -132,12 +143,16 @@ def run_rotate(args: argparse.Namespace) -> int:
     from tidings.logic import endpoints
 
     with target() as where, use_case_errors():
-        rotated = endpoints.rotate_secret(where.db, args.endpoint_id, settings=where.settings)
+        rotated = endpoints.rotate_secret(
+            where.db, args.endpoint_id, keyring=keyring_for(where), settings=where.settings
+        )
     if args.json:
         print_json(rotated)
         return 0
     print(f"endpoint {rotated.endpoint_id}: new secret {rotated.secret}")
-    print(
-        f"  the previous secret keeps signing until {when(rotated.previous_secret_expires_at)} UTC"
-    )
+    if rotated.previous_secret_expires_at is not None:
+        print(
+            "  the previous secret keeps signing until "
+            f"{when(rotated.previous_secret_expires_at)} UTC"
+        )
     return 0

@@ -9,6 +9,8 @@
 - Delivered messages older than their retention and dead letters older than theirs are deleted in
   batches of ``prune_batch_size`` rows, each batch its own short transaction (rows another session
   holds are skipped), with the events left without any message.
+- Rotated-out signing secrets whose overlap has ended are deleted (a rotation drops them too, but
+  an endpoint may not be rotated again for a long time).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Protocol
 import psycopg2.errors
 
 from tidings.dal import pruning as dal
+from tidings.dal import secrets as secrets_dal
 from tidings.dal.connection import Database
 from tidings.dal.pruning import PrunedBatch
 from tidings.maintenance.batches import BatchRun, in_batches
@@ -59,6 +62,7 @@ class PruneResult:
     events_deleted: int
     # False when some table still had rows due after prune_max_batches batches.
     complete: bool
+    expired_secrets_deleted: int = 0
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -70,6 +74,7 @@ class PruneResult:
             "dead_letters_deleted": self.dead_letters_deleted,
             "events_deleted": self.events_deleted,
             "complete": self.complete,
+            "expired_secrets_deleted": self.expired_secrets_deleted,
         }
 
 
@@ -121,6 +126,13 @@ def prune(db: Database, settings: PruneSettings, now: datetime | None = None) ->
     dead = _finished_in_batches(
         db, settings, "dead_letter", moment - timedelta(seconds=settings.dead_letter_retention_s)
     )
+    secrets = in_batches(
+        db,
+        lambda cur: secrets_dal.prune_expired_secrets(cur, batch_size=batch),
+        size=lambda deleted: deleted,
+        batch_size=batch,
+        max_batches=settings.prune_max_batches,
+    )
     return PruneResult(
         partitions_created=created,
         partitions_dropped=tuple(dropped),
@@ -129,7 +141,8 @@ def prune(db: Database, settings: PruneSettings, now: datetime | None = None) ->
         delivered_deleted=sum(b.messages for b in delivered.results),
         dead_letters_deleted=sum(b.messages for b in dead.results),
         events_deleted=sum(b.events for b in delivered.results + dead.results),
-        complete=default.complete and delivered.complete and dead.complete,
+        complete=default.complete and delivered.complete and dead.complete and secrets.complete,
+        expired_secrets_deleted=sum(secrets.results),
     )
 
 

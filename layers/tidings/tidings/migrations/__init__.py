@@ -4,12 +4,19 @@
 so a second migrator waits for the first and then finds nothing left to do. Every migration and
 its record commit together, so a failed migration leaves no trace. A migration that was applied
 and later edited is refused (its checksum no longer matches) instead of being silently skipped.
+
+Migrations run as the connected user (the RDS master user on AWS, a member of ``tidings_owner``);
+at the end of every run ``ownership.sql`` hands whatever they created to ``tidings_owner`` and
+keeps new functions from PUBLIC, so ownership and grants never depend on who ran a migration.
+What must happen in the same transaction but needs more than SQL (encrypting secrets an earlier
+release kept in clear: the key is not in the database) is passed in as ``finish``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 
@@ -20,6 +27,9 @@ from tidings.observability import logger
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # An arbitrary constant that identifies the migration lock among advisory locks.
 _LOCK_KEY = 7_462_839_104
+
+
+_OWNERSHIP_SQL = resources.files(__name__).joinpath("ownership.sql").read_text(encoding="utf-8")
 
 
 class MigrationError(RuntimeError):
@@ -51,9 +61,16 @@ def available() -> list[Migration]:
     return found
 
 
-def migrate(conn: psycopg2.extensions.connection) -> list[str]:
-    """Apply the pending migrations; return the names of those applied now."""
-    migrations = available()
+def migrate(
+    conn: psycopg2.extensions.connection,
+    *,
+    finish: Callable[[psycopg2.extensions.cursor], object] | None = None,
+    until: int | None = None,
+) -> list[str]:
+    """Apply the pending migrations (up to version ``until`` when given), hand what they made
+    to the owner role, run ``finish`` in the same transaction, and return the names of the
+    migrations applied now."""
+    migrations = [m for m in available() if until is None or m.version <= until]
     applied_now: list[str] = []
     previous_autocommit = conn.autocommit
     conn.autocommit = False
@@ -86,11 +103,14 @@ def migrate(conn: psycopg2.extensions.connection) -> list[str]:
                     (migration.version, migration.name, migration.checksum),
                 )
                 applied_now.append(f"{migration.version:04d}_{migration.name}")
-            unknown = sorted(set(recorded) - {m.version for m in migrations})
+            unknown = sorted(set(recorded) - {m.version for m in available()})
             if unknown:
                 raise MigrationError(
                     f"the database has migrations this version does not know: {unknown}"
                 )
+            cur.execute(_OWNERSHIP_SQL)
+            if finish is not None:
+                finish(cur)
     finally:
         conn.autocommit = previous_autocommit
     for name in applied_now:

@@ -1,12 +1,12 @@
 -- name: insert_endpoint
 -- Creates an endpoint with its subscriptions (its health row comes from a trigger) and returns
--- its public columns.
+-- its public columns. Its signing secret follows in the same transaction (set_endpoint_secret),
+-- encrypted for the id this returns.
 WITH created AS (
-    INSERT INTO tidings.endpoints (url, description, secret, max_attempts, timeout_ms,
-                                   rate_limit_per_s)
-    VALUES (%(url)s, %(description)s, %(secret)s, %(max_attempts)s, %(timeout_ms)s,
-            %(rate_limit_per_s)s)
-    RETURNING *
+    INSERT INTO tidings.endpoints (url, description, max_attempts, timeout_ms, rate_limit_per_s)
+    VALUES (%(url)s, %(description)s, %(max_attempts)s, %(timeout_ms)s, %(rate_limit_per_s)s)
+    RETURNING id, url, description, enabled, disabled_reason, disabled_at, max_attempts,
+              timeout_ms, rate_limit_per_s, created_at, updated_at
 ),
 subscribed AS (
     INSERT INTO tidings.subscriptions (endpoint_id, event_type)
@@ -15,15 +15,18 @@ subscribed AS (
 )
 SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        %(event_types)s::text[] AS event_types, c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
-       c.previous_secret_expires_at, c.created_at, c.updated_at
+       NULL::timestamptz AS previous_secret_expires_at, c.created_at, c.updated_at
 FROM created c
 
 -- name: get_endpoint
--- One endpoint that is not deleted, with its subscribed event types; never its secrets.
+-- One endpoint that is not deleted, with its subscribed event types and when the last of its
+-- rotated-out secrets stops signing; never its secrets.
 SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
                  FROM tidings.subscriptions s WHERE s.endpoint_id = e.id), '{}') AS event_types,
-       e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.previous_secret_expires_at,
+       e.max_attempts, e.timeout_ms, e.rate_limit_per_s,
+       (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
+        WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
        e.created_at, e.updated_at
 FROM tidings.endpoints e
 WHERE e.id = %(endpoint_id)s AND e.deleted_at IS NULL
@@ -34,7 +37,9 @@ WHERE e.id = %(endpoint_id)s AND e.deleted_at IS NULL
 SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
                  FROM tidings.subscriptions s WHERE s.endpoint_id = e.id), '{}') AS event_types,
-       e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.previous_secret_expires_at,
+       e.max_attempts, e.timeout_ms, e.rate_limit_per_s,
+       (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
+        WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
        e.created_at, e.updated_at
 FROM tidings.endpoints e
 WHERE e.deleted_at IS NULL AND e.id > %(after_id)s
@@ -64,7 +69,8 @@ WITH changed AS (
             ELSE now() END,
         updated_at = now()
     WHERE e.id = %(endpoint_id)s AND e.deleted_at IS NULL
-    RETURNING e.*
+    RETURNING e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
+              e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.created_at, e.updated_at
 ),
 unsubscribed AS (
     DELETE FROM tidings.subscriptions s
@@ -85,14 +91,17 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
             ELSE coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
                            FROM tidings.subscriptions s WHERE s.endpoint_id = c.id), '{}')
        END AS event_types,
-       c.max_attempts, c.timeout_ms, c.rate_limit_per_s, c.previous_secret_expires_at,
+       c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
+       (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
+        WHERE s.endpoint_id = c.id AND s.expires_at > now()) AS previous_secret_expires_at,
        c.created_at, c.updated_at
 FROM changed c
 
 -- name: soft_delete_endpoint
 -- Marks an endpoint deleted and disabled, keeping its row for the history of its messages. Its
 -- undelivered messages become dead letters ("endpoint deleted") in the same statement, so none
--- waits forever for an endpoint that is gone; clearing the lease voids any attempt in flight.
+-- waits forever for an endpoint that is gone; clearing the lease voids any attempt in flight. Its
+-- signing secrets go: a deleted endpoint never signs again.
 WITH deleted AS (
     UPDATE tidings.endpoints
     SET deleted_at = now(), enabled = false, disabled_at = coalesce(disabled_at, now()),
@@ -106,19 +115,13 @@ abandoned AS (
         lease_token = NULL, last_error = 'endpoint deleted'
     FROM deleted d
     WHERE m.endpoint_id = d.id AND m.status IN ('pending', 'failed', 'in_flight')
+),
+forgotten AS (
+    DELETE FROM tidings.endpoint_secrets s
+    USING deleted d
+    WHERE s.endpoint_id = d.id
 )
 SELECT id FROM deleted
-
--- name: rotate_endpoint_secret
--- Installs a new signing secret; the current one becomes the previous secret, which keeps signing
--- until overlap_s from now.
-UPDATE tidings.endpoints
-SET previous_secret = secret,
-    previous_secret_expires_at = now() + %(overlap_s)s * interval '1 second',
-    secret = %(secret)s,
-    updated_at = now()
-WHERE id = %(endpoint_id)s AND deleted_at IS NULL
-RETURNING id, previous_secret_expires_at
 
 -- name: endpoint_health
 -- An endpoint's circuit, latency figures and the number of its messages in each status.

@@ -1,0 +1,149 @@
+-- What each group role may do: exactly what the statements its holders run need (the statements
+-- are listed per role in tidings.dal.access; a test connects as a member of each role, runs them
+-- all, and revokes each privilege below in turn to show that some statement then fails).
+-- Columns are named wherever a role needs only some of a table's: only the sender reads signing
+-- secrets (through begin_attempts_v1), only the ingest API and operators write them (through
+-- set_endpoint_secret_v1), and nobody reads the columns where an earlier release kept them.
+-- Payloads (events.payload) and response excerpts (attempts.response_excerpt) are read only by
+-- the API and operators; the claimer and sender reach payloads through their functions.
+
+-- Producers: the two entry points, and nothing else. Every overload, whatever arguments a
+-- release gives them.
+DO $$
+DECLARE
+    v_function regprocedure;
+BEGIN
+    FOR v_function IN
+        SELECT p.oid::regprocedure FROM pg_proc p
+        WHERE p.pronamespace = 'tidings'::regnamespace
+          AND p.proname IN ('enqueue', 'enqueue_batch')
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO tidings_producer', v_function);
+    END LOOP;
+END $$;
+GRANT USAGE ON SCHEMA tidings TO tidings_producer;
+
+-- Claimer.
+GRANT USAGE ON SCHEMA tidings TO tidings_claimer;
+GRANT EXECUTE ON FUNCTION tidings.claim_due_v1(integer, double precision, double precision,
+                                               integer, integer) TO tidings_claimer;
+GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(bigint[], uuid[], double precision)
+    TO tidings_claimer;
+
+-- Sender.
+GRANT USAGE ON SCHEMA tidings TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v1(bigint[], uuid[], integer[], boolean[],
+                                                    double precision, double precision)
+    TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.record_outcomes_v1(jsonb, bigint[], boolean[], integer[],
+                                                     timestamptz[], timestamptz[], bigint[],
+                                                     text[], double precision, double precision)
+    TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(bigint[], uuid[], double precision)
+    TO tidings_sender;
+GRANT SELECT (id, master_key, wrapped) ON tidings.data_keys TO tidings_sender;
+
+-- The ingest API and operators share the endpoint, message and secret statements.
+DO $$
+DECLARE
+    v_role text;
+BEGIN
+    FOREACH v_role IN ARRAY ARRAY['tidings_ingest', 'tidings_operator'] LOOP
+        EXECUTE format($grants$
+            GRANT USAGE ON SCHEMA tidings TO %1$I;
+            GRANT EXECUTE ON FUNCTION tidings.enqueue_event(text, jsonb, text, bigint[]) TO %1$I;
+            GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v1(
+                bigint, bigint, bytea, double precision, integer) TO %1$I;
+            GRANT SELECT (id, url, description, enabled, disabled_reason, disabled_at,
+                          deleted_at, max_attempts, timeout_ms, rate_limit_per_s, created_at,
+                          updated_at),
+                  INSERT (url, description, max_attempts, timeout_ms, rate_limit_per_s),
+                  UPDATE (url, description, enabled, disabled_reason, disabled_at, deleted_at,
+                          max_attempts, timeout_ms, rate_limit_per_s, updated_at)
+                ON tidings.endpoints TO %1$I;
+            GRANT SELECT, INSERT, DELETE ON tidings.subscriptions TO %1$I;
+            GRANT SELECT (endpoint_id, state, consecutive_failures, failure_threshold,
+                          cooldown_s, opened_at, last_success_at, last_failure_at, p50_ms,
+                          p95_ms, p99_ms, sample_count, percentiles_at)
+                ON tidings.endpoint_health TO %1$I;
+            GRANT SELECT (id, event_ref, endpoint_id, event_type, status, attempts, max_attempts,
+                          created_at, next_attempt_at, delivered_at, dead_lettered_at,
+                          lease_token, last_error, last_status_code, last_response_ms),
+                  UPDATE (status, attempts, next_attempt_at, dead_lettered_at,
+                          dead_letter_reported_at, lease_token, last_error)
+                ON tidings.messages TO %1$I;
+            GRANT SELECT (id, event_id, payload) ON tidings.events TO %1$I;
+            GRANT SELECT (id, message_id, attempt_number, attempted_at, status_code, response_ms,
+                          error_class, response_excerpt)
+                ON tidings.attempts TO %1$I;
+            GRANT SELECT (endpoint_id, expires_at), DELETE ON tidings.endpoint_secrets TO %1$I;
+            GRANT SELECT (id, master_key, wrapped, created_at), INSERT (master_key, wrapped)
+                ON tidings.data_keys TO %1$I;
+        $grants$, v_role);
+    END LOOP;
+END $$;
+
+-- The ingest API alone: events in batches, the message list.
+GRANT EXECUTE ON FUNCTION tidings.enqueue_batch(jsonb) TO tidings_ingest;
+GRANT SELECT (event_type) ON tidings.events TO tidings_ingest;
+
+-- Operators alone: sending through the producers' entry point (the demo), the status view,
+-- dead letters.
+GRANT EXECUTE ON FUNCTION tidings.enqueue(text, jsonb, text, bigint[]) TO tidings_operator;
+GRANT SELECT (endpoint_id, attempted_at, status_code) ON tidings.attempts TO tidings_operator;
+
+-- Percentiles.
+GRANT USAGE ON SCHEMA tidings TO tidings_percentiles;
+GRANT EXECUTE ON FUNCTION tidings.analyze_latency_histograms() TO tidings_percentiles;
+GRANT SELECT (endpoint_id, attempted_at, response_ms) ON tidings.attempts TO tidings_percentiles;
+GRANT SELECT, INSERT, UPDATE, DELETE ON tidings.latency_buckets, tidings.latency_window
+    TO tidings_percentiles;
+GRANT SELECT (job, rolled_to, window_from, window_s, details, updated_at),
+      INSERT (job),
+      UPDATE (rolled_to, window_from, window_s, details, updated_at)
+    ON tidings.job_state TO tidings_percentiles;
+GRANT SELECT (endpoint_id, failure_threshold, sample_count, percentile_buckets,
+              percentile_below, percentile_at),
+      UPDATE (p50_ms, p95_ms, p99_ms, sample_count, percentile_buckets, percentile_below,
+              percentile_at, percentiles_at, failure_threshold)
+    ON tidings.endpoint_health TO tidings_percentiles;
+
+-- Health monitor.
+GRANT USAGE ON SCHEMA tidings TO tidings_health_monitor;
+GRANT SELECT (id, url, enabled, disabled_reason, deleted_at),
+      UPDATE (enabled, disabled_reason, disabled_at, updated_at)
+    ON tidings.endpoints TO tidings_health_monitor;
+GRANT SELECT (endpoint_id, state, opened_at, p95_ms, sample_count, last_success_at,
+              last_failure_at, failing_since),
+      UPDATE (failing_since)
+    ON tidings.endpoint_health TO tidings_health_monitor;
+GRANT SELECT (id, endpoint_id, status, created_at, next_attempt_at, delivered_at,
+              dead_lettered_at),
+      UPDATE (status, dead_lettered_at, dead_letter_reported_at, lease_token, last_error)
+    ON tidings.messages TO tidings_health_monitor;
+GRANT SELECT (endpoint_id, attempted_at, status_code) ON tidings.attempts
+    TO tidings_health_monitor;
+GRANT SELECT, INSERT, UPDATE ON tidings.alerts TO tidings_health_monitor;
+GRANT SELECT (job, rolled_to), INSERT (job, rolled_to), UPDATE (rolled_to, updated_at)
+    ON tidings.job_state TO tidings_health_monitor;
+
+-- Dead-letter report.
+GRANT USAGE ON SCHEMA tidings TO tidings_dead_letter_report;
+GRANT SELECT (id, endpoint_id, status, attempts, dead_lettered_at, dead_letter_reported_at,
+              last_error, last_status_code),
+      UPDATE (dead_letter_reported_at)
+    ON tidings.messages TO tidings_dead_letter_report;
+GRANT SELECT (id, url) ON tidings.endpoints TO tidings_dead_letter_report;
+
+-- Pruner. (Its row locks on messages need UPDATE on one column; it deletes them anyway.)
+GRANT USAGE ON SCHEMA tidings TO tidings_pruner;
+GRANT EXECUTE ON FUNCTION tidings.ensure_attempt_partitions(date, integer, integer),
+                          tidings.drop_oldest_attempt_partition(timestamptz, integer)
+    TO tidings_pruner;
+GRANT SELECT, DELETE ON tidings.attempts_default TO tidings_pruner;
+GRANT SELECT (id, event_ref, status, delivered_at, dead_lettered_at, dead_letter_reported_at),
+      UPDATE (dead_letter_reported_at),
+      DELETE
+    ON tidings.messages TO tidings_pruner;
+GRANT SELECT (id), DELETE ON tidings.events TO tidings_pruner;
+GRANT SELECT (id, expires_at), DELETE ON tidings.endpoint_secrets TO tidings_pruner;
