@@ -132,3 +132,18 @@ def server_version(postgres_admin_dsn: str) -> int:
         return int(conn.server_version)
     finally:
         conn.close()
+
+
+@pytest.fixture
+def empty_database(postgres_admin_dsn: str) -> Iterator[str]:
+    """A new database with nothing in it (no migration applied), dropped afterwards."""
+    name = f"tidings_empty_{uuid.uuid4().hex[:12]}"
+    admin = _admin_connect(postgres_admin_dsn)
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    try:
+        yield _with_dbname(postgres_admin_dsn, name)
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()

@@ -46,9 +46,11 @@ def sns_client(endpoint_url: str | None = None) -> Any:
     return boto3.client("sns", endpoint_url=endpoint_url, config=SNS_CONFIG)
 
 
-def kms_client(endpoint_url: str | None = None) -> Any:
+def kms_client(endpoint_url: str | None = None, region_name: str | None = None) -> Any:
     """A KMS client; ``AWS_ENDPOINT_URL`` still redirects it when ``endpoint_url`` is None."""
-    return boto3.client("kms", endpoint_url=endpoint_url, config=KMS_CONFIG)
+    return boto3.client(
+        "kms", endpoint_url=endpoint_url, region_name=region_name, config=KMS_CONFIG
+    )
 
 
 def rds_client() -> Any:

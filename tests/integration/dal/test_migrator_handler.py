@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -41,23 +39,6 @@ def _event(request_type: str) -> dict[str, object]:
         "ResourceProperties": {"MigrationsHash": "abc"},
         "PhysicalResourceId": "tidings-schema",
     }
-
-
-@pytest.fixture
-def empty_database(postgres_admin_dsn: str) -> Iterator[str]:
-    name = f"tidings_migrator_{uuid.uuid4().hex[:12]}"
-    admin = psycopg2.connect(postgres_admin_dsn)
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {name}")
-    params = psycopg2.extensions.parse_dsn(postgres_admin_dsn)
-    params["dbname"] = name
-    try:
-        yield psycopg2.extensions.make_dsn(**params)
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.close()
 
 
 @pytest.fixture

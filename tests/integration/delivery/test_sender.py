@@ -326,6 +326,57 @@ def test_the_receiver_sees_the_exact_payload_with_valid_signatures_for_both_secr
         Webhook(generate_secret()).verify(request.body, request.headers)
 
 
+def test_every_secret_still_in_its_overlap_signs_up_to_five(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    endpoint_id = one_message_to(db, receiver.url("ok"))
+    rotated = [generate_secret() for _ in range(5)]
+    with db.cursor() as cur:
+        # Rotated twice within the overlap: three secrets sign.
+        for secret in rotated[:2]:
+            add_secret(cur, endpoint_id, secret)
+    pipeline.claim_and_deliver()
+    [request] = receiver.requests
+    assert len(request.headers["webhook-signature"].split(" ")) == 3
+    for secret in (TEST_SECRET, *rotated[:2]):
+        Webhook(secret).verify(request.body, request.headers)
+
+    # Three more rotations: five sign, the oldest (the first secret) no longer does.
+    with db.cursor() as cur:
+        for secret in rotated[2:]:
+            add_secret(cur, endpoint_id, secret)
+        seed_messages(cur, endpoint_id, 1)
+    pipeline.claim_and_deliver()
+    request = receiver.requests[-1]
+    assert len(request.headers["webhook-signature"].split(" ")) == 5
+    for secret in rotated:
+        Webhook(secret).verify(request.body, request.headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(TEST_SECRET).verify(request.body, request.headers)
+
+
+def test_without_the_data_keys_nothing_is_sent_and_the_rows_wait_without_an_attempt(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    from tidings.delivery.sender import KEYS_UNAVAILABLE_DELAY_S
+    from tidings.secrets.keyring import Keyring
+    from tidings.secrets.master_keys import LocalMasterKey
+
+    one_message_to(db, receiver.url("ok"))
+    # A sender whose key is not the one the secrets were encrypted with.
+    stranger = Keyring(LocalMasterKey(bytes(32), "another key"), data_key_max_age_s=3600)
+    sender = Sender(db, pipeline.queue, pipeline.settings, pipeline.transport, keyring=stranger)
+    pipeline.claimer.claim_once()
+    received = pipeline.queue.receive(max_messages=10)
+    report = sender.process([QueueRecord(m.message_id, m.body) for m in received])
+
+    assert receiver.requests == []
+    assert (report.skipped, report.failed_record_ids) == (1, frozenset())
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["attempts"], row["lease_token"]) == ("pending", 0, None)
+    assert KEYS_UNAVAILABLE_DELAY_S - 5 <= seconds_until(row) <= KEYS_UNAVAILABLE_DELAY_S
+
+
 def test_an_expired_previous_secret_no_longer_signs(
     db: Database, pipeline: Pipeline, receiver: Receiver
 ) -> None:
@@ -434,7 +485,11 @@ def test_an_unreachable_database_returns_the_whole_batch_to_the_queue(
     unreachable = Database("postgresql://postgres@127.0.0.1:1/none?connect_timeout=1")
     unreachable.max_retries = 1
     sender = Sender(
-        unreachable, pipeline.queue, pipeline.settings, pipeline.transport, keyring=secrets_keyring()
+        unreachable,
+        pipeline.queue,
+        pipeline.settings,
+        pipeline.transport,
+        keyring=secrets_keyring(),
     )
 
     report = sender.process([QueueRecord(m.message_id, m.body) for m in received])

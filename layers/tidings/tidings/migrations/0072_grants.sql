@@ -83,9 +83,8 @@ BEGIN
     END LOOP;
 END $$;
 
--- The ingest API alone: events in batches, the message list.
+-- The ingest API alone: events in batches.
 GRANT EXECUTE ON FUNCTION tidings.enqueue_batch(jsonb) TO tidings_ingest;
-GRANT SELECT (event_type) ON tidings.events TO tidings_ingest;
 
 -- Operators alone: sending through the producers' entry point (the demo), the status view,
 -- dead letters.
@@ -103,7 +102,7 @@ GRANT SELECT (job, rolled_to, window_from, window_s, details, updated_at),
       UPDATE (rolled_to, window_from, window_s, details, updated_at)
     ON tidings.job_state TO tidings_percentiles;
 GRANT SELECT (endpoint_id, failure_threshold, sample_count, percentile_buckets,
-              percentile_below, percentile_at),
+              percentile_below, percentile_at, p50_ms, p95_ms, p99_ms),
       UPDATE (p50_ms, p95_ms, p99_ms, sample_count, percentile_buckets, percentile_below,
               percentile_at, percentiles_at, failure_threshold)
     ON tidings.endpoint_health TO tidings_percentiles;

@@ -224,9 +224,11 @@ def configured_master_key(
     if settings.secrets_kms_key_id:
         from tidings.aws_clients import kms_client
 
-        return KmsMasterKey(
-            settings.secrets_kms_key_id, kms_client(settings.aws_endpoint_url or None)
-        )
+        key_id = settings.secrets_kms_key_id
+        # A key ARN names its region (arn:aws:kms:<region>:<account>:key/<id>).
+        parts = key_id.split(":")
+        region = parts[3] if key_id.startswith("arn:") and len(parts) > 4 else None
+        return KmsMasterKey(key_id, kms_client(settings.aws_endpoint_url or None, region))
     if env.get("AWS_LAMBDA_FUNCTION_NAME") and not env.get(SECRETS_KEY_ENV):
         raise KeyUnavailable(
             "TIDINGS_SECRETS_KMS_KEY_ID is not set: on Lambda, signing secrets are encrypted "

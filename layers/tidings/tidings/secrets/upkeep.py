@@ -40,9 +40,7 @@ def encrypt_plaintext(cur: Cursor, keyring: Keyring) -> int:
     key = keyring.sealing_key(cur)
     encrypted: list[dal.NewCiphertext] = []
     for row in found:
-        if row.secret is not None:
-            sealed = seal_secret(key, row.endpoint_id, row.secret)
-            encrypted.append(dal.NewCiphertext(row.endpoint_id, key.id, sealed.ciphertext))
+        # Oldest first: an endpoint's secrets sign newest first, by the order they were stored.
         if row.previous_secret is not None and row.previous_expires_at is not None:
             sealed = seal_secret(key, row.endpoint_id, row.previous_secret)
             encrypted.append(
@@ -50,6 +48,9 @@ def encrypt_plaintext(cur: Cursor, keyring: Keyring) -> int:
                     row.endpoint_id, key.id, sealed.ciphertext, row.previous_expires_at
                 )
             )
+        if row.secret is not None:
+            sealed = seal_secret(key, row.endpoint_id, row.secret)
+            encrypted.append(dal.NewCiphertext(row.endpoint_id, key.id, sealed.ciphertext))
     return dal.store_encrypted_plaintext(cur, encrypted, [row.endpoint_id for row in found])
 
 

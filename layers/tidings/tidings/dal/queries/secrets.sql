@@ -51,15 +51,17 @@ ORDER BY id
 FOR UPDATE;
 
 -- name: store_encrypted_plaintext
--- Stores the encrypted form of secrets kept in clear (parallel arrays, one entry per secret:
--- endpoint, data key, ciphertext, expiry or NULL for the current one) and clears the columns
--- that held them, in one statement. Returns how many endpoints were cleared.
+-- Stores the encrypted form of secrets kept in clear (parallel arrays, one entry per secret, in
+-- the order to store them: endpoint, data key, ciphertext, expiry or NULL for the current one)
+-- and clears the columns that held them, in one statement. Returns how many endpoints were
+-- cleared.
 WITH stored AS (
     INSERT INTO tidings.endpoint_secrets (endpoint_id, data_key_id, ciphertext, expires_at)
     SELECT s.endpoint_id, s.data_key_id, s.ciphertext, s.expires_at
     FROM unnest(%(endpoint_ids)s::bigint[], %(data_key_ids)s::bigint[],
-                %(ciphertexts)s::bytea[], %(expires_at)s::timestamptz[])
-        AS s(endpoint_id, data_key_id, ciphertext, expires_at)
+                %(ciphertexts)s::bytea[], %(expires_at)s::timestamptz[]) WITH ORDINALITY
+        AS s(endpoint_id, data_key_id, ciphertext, expires_at, ord)
+    ORDER BY s.ord
 ),
 cleared AS (
     UPDATE tidings.endpoints e
