@@ -3,7 +3,10 @@ security group.
 
 Every role starts with only what any function here needs (writing its own log group, the
 network interfaces Lambda manages in the VPC, X-Ray segments) and gains the grants its spec
-asks for: reading the database secret, sending to the delivery queue, publishing alerts.
+asks for: logging in to RDS Proxy as its own database user (IAM authentication: it reads no
+secret), sending to the delivery queue, publishing alerts, making or opening the data keys of
+signing secrets. The migrator alone reads the master user's secret, and the secrets of the login
+users it makes.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -24,6 +27,7 @@ from infra.build_layers import BuiltLayers, LambdaPlatform
 from infra.common import acknowledge, log_retention
 from infra.config import StageConfig
 from infra.database import DATABASE_NAME, Database
+from infra.signing_keys import SigningSecretsKey
 from tidings.deployment import FUNCTION_SPECS, FunctionSpec
 
 FUNCTIONS_ROOT = Path(__file__).resolve().parent.parent / "functions"
@@ -71,9 +75,11 @@ class Functions(Construct):
         database: Database,
         delivery_queue: sqs.IQueue,
         alerts_topic: sns.ITopic,
+        signing_key: SigningSecretsKey,
         functions_root: Path = FUNCTIONS_ROOT,
     ) -> None:
         super().__init__(scope, construct_id)
+        self._signing_key = signing_key
         self._config = config
         self._vpc = vpc
         self._function_subnets = function_subnets
@@ -190,7 +196,13 @@ class Functions(Construct):
             tracing=lambda_.Tracing.ACTIVE,
             environment=self._environment(spec, database_host),
         )
-        self._database.secret.grant_read(role)
+        if spec.database_user is None:
+            self._database.secret.grant_read(role)
+            for login in self._database.logins.values():
+                login.secret.grant_read(role)
+        else:
+            self._database.proxy.grant_connect(role, spec.database_user)
+        self._signing_key.grant(role, spec)
         if spec.sends_to_queue:
             self._queue.grant_send_messages(role)
         if spec.publishes_alerts:
@@ -211,10 +223,21 @@ class Functions(Construct):
             # Handler responses can hold endpoint signing secrets (the ingest API returns a new
             # endpoint's secret once); they must not be copied into X-Ray trace metadata.
             "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
-            "TIDINGS_DATABASE_SECRET_ARN": self._database.secret.secret_arn,
             "TIDINGS_DATABASE_HOST": database_host,
             "TIDINGS_DATABASE_NAME": DATABASE_NAME,
         }
+        if spec.database_user is None:
+            environment["TIDINGS_DATABASE_SECRET_ARN"] = self._database.secret.secret_arn
+            environment["TIDINGS_DATABASE_LOGINS"] = Stack.of(self).to_json_string(
+                [
+                    {"user": login.user, "role": login.role, "secret_arn": login.secret.secret_arn}
+                    for login in self._database.logins.values()
+                ]
+            )
+        else:
+            environment["TIDINGS_DATABASE_USER"] = spec.database_user
+        if spec.opens_signing_secrets or spec.seals_signing_secrets:
+            environment["TIDINGS_SECRETS_KMS_KEY_ID"] = self._signing_key.key.key_arn
         if spec.sends_to_queue:
             environment["TIDINGS_DELIVERY_QUEUE_URL"] = self._queue.queue_url
         if spec.publishes_alerts:

@@ -40,6 +40,7 @@ class SchemaMigrations(Construct):
         log_retention_days: int,
         run_token: str = "",
         migrations_dir: Path = MIGRATIONS_DIR,
+        extra_properties: dict[str, str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         log_group = logs.LogGroup(
@@ -76,7 +77,7 @@ class SchemaMigrations(Construct):
             f"AwsSolutions-IAM5[Resource::<{_logical_id(migrator)}.Arn>:*]",
             "The provider framework may invoke any version of the migrator function, and only it.",
         )
-        properties = {"MigrationsHash": migrations_hash(migrations_dir)}
+        properties = {"MigrationsHash": migrations_hash(migrations_dir), **(extra_properties or {})}
         if run_token:
             properties["RunToken"] = run_token
         self.resource = CustomResource(

@@ -20,7 +20,14 @@ from infra.functions import Functions
 from infra.migrations import SchemaMigrations
 from infra.network import Network
 from infra.schedules import Schedules
-from tidings.deployment import SCHEDULED_FUNCTIONS, SENDER
+from infra.signing_keys import SigningSecretsKey
+from tidings.deployment import (
+    FUNCTION_SPECS,
+    PRODUCER_ROLE,
+    SCHEDULED_FUNCTIONS,
+    SENDER,
+    producer_database_user,
+)
 
 SENDER_BATCH_SIZE = 10
 
@@ -52,7 +59,16 @@ class TidingsStack(Stack):
             database_subnets=network.database_subnets,
             rotation_subnets=network.function_subnets,
             config=config,
+            logins=[
+                *(
+                    (spec.database_user, spec.database_role)
+                    for spec in FUNCTION_SPECS
+                    if spec.database_user is not None and spec.database_role is not None
+                ),
+                *((producer_database_user(name), PRODUCER_ROLE) for name in config.producer_logins),
+            ],
         )
+        self.signing_key = SigningSecretsKey(self, "SigningSecrets", retain=config.retain_on_delete)
         self.delivery = DeliveryQueue(
             self,
             "Delivery",
@@ -70,6 +86,7 @@ class TidingsStack(Stack):
             database=self.database,
             delivery_queue=self.delivery.queue,
             alerts_topic=self.alerts.topic,
+            signing_key=self.signing_key,
         )
         self.functions["sender"].add_event_source(
             SqsEventSource(
@@ -85,6 +102,12 @@ class TidingsStack(Stack):
             migrator=self.functions["migrator"],
             log_retention_days=config.log_retention_days,
             run_token=migrations_run_token,
+            # A new key, or a login user added, runs the migrator: it re-encrypts the secrets
+            # under the key and makes the users.
+            extra_properties={
+                "SecretsKeyArn": self.signing_key.key.key_arn,
+                "Logins": ",".join(sorted(self.database.logins)),
+            },
         )
         # The migrator reads the secret and connects to the instance: both must be in place,
         # with its role's grants, before the first run.

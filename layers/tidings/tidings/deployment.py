@@ -182,3 +182,20 @@ def producer_database_user(name: str) -> str:
             "and start with a letter"
         )
     return f"tidings_producer_{name}"
+
+
+# How the deployed database logs: never a statement's text (which holds the values psycopg2
+# sends inline: payloads, response excerpts), never an error's DETAIL or CONTEXT (which quote
+# rows and values). Slow statements are found in pg_stat_statements (and Performance Insights),
+# which normalise literals away; lock waits are still logged, without the statement. The
+# parameter group (infra/database.py) sets these, and a test runs a server configured with
+# exactly these settings and searches its log for secrets and payloads.
+DATABASE_LOG_PARAMETERS: Mapping[str, str] = {
+    "log_statement": "none",
+    "log_min_duration_statement": "-1",
+    "log_min_error_statement": "panic",
+    "log_error_verbosity": "terse",
+    "log_lock_waits": "1",
+    "log_parameter_max_length": "0",
+    "log_parameter_max_length_on_error": "0",
+}
