@@ -1101,7 +1101,7 @@ GRANT SELECT (endpoint_id, failing_since, last_failure_at, last_success_at, open
 GRANT UPDATE (failing_since) ON TABLE tidings.endpoint_health TO tidings_health_monitor;
 GRANT SELECT (consecutive_failures, cooldown_s, endpoint_id, failure_threshold, last_failure_at, last_success_at, opened_at, p50_ms, p95_ms, p99_ms, percentiles_at, sample_count, state) ON TABLE tidings.endpoint_health TO tidings_ingest;
 GRANT SELECT (consecutive_failures, cooldown_s, endpoint_id, failure_threshold, last_failure_at, last_success_at, opened_at, p50_ms, p95_ms, p99_ms, percentiles_at, sample_count, state) ON TABLE tidings.endpoint_health TO tidings_operator;
-GRANT SELECT (endpoint_id, failure_threshold, percentile_at, percentile_below, percentile_buckets, sample_count) ON TABLE tidings.endpoint_health TO tidings_percentiles;
+GRANT SELECT (endpoint_id, failure_threshold, p50_ms, p95_ms, p99_ms, percentile_at, percentile_below, percentile_buckets, sample_count) ON TABLE tidings.endpoint_health TO tidings_percentiles;
 GRANT UPDATE (failure_threshold, p50_ms, p95_ms, p99_ms, percentile_at, percentile_below, percentile_buckets, percentiles_at, sample_count) ON TABLE tidings.endpoint_health TO tidings_percentiles;
 GRANT DELETE ON TABLE tidings.endpoint_secrets TO tidings_ingest;
 GRANT SELECT (endpoint_id, expires_at) ON TABLE tidings.endpoint_secrets TO tidings_ingest;
@@ -1118,7 +1118,7 @@ GRANT UPDATE (deleted_at, description, disabled_at, disabled_reason, enabled, ma
 GRANT INSERT (description, max_attempts, rate_limit_per_s, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_operator;
 GRANT SELECT (created_at, deleted_at, description, disabled_at, disabled_reason, enabled, id, max_attempts, rate_limit_per_s, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
 GRANT UPDATE (deleted_at, description, disabled_at, disabled_reason, enabled, max_attempts, rate_limit_per_s, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
-GRANT SELECT (event_id, event_type, id, payload) ON TABLE tidings.events TO tidings_ingest;
+GRANT SELECT (event_id, id, payload) ON TABLE tidings.events TO tidings_ingest;
 GRANT SELECT (event_id, id, payload) ON TABLE tidings.events TO tidings_operator;
 GRANT DELETE ON TABLE tidings.events TO tidings_pruner;
 GRANT SELECT (id) ON TABLE tidings.events TO tidings_pruner;
