@@ -36,7 +36,9 @@ def register(subparsers: Any) -> None:
 
 def run_where(args: argparse.Namespace) -> int:
     with target() as found:
-        print(secrets_key_notice(keyring_for(found).master))
+        # Only says: a key file that does not exist yet is made by the first command that
+        # stores a secret, not by this one.
+        print(secrets_key_notice(keyring_for(found, create=False).master))
     return 0
 
 

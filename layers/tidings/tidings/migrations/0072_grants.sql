@@ -7,40 +7,55 @@
 -- Payloads (events.payload) and response excerpts (attempts.response_excerpt) are read only by
 -- the API and operators; the claimer and sender reach payloads through their functions.
 
--- Producers: the two entry points, and nothing else. Every overload, whatever arguments a
--- release gives them.
+-- Which role may call which function: by name, every overload (whatever arguments a release
+-- gives them; a name with no function is an error). Producers get their two entry points and
+-- nothing else; the hot functions and the partition upkeep run with their owner's rights
+-- (0071_database_roles.sql), so EXECUTE is all their callers need.
 DO $$
 DECLARE
+    v_grant record;
     v_function regprocedure;
 BEGIN
-    FOR v_function IN
-        SELECT p.oid::regprocedure FROM pg_proc p
-        WHERE p.pronamespace = 'tidings'::regnamespace
-          AND p.proname IN ('enqueue', 'enqueue_batch')
+    FOR v_grant IN
+        SELECT g.function_name, g.role_name
+        FROM (VALUES
+            ('enqueue', 'tidings_producer'),
+            ('enqueue_batch', 'tidings_producer'),
+            ('claim_due_v1', 'tidings_claimer'),
+            ('release_leases_v1', 'tidings_claimer'),
+            ('begin_attempts_v1', 'tidings_sender'),
+            ('record_outcomes_v1', 'tidings_sender'),
+            ('release_leases_v1', 'tidings_sender'),
+            ('enqueue_event', 'tidings_ingest'),
+            ('enqueue_batch', 'tidings_ingest'),
+            ('set_endpoint_secret_v1', 'tidings_ingest'),
+            ('enqueue', 'tidings_operator'),
+            ('enqueue_event', 'tidings_operator'),
+            ('set_endpoint_secret_v1', 'tidings_operator'),
+            ('analyze_latency_histograms', 'tidings_percentiles'),
+            ('ensure_attempt_partitions', 'tidings_pruner'),
+            ('drop_oldest_attempt_partition', 'tidings_pruner')
+        ) AS g(function_name, role_name)
     LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO tidings_producer', v_function);
+        FOR v_function IN
+            SELECT p.oid::regprocedure FROM pg_proc p
+            WHERE p.pronamespace = 'tidings'::regnamespace AND p.proname = v_grant.function_name
+        LOOP
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_function, v_grant.role_name);
+        END LOOP;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no function tidings.% to grant to %', v_grant.function_name,
+                v_grant.role_name;
+        END IF;
     END LOOP;
 END $$;
-GRANT USAGE ON SCHEMA tidings TO tidings_producer;
 
--- Claimer.
-GRANT USAGE ON SCHEMA tidings TO tidings_claimer;
-GRANT EXECUTE ON FUNCTION tidings.claim_due_v1(integer, double precision, double precision,
-                                               integer, integer) TO tidings_claimer;
-GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(bigint[], uuid[], double precision)
-    TO tidings_claimer;
+-- Every role reaches the schema's objects by name.
+GRANT USAGE ON SCHEMA tidings TO tidings_producer, tidings_claimer, tidings_sender,
+    tidings_ingest, tidings_percentiles, tidings_health_monitor, tidings_dead_letter_report,
+    tidings_pruner, tidings_operator;
 
--- Sender.
-GRANT USAGE ON SCHEMA tidings TO tidings_sender;
-GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v1(bigint[], uuid[], integer[], boolean[],
-                                                    double precision, double precision)
-    TO tidings_sender;
-GRANT EXECUTE ON FUNCTION tidings.record_outcomes_v1(jsonb, bigint[], boolean[], integer[],
-                                                     timestamptz[], timestamptz[], bigint[],
-                                                     text[], double precision, double precision)
-    TO tidings_sender;
-GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(bigint[], uuid[], double precision)
-    TO tidings_sender;
+-- Sender: the data keys that seal the secrets it signs with.
 GRANT SELECT (id, master_key, wrapped) ON tidings.data_keys TO tidings_sender;
 
 -- The ingest API and operators share the endpoint, message and secret statements.
@@ -50,10 +65,6 @@ DECLARE
 BEGIN
     FOREACH v_role IN ARRAY ARRAY['tidings_ingest', 'tidings_operator'] LOOP
         EXECUTE format($grants$
-            GRANT USAGE ON SCHEMA tidings TO %1$I;
-            GRANT EXECUTE ON FUNCTION tidings.enqueue_event(text, jsonb, text, bigint[]) TO %1$I;
-            GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v1(
-                bigint, bigint, bytea, double precision, integer) TO %1$I;
             GRANT SELECT (id, url, description, enabled, disabled_reason, disabled_at,
                           deleted_at, max_attempts, timeout_ms, rate_limit_per_s, created_at,
                           updated_at),
@@ -83,17 +94,10 @@ BEGIN
     END LOOP;
 END $$;
 
--- The ingest API alone: events in batches.
-GRANT EXECUTE ON FUNCTION tidings.enqueue_batch(jsonb) TO tidings_ingest;
-
--- Operators alone: sending through the producers' entry point (the demo), the status view,
--- dead letters.
-GRANT EXECUTE ON FUNCTION tidings.enqueue(text, jsonb, text, bigint[]) TO tidings_operator;
+-- Operators alone: the status view and dead letters read the attempt log's times and codes.
 GRANT SELECT (endpoint_id, attempted_at, status_code) ON tidings.attempts TO tidings_operator;
 
 -- Percentiles.
-GRANT USAGE ON SCHEMA tidings TO tidings_percentiles;
-GRANT EXECUTE ON FUNCTION tidings.analyze_latency_histograms() TO tidings_percentiles;
 GRANT SELECT (endpoint_id, attempted_at, response_ms) ON tidings.attempts TO tidings_percentiles;
 GRANT SELECT, INSERT, UPDATE, DELETE ON tidings.latency_buckets, tidings.latency_window
     TO tidings_percentiles;
@@ -108,7 +112,6 @@ GRANT SELECT (endpoint_id, failure_threshold, sample_count, percentile_buckets,
     ON tidings.endpoint_health TO tidings_percentiles;
 
 -- Health monitor.
-GRANT USAGE ON SCHEMA tidings TO tidings_health_monitor;
 GRANT SELECT (id, url, enabled, disabled_reason, deleted_at),
       UPDATE (enabled, disabled_reason, disabled_at, updated_at)
     ON tidings.endpoints TO tidings_health_monitor;
@@ -127,7 +130,6 @@ GRANT SELECT (job, rolled_to), INSERT (job, rolled_to), UPDATE (rolled_to, updat
     ON tidings.job_state TO tidings_health_monitor;
 
 -- Dead-letter report.
-GRANT USAGE ON SCHEMA tidings TO tidings_dead_letter_report;
 GRANT SELECT (id, endpoint_id, status, attempts, dead_lettered_at, dead_letter_reported_at,
               last_error, last_status_code),
       UPDATE (dead_letter_reported_at)
@@ -135,10 +137,6 @@ GRANT SELECT (id, endpoint_id, status, attempts, dead_lettered_at, dead_letter_r
 GRANT SELECT (id, url) ON tidings.endpoints TO tidings_dead_letter_report;
 
 -- Pruner. (Its row locks on messages need UPDATE on one column; it deletes them anyway.)
-GRANT USAGE ON SCHEMA tidings TO tidings_pruner;
-GRANT EXECUTE ON FUNCTION tidings.ensure_attempt_partitions(date, integer, integer),
-                          tidings.drop_oldest_attempt_partition(timestamptz, integer)
-    TO tidings_pruner;
 GRANT SELECT, DELETE ON tidings.attempts_default TO tidings_pruner;
 GRANT SELECT (id, event_ref, status, delivered_at, dead_lettered_at, dead_letter_reported_at),
       UPDATE (dead_letter_reported_at),

@@ -197,7 +197,10 @@ def read_or_create_key_file(path: Path, *, create: bool = True) -> bytes:
     """The key in ``path``; a new random key written there first (mode 0600) when there is none."""
     if not path.exists():
         if not create:
-            raise KeyUnavailable(f"there is no key file at {path}")
+            raise KeyUnavailable(
+                f"there is no key file at {path} yet (the first command that stores a signing "
+                "secret makes it)"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         text = base64.b64encode(os.urandom(KEY_BYTES)).decode("ascii") + "\n"
         try:
