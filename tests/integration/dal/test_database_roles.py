@@ -424,3 +424,26 @@ def test_a_redefinition_that_forgets_the_attributes_is_caught_and_fails_closed(
         assert caught.value.pgcode == INSUFFICIENT_PRIVILEGE
     finally:
         conn.close()
+
+
+def test_what_a_later_migration_creates_is_handed_to_the_owner_and_closed_to_public(
+    admin: psycopg2.extensions.cursor, database_url: str
+) -> None:
+    from tidings import migrations
+
+    # As a later migration would, run by the migrating user.
+    admin.execute("CREATE TABLE tidings.later_table (id int)")
+    admin.execute("CREATE FUNCTION tidings.later_function() RETURNS int LANGUAGE sql RETURN 1")
+    conn = psycopg2.connect(database_url)
+    try:
+        assert migrations.migrate(conn) == []
+    finally:
+        conn.close()
+    admin.execute(
+        "SELECT c.relowner::regrole::text, p.proowner::regrole::text,"
+        " has_function_privilege('public', p.oid, 'EXECUTE')"
+        " FROM pg_class c, pg_proc p"
+        " WHERE c.oid = 'tidings.later_table'::regclass"
+        " AND p.oid = 'tidings.later_function()'::regprocedure"
+    )
+    assert admin.fetchone() == (OWNER, OWNER, False)

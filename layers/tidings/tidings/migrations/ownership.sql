@@ -42,8 +42,14 @@ BEGIN
           AND t.typowner <> v_owner
           AND t.typtype IN ('e', 'd', 'r', 'c')
           AND (t.typrelid = 0 OR r.relkind = 'c')
+        UNION ALL
+        -- Functions PUBLIC may execute: new ones have no ACL yet, which means just that.
+        SELECT format('REVOKE ALL ON ROUTINE %s FROM PUBLIC', p.oid::regprocedure)
+        FROM pg_proc p
+        WHERE p.pronamespace = 'tidings'::regnamespace
+          AND EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) x
+                      WHERE x.grantee = 0)
     LOOP
         EXECUTE v_statement;
     END LOOP;
-    REVOKE ALL ON ALL FUNCTIONS IN SCHEMA tidings FROM PUBLIC;
 END $$;
