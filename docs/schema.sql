@@ -816,17 +816,18 @@ CREATE OR REPLACE FUNCTION tidings.ensure_login_v1(p_user text, p_group text, p_
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
-DECLARE
-    v_groups constant text[] := ARRAY['tidings_producer', 'tidings_claimer', 'tidings_sender',
-        'tidings_ingest', 'tidings_percentiles', 'tidings_health_monitor',
-        'tidings_dead_letter_report', 'tidings_pruner', 'tidings_operator'];
 BEGIN
-    IF NOT p_group = ANY (v_groups) THEN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles r
+                   WHERE r.rolname = p_group AND r.rolname LIKE 'tidings\_%'
+                     AND r.rolname <> 'tidings_owner' AND NOT r.rolcanlogin) THEN
         RAISE EXCEPTION 'tidings.ensure_login_v1: % is not a group role of Tidings', p_group
             USING ERRCODE = '22023';
     END IF;
-    IF p_user IS NULL OR p_user !~ '^[a-z][a-z0-9_]{0,62}$' OR p_user = ANY (v_groups)
-       OR p_user = 'tidings_owner' THEN
+    IF p_user IS NULL OR p_user !~ '^[a-z][a-z0-9_]{0,62}$'
+       OR EXISTS (SELECT 1 FROM pg_roles r
+                  WHERE r.rolname = p_user
+                    AND (NOT r.rolcanlogin OR r.rolsuper OR r.rolcreaterole
+                         OR pg_has_role(r.oid, 'tidings_owner', 'MEMBER'))) THEN
         RAISE EXCEPTION 'tidings.ensure_login_v1: % cannot be a login user', p_user
             USING ERRCODE = '22023';
     END IF;
@@ -837,7 +838,7 @@ BEGIN
     IF to_regrole(p_user) IS NULL THEN
         EXECUTE format('CREATE ROLE %I LOGIN PASSWORD %L', p_user, p_verifier);
     ELSE
-        EXECUTE format('ALTER ROLE %I LOGIN PASSWORD %L', p_user, p_verifier);
+        EXECUTE format('ALTER ROLE %I PASSWORD %L', p_user, p_verifier);
     END IF;
     IF NOT pg_has_role(p_user, p_group, 'USAGE') THEN
         EXECUTE format('GRANT %I TO %I', p_group, p_user);

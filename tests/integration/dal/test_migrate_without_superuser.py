@@ -9,12 +9,14 @@ do all of it again, and for a second database on the same server.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import psycopg2
 import psycopg2.extensions
 import pytest
 
 from tests.integration.dal.test_database_roles import INSUFFICIENT_PRIVILEGE, failures
-from tests.support.clusters import binaries, throwaway_cluster
+from tests.support.clusters import Cluster, binaries, throwaway_cluster
 from tests.support.secrets import secrets_keyring
 from tidings.dal.access import SENDER
 from tidings.logic.schema import DatabaseLogin, prepare_database
@@ -95,3 +97,48 @@ def test_migrating_without_superuser(server: str) -> None:
             producer.close()
         master.close()
         admin.close()
+
+
+@pytest.fixture(scope="module")
+def migrated_by_master() -> Iterator[tuple[Cluster, psycopg2.extensions.connection]]:
+    """A fresh PostgreSQL 16 cluster with Tidings migrated by a master user as on RDS."""
+    with throwaway_cluster(binaries()["pg16"]) as cluster:
+        admin = _connect(cluster.dsn())
+        with admin.cursor() as cur:
+            cur.execute(
+                "CREATE ROLE tidings LOGIN CREATEROLE CREATEDB PASSWORD %s", (MASTER_PASSWORD,)
+            )
+            cur.execute("CREATE DATABASE tidings OWNER tidings")
+        admin.close()
+        master = _connect(cluster.dsn("tidings", "tidings", MASTER_PASSWORD))
+        prepare_database(master, secrets_keyring())
+        yield cluster, master
+        master.close()
+
+
+@pytest.mark.parametrize(
+    ("user", "group", "refused"),
+    [
+        ("tidings", "tidings_sender", "tidings cannot be a login user"),
+        ("tidings_sender", "tidings_sender", "tidings_sender cannot be a login user"),
+        ("tidings_fn_x", "tidings_owner", "tidings_owner is not a group role of Tidings"),
+        ("tidings_fn_x", "pg_read_server_files", "is not a group role of Tidings"),
+    ],
+)
+def test_the_login_maker_refuses_administrators_group_roles_and_other_roles(
+    migrated_by_master: tuple[Cluster, psycopg2.extensions.connection],
+    user: str,
+    group: str,
+    refused: str,
+) -> None:
+    cluster, master = migrated_by_master
+    with pytest.raises(psycopg2.Error, match=refused) as caught:
+        prepare_database(
+            master, secrets_keyring(), logins=[DatabaseLogin(user, group, "a-password")]
+        )
+    assert caught.value.pgcode == "22023"
+    # Nothing was made, and the master's own password still works.
+    _connect(cluster.dsn("tidings", "tidings", MASTER_PASSWORD)).close()
+    with master.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_roles WHERE rolname = 'tidings_fn_x'")
+        assert cur.fetchone() == (0,)

@@ -48,22 +48,25 @@ END $$;
 -- whose SCRAM verifier is given (the password itself never reaches the server). Made when missing,
 -- its password set again when present, so the migrator can run it on every deploy. Runs with the
 -- caller's rights (creating a role needs CREATEROLE, which the owner role lacks): the migrator, a
--- member of the owner role, may call it; nobody else may. Only the group roles of Tidings, and
--- never the owner role, may be given, and no group role may become a login.
+-- member of the owner role, may call it; nobody else may. p_group must be one of Tidings' group
+-- roles (tidings_*, NOLOGIN, not the owner), and p_user a new name or a plain existing login: a
+-- group role never becomes a login, and the password of an administrator (the master user, a
+-- member of the owner role, any user that may create roles) is never changed this way.
 CREATE FUNCTION tidings.ensure_login_v1(p_user text, p_group text, p_verifier text)
 RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE
-    v_groups constant text[] := ARRAY['tidings_producer', 'tidings_claimer', 'tidings_sender',
-        'tidings_ingest', 'tidings_percentiles', 'tidings_health_monitor',
-        'tidings_dead_letter_report', 'tidings_pruner', 'tidings_operator'];
 BEGIN
-    IF NOT p_group = ANY (v_groups) THEN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles r
+                   WHERE r.rolname = p_group AND r.rolname LIKE 'tidings\_%'
+                     AND r.rolname <> 'tidings_owner' AND NOT r.rolcanlogin) THEN
         RAISE EXCEPTION 'tidings.ensure_login_v1: % is not a group role of Tidings', p_group
             USING ERRCODE = '22023';
     END IF;
-    IF p_user IS NULL OR p_user !~ '^[a-z][a-z0-9_]{0,62}$' OR p_user = ANY (v_groups)
-       OR p_user = 'tidings_owner' THEN
+    IF p_user IS NULL OR p_user !~ '^[a-z][a-z0-9_]{0,62}$'
+       OR EXISTS (SELECT 1 FROM pg_roles r
+                  WHERE r.rolname = p_user
+                    AND (NOT r.rolcanlogin OR r.rolsuper OR r.rolcreaterole
+                         OR pg_has_role(r.oid, 'tidings_owner', 'MEMBER'))) THEN
         RAISE EXCEPTION 'tidings.ensure_login_v1: % cannot be a login user', p_user
             USING ERRCODE = '22023';
     END IF;
@@ -74,7 +77,7 @@ BEGIN
     IF to_regrole(p_user) IS NULL THEN
         EXECUTE format('CREATE ROLE %I LOGIN PASSWORD %L', p_user, p_verifier);
     ELSE
-        EXECUTE format('ALTER ROLE %I LOGIN PASSWORD %L', p_user, p_verifier);
+        EXECUTE format('ALTER ROLE %I PASSWORD %L', p_user, p_verifier);
     END IF;
     IF NOT pg_has_role(p_user, p_group, 'USAGE') THEN
         EXECUTE format('GRANT %I TO %I', p_group, p_user);
