@@ -289,3 +289,29 @@ def test_bad_paths_and_queries(api: Api, path: str, query, field: str) -> None:
     reply = api.get(path, query)
     assert reply.status == 422, reply.raw
     assert reply.error["field"] == field
+
+
+def test_without_the_secrets_key_nothing_is_created_and_the_answer_is_503(
+    api: Api, db: Database
+) -> None:
+    from tidings import wiring
+    from tidings.secrets.keyring import Keyring
+    from tidings.secrets.master_keys import KeyUnavailable, LocalMasterKey
+
+    class Refusing(LocalMasterKey):
+        def new_data_key(self) -> tuple[bytes, bytes]:
+            raise KeyUnavailable("KMS refused a data key from arn:aws:kms:...: AccessDenied")
+
+    created = api.create_endpoint()
+    wiring.override(
+        keyring=Keyring(Refusing(bytes(range(5, 37)), "refusing"), data_key_max_age_s=60)
+    )
+    reply = api.post("/v1/endpoints", {"url": PUBLIC_URL})
+    assert (reply.status, reply.error["code"]) == (503, "secrets_key_unavailable")
+    assert "arn:aws:kms" not in reply.raw
+    rotated = api.post(f"/v1/endpoints/{created['id']}/rotate-secret")
+    assert (rotated.status, rotated.error["code"]) == (503, "secrets_key_unavailable")
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM tidings.endpoints")
+        assert cur.fetchone() == (1,)
+        assert stored_secrets(cur, created["id"]) == [created["secret"]]
