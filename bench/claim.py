@@ -26,16 +26,14 @@ from tidings.dal import delivery
 from tidings.dal.connection import Database
 from tidings.dal.delivery import AttemptOutcome, MessageStatus
 
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
 
 def seed(db: Database, endpoints: int, rows: int, *, status: str = "pending") -> None:
     # Seeding statements may run longer than a statement timeout allows.
     with db.connection.cursor() as cur:
         cur.execute(
-            "INSERT INTO tidings.endpoints (url, secret)"
-            " SELECT 'https://receiver.example/' || g, %s FROM generate_series(1, %s) g",
-            (SECRET, endpoints),
+            "INSERT INTO tidings.endpoints (url)"
+            " SELECT 'https://receiver.example/' || g FROM generate_series(1, %s) g",
+            (endpoints,),
         )
         cur.execute(
             """

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from support import ServerCpu, fresh_database, server_dsn
+from support import ServerCpu, fresh_database, give_secret, server_dsn
 
 from tidings.dal.connection import Database
 from tidings.dal.operator import DemoEvent, enqueue_events
@@ -55,10 +55,11 @@ def seed(url: str, endpoints: int, events: int, receiver_url: str) -> None:
     with db.cursor() as cur:
         for n in range(endpoints):
             cur.execute(
-                "INSERT INTO tidings.endpoints (url, secret) VALUES (%s, %s) RETURNING id",
-                (f"{receiver_url}?endpoint={n}", SECRET),
+                "INSERT INTO tidings.endpoints (url) VALUES (%s) RETURNING id",
+                (f"{receiver_url}?endpoint={n}",),
             )
             endpoint_id = cur.fetchone()[0]
+            give_secret(cur, [endpoint_id], SECRET)
             cur.execute(
                 "INSERT INTO tidings.subscriptions (endpoint_id, event_type) VALUES (%s, %s)",
                 (endpoint_id, f"bench.{n}"),

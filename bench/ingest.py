@@ -26,7 +26,6 @@ from tidings.api.app import handle
 from tidings.config import Settings
 from tidings.dal.connection import Database
 
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 EVENT_TYPES = ("order.created", "order.paid", "user.signed_up", "invoice.sent")
 
 
@@ -35,8 +34,8 @@ def make_endpoints(db: Database, fanout: int) -> None:
     with db.cursor() as cur:
         for n in range(fanout + 3):
             cur.execute(
-                "INSERT INTO tidings.endpoints (url, secret) VALUES (%s, %s) RETURNING id",
-                (f"https://receiver.example/{n}", SECRET),
+                "INSERT INTO tidings.endpoints (url) VALUES (%s) RETURNING id",
+                (f"https://receiver.example/{n}",),
             )
             row = cur.fetchone()
             assert row is not None

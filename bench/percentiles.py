@@ -27,7 +27,6 @@ from tidings.config import Settings
 from tidings.dal.connection import Database
 from tidings.maintenance.percentiles import MAX_RELATIVE_ERROR, floor_minute, refresh_percentiles
 
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 SCHEDULE = timedelta(minutes=5)
 
 
@@ -115,9 +114,9 @@ def main() -> None:
         db = Database(url, statement_timeout_ms=600_000)
         with db.cursor() as cur:
             cur.execute(
-                "INSERT INTO tidings.endpoints (url, secret)"
-                " SELECT 'https://receiver.example/' || g, %s FROM generate_series(1, %s) g",
-                (SECRET, args.endpoints),
+                "INSERT INTO tidings.endpoints (url)"
+                " SELECT 'https://receiver.example/' || g FROM generate_series(1, %s) g",
+                (args.endpoints,),
             )
         # The day before the first timed run, then each run's 5 minutes of new attempts.
         seed_attempts(db, args.attempts, now - window, now)

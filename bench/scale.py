@@ -41,7 +41,6 @@ from tidings.maintenance.health_monitor import run_monitor
 from tidings.maintenance.percentiles import run_scheduled_refresh
 from tidings.maintenance.pruning import prune
 
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 BUSY_ENDPOINTS = 50
 DUE_ROWS = 200
 CLAIM_BATCH = 100
@@ -51,9 +50,9 @@ def add_endpoints(db: Database, count: int) -> list[int]:
     """``count`` endpoints; the busy ones spread over the id range, each with its due rows."""
     with db.connection.cursor() as cur:
         cur.execute(
-            "INSERT INTO tidings.endpoints (url, secret)"
-            " SELECT 'https://receiver.example/' || g, %s FROM generate_series(1, %s) g",
-            (SECRET, count),
+            "INSERT INTO tidings.endpoints (url)"
+            " SELECT 'https://receiver.example/' || g FROM generate_series(1, %s) g",
+            (count,),
         )
         cur.execute("SELECT id FROM tidings.endpoints ORDER BY id")
         ids = [row[0] for row in cur.fetchall()]

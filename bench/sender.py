@@ -33,7 +33,7 @@ from typing import Any
 import psycopg2
 import psycopg2.extensions
 import requests
-from support import ROOT, Stopwatch, fresh_database, server_dsn
+from support import ROOT, Stopwatch, fresh_database, give_secret, server_dsn
 
 sys.path.insert(0, str(ROOT))
 
@@ -152,10 +152,11 @@ def seed(url: str, receiver_url: str, endpoints: int, rows: int) -> None:
     conn.autocommit = True
     with conn.cursor() as cur:
         cur.execute(
-            "INSERT INTO tidings.endpoints (url, secret)"
-            " SELECT %s || '/' || g, %s FROM generate_series(1, %s) g",
-            (receiver_url, SECRET, endpoints),
+            "INSERT INTO tidings.endpoints (url)"
+            " SELECT %s || '/' || g FROM generate_series(1, %s) g RETURNING id",
+            (receiver_url, endpoints),
         )
+        give_secret(cur, [row[0] for row in cur.fetchall()], SECRET)
         cur.execute(
             """
             WITH ev AS (
@@ -180,8 +181,10 @@ def seed(url: str, receiver_url: str, endpoints: int, rows: int) -> None:
 
 # ---------------------------------------------------------------- the naive worker
 
+# The naive worker knows the one signing secret in clear (it does not decrypt one per row, as
+# the sender does; that only flatters the baseline).
 NAIVE_SELECT = """
-SELECT m.id, m.endpoint_id, m.attempts, e.url, e.secret, ev.payload::text
+SELECT m.id, m.endpoint_id, m.attempts, e.url, ev.payload::text
 FROM tidings.messages m
 JOIN tidings.endpoints e ON e.id = m.endpoint_id
 JOIN tidings.events ev ON ev.id = m.event_ref
@@ -222,9 +225,9 @@ def naive_worker(url: str, count: int) -> tuple[int, float, float, int]:
             if row is None:
                 cur.execute("COMMIT")
                 break
-            message_id, endpoint_id, attempts, target, secret, payload = row
+            message_id, endpoint_id, attempts, target, payload = row
             body = payload.encode()
-            headers = signing.webhook_headers(f"msg_{message_id}", int(time.time()), body, [secret])
+            headers = signing.webhook_headers(f"msg_{message_id}", int(time.time()), body, [SECRET])
             headers["Content-Type"] = "application/json"
             started = time.perf_counter()
             response = session.post(target, data=body, headers=headers, timeout=15)

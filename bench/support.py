@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import functools
 import os
 import sys
 import tempfile
@@ -18,6 +20,33 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "layers" / "tidings"))
 
 from tidings import migrations  # noqa: E402
+from tidings.config import Settings  # noqa: E402
+from tidings.dal.secrets import set_endpoint_secret  # noqa: E402
+from tidings.secrets.keyring import Keyring  # noqa: E402
+from tidings.secrets.master_keys import configured_master_key  # noqa: E402
+
+# Signing secrets are encrypted with a key of the benchmarks' own unless one is given, in this
+# process and in the handlers and runtimes it starts.
+os.environ.setdefault("TIDINGS_SECRETS_KEY", base64.b64encode(bytes(32)).decode("ascii"))
+
+
+@functools.cache
+def keyring() -> Keyring:
+    return Keyring(configured_master_key(Settings.from_env()), data_key_max_age_s=86400)
+
+
+def give_secret(cur: psycopg2.extensions.cursor, endpoint_ids: list[int], secret: str) -> None:
+    """Make ``secret`` the signing secret of each endpoint, encrypted as Tidings stores it."""
+    for endpoint_id in endpoint_ids:
+        sealed = keyring().seal(cur, endpoint_id, secret)
+        set_endpoint_secret(
+            cur,
+            endpoint_id,
+            data_key_id=sealed.data_key_id,
+            ciphertext=sealed.ciphertext,
+            overlap_s=0,
+            max_secrets=1,
+        )
 
 
 def _with_dbname(dsn: str, dbname: str) -> str:

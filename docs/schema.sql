@@ -82,6 +82,16 @@ CREATE TABLE tidings.claim_rotation (
     CONSTRAINT claim_rotation_singleton_check CHECK (singleton)
 );
 
+CREATE TABLE tidings.data_keys (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    master_key text NOT NULL,
+    wrapped bytea NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT data_keys_master_key_check CHECK (((master_key ~ '^(kms|local):.'::text) AND (length(master_key) <= 2048))),
+    CONSTRAINT data_keys_pkey PRIMARY KEY (id),
+    CONSTRAINT data_keys_wrapped_check CHECK (((octet_length(wrapped) >= 1) AND (octet_length(wrapped) <= 6144)))
+);
+
 CREATE TABLE tidings.endpoint_health (
     endpoint_id bigint NOT NULL,
     state tidings.circuit_state DEFAULT 'closed'::tidings.circuit_state NOT NULL,
@@ -111,6 +121,19 @@ CREATE TABLE tidings.endpoint_health (
     CONSTRAINT endpoint_health_pkey PRIMARY KEY (endpoint_id)
 );
 
+CREATE TABLE tidings.endpoint_secrets (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    endpoint_id bigint NOT NULL,
+    data_key_id bigint NOT NULL,
+    ciphertext bytea NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone,
+    CONSTRAINT endpoint_secrets_ciphertext_check CHECK (((octet_length(ciphertext) >= 29) AND (octet_length(ciphertext) <= 1024))),
+    CONSTRAINT endpoint_secrets_data_key_id_fkey FOREIGN KEY (data_key_id) REFERENCES tidings.data_keys(id),
+    CONSTRAINT endpoint_secrets_endpoint_id_fkey FOREIGN KEY (endpoint_id) REFERENCES tidings.endpoints(id),
+    CONSTRAINT endpoint_secrets_pkey PRIMARY KEY (id)
+);
+
 CREATE TABLE tidings.endpoints (
     id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
     url text NOT NULL,
@@ -119,7 +142,7 @@ CREATE TABLE tidings.endpoints (
     disabled_reason text,
     disabled_at timestamp with time zone,
     deleted_at timestamp with time zone,
-    secret text NOT NULL,
+    secret text,
     previous_secret text,
     previous_secret_expires_at timestamp with time zone,
     max_attempts integer,
@@ -258,6 +281,10 @@ CREATE INDEX attempts_default_attempted_at_idx ON tidings.attempts_default USING
 CREATE INDEX attempts_default_endpoint_id_attempted_at_idx ON tidings.attempts_default USING btree (endpoint_id, attempted_at);
 CREATE UNIQUE INDEX attempts_default_message_id_attempted_at_attempt_number_idx ON tidings.attempts_default USING btree (message_id, attempted_at, attempt_number);
 CREATE INDEX attempts_kept_by_message ON tidings.attempts_kept USING btree (message_id);
+CREATE INDEX data_keys_newest ON tidings.data_keys USING btree (master_key, created_at);
+CREATE INDEX endpoint_secrets_by_data_key ON tidings.endpoint_secrets USING btree (data_key_id);
+CREATE INDEX endpoint_secrets_by_endpoint ON tidings.endpoint_secrets USING btree (endpoint_id, id);
+CREATE UNIQUE INDEX endpoint_secrets_current ON tidings.endpoint_secrets USING btree (endpoint_id) WHERE (expires_at IS NULL);
 CREATE INDEX endpoints_by_app ON tidings.endpoints USING btree (app_id, id);
 CREATE INDEX events_by_time ON tidings.events USING brin (created_at);
 CREATE INDEX messages_claimable ON tidings.messages USING btree (endpoint_id, next_attempt_at) WHERE (status = ANY (ARRAY['pending'::tidings.message_status, 'failed'::tidings.message_status, 'in_flight'::tidings.message_status]));
@@ -268,9 +295,21 @@ CREATE INDEX messages_unreported_dead_letters ON tidings.messages USING btree (d
 CREATE INDEX subscriptions_by_app_and_type ON tidings.subscriptions USING btree (app_id, event_type);
 CREATE INDEX tokens_by_prefix ON tidings.tokens USING btree (prefix);
 
-CREATE OR REPLACE FUNCTION tidings.begin_attempts_v1(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision)
- RETURNS TABLE(message_id bigint, endpoint_id bigint, permitted boolean, lease_token uuid, event_type text, event_id text, attempts integer, max_attempts integer, url text, timeout_ms integer, rate_limit_per_s double precision, retry_schedule integer[], secret text, previous_secret text, payload text)
+CREATE OR REPLACE FUNCTION tidings.analyze_latency_histograms()
+ RETURNS void
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    ANALYZE tidings.latency_buckets, tidings.latency_window;
+END $function$;
+
+CREATE OR REPLACE FUNCTION tidings.begin_attempts_v1(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision)
+ RETURNS TABLE(message_id bigint, endpoint_id bigint, permitted boolean, lease_token uuid, event_type text, event_id text, attempts integer, max_attempts integer, url text, timeout_ms integer, rate_limit_per_s double precision, retry_schedule integer[], secret_data_keys bigint[], secrets bytea[], payload text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
 BEGIN
@@ -341,14 +380,24 @@ BEGIN
     SELECT v.id, v.endpoint_id, s.id IS NOT NULL, s.lease_token,
            m.event_type, ev.event_id, m.attempts,
            coalesce(m.max_attempts, e.max_attempts),
-           e.url, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule, e.secret,
-           CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END,
+           e.url, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule, sk.data_keys,
+           sk.ciphertexts,
            CASE WHEN v.want_payload THEN ev.payload::text END
     FROM verdict v
     JOIN tidings.messages m ON m.id = v.id
     JOIN tidings.endpoints e ON e.id = v.endpoint_id
     JOIN tidings.events ev ON ev.id = m.event_ref
     LEFT JOIN started s ON s.id = v.id
+    -- The permitted rows' signing secrets, newest first: the current one and those still in
+    -- their overlap, encrypted (tidings.endpoint_secrets, migration 0070; the sender decrypts).
+    LEFT JOIN LATERAL (
+        SELECT array_agg(es.data_key_id ORDER BY es.id DESC) AS data_keys,
+               array_agg(es.ciphertext ORDER BY es.id DESC) AS ciphertexts
+        FROM tidings.endpoint_secrets es
+        WHERE s.id IS NOT NULL
+          AND es.endpoint_id = v.endpoint_id
+          AND (es.expires_at IS NULL OR es.expires_at > now())
+    ) sk ON true
     WHERE s.id IS NOT NULL OR v.id IN (SELECT hb.id FROM held_back hb)
     ORDER BY v.id;
 END $function$;
@@ -356,6 +405,8 @@ END $function$;
 CREATE OR REPLACE FUNCTION tidings.claim_due_v1(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer)
  RETURNS TABLE(message_id bigint, endpoint_id bigint, event_type text, event_id text, attempts integer, lease_token uuid, payload text)
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -583,6 +634,8 @@ END $function$;
 CREATE OR REPLACE FUNCTION tidings.create_endpoint_health()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     INSERT INTO tidings.endpoint_health (endpoint_id, rate_tokens)
@@ -593,6 +646,8 @@ END $function$;
 CREATE OR REPLACE FUNCTION tidings.drop_attempt_partition(partition text, lock_timeout_ms integer)
  RETURNS boolean
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF partition !~ '^attempts_[0-9]{8}$' OR NOT EXISTS (
@@ -608,6 +663,8 @@ END $function$;
 CREATE OR REPLACE FUNCTION tidings.drop_oldest_attempt_partition(cutoff timestamp with time zone, lock_timeout_ms integer)
  RETURNS text
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     victim text := tidings.oldest_attempt_partition(cutoff);
@@ -628,6 +685,8 @@ END $function$;
 CREATE OR REPLACE FUNCTION tidings.enqueue(event_type text, payload jsonb, event_id text DEFAULT NULL::text, endpoint_ids bigint[] DEFAULT NULL::bigint[], application text DEFAULT NULL::text)
  RETURNS SETOF bigint
  LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT unnest(e.message_ids)
     FROM tidings.enqueue_event(enqueue.event_type, enqueue.payload, enqueue.event_id,
@@ -637,6 +696,8 @@ $function$;
 CREATE OR REPLACE FUNCTION tidings.enqueue_batch(events jsonb, application text DEFAULT NULL::text)
  RETURNS TABLE(item integer, event_ref bigint, created boolean, message_ids bigint[])
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_app_id    bigint;
@@ -811,6 +872,8 @@ END $function$;
 CREATE OR REPLACE FUNCTION tidings.enqueue_event(event_type text, payload jsonb, event_id text DEFAULT NULL::text, endpoint_ids bigint[] DEFAULT NULL::bigint[], application text DEFAULT NULL::text, OUT event_ref bigint, OUT created boolean, OUT message_ids bigint[])
  RETURNS record
  LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT b.event_ref, b.created, b.message_ids
     FROM tidings.enqueue_batch(jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
@@ -823,6 +886,8 @@ $function$;
 CREATE OR REPLACE FUNCTION tidings.ensure_attempt_partitions(from_day date, days integer, lock_timeout_ms integer)
  RETURNS integer
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     day date;
@@ -841,9 +906,44 @@ BEGIN
     RETURN created;
 END $function$;
 
+CREATE OR REPLACE FUNCTION tidings.ensure_login_v1(p_user text, p_group text, p_verifier text)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles r
+                   WHERE r.rolname = p_group AND r.rolname LIKE 'tidings\_%'
+                     AND r.rolname <> 'tidings_owner' AND NOT r.rolcanlogin) THEN
+        RAISE EXCEPTION 'tidings.ensure_login_v1: % is not a group role of Tidings', p_group
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_user IS NULL OR p_user !~ '^[a-z][a-z0-9_]{0,62}$'
+       OR EXISTS (SELECT 1 FROM pg_roles r
+                  WHERE r.rolname = p_user
+                    AND (NOT r.rolcanlogin OR r.rolsuper OR r.rolcreaterole
+                         OR pg_has_role(r.oid, 'tidings_owner', 'MEMBER'))) THEN
+        RAISE EXCEPTION 'tidings.ensure_login_v1: % cannot be a login user', p_user
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_verifier IS NULL OR p_verifier !~ '^SCRAM-SHA-256\$' THEN
+        RAISE EXCEPTION 'tidings.ensure_login_v1: give a SCRAM-SHA-256 verifier, not a password'
+            USING ERRCODE = '22023';
+    END IF;
+    IF to_regrole(p_user) IS NULL THEN
+        EXECUTE format('CREATE ROLE %I LOGIN PASSWORD %L', p_user, p_verifier);
+    ELSE
+        EXECUTE format('ALTER ROLE %I PASSWORD %L', p_user, p_verifier);
+    END IF;
+    IF NOT pg_has_role(p_user, p_group, 'USAGE') THEN
+        EXECUTE format('GRANT %I TO %I', p_group, p_user);
+    END IF;
+END $function$;
+
 CREATE OR REPLACE FUNCTION tidings.keep_live_attempts(partition text, after_id bigint, batch_size integer)
  RETURNS TABLE(scanned integer, kept integer, last_id bigint)
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF partition !~ '^attempts_[0-9]{8}$' THEN
@@ -902,6 +1002,8 @@ RETURN (((state = 'open'::tidings.circuit_state) AND ((opened_at + (cooldown_s *
 CREATE OR REPLACE FUNCTION tidings.record_outcomes_v1(p_outcomes jsonb, p_health_endpoint_ids bigint[], p_has_success boolean[], p_trailing_failures integer[], p_last_success_at timestamp with time zone[], p_last_failure_at timestamp with time zone[], p_disable_ids bigint[], p_disable_reasons text[], p_base_cooldown_s double precision, p_max_cooldown_s double precision, OUT written_ids bigint[], OUT transitions json, OUT disabled_ids bigint[])
  RETURNS record
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
 BEGIN
@@ -1046,6 +1148,8 @@ END $function$;
 CREATE OR REPLACE FUNCTION tidings.release_leases_v1(p_ids bigint[], p_tokens uuid[], p_delay_s double precision)
  RETURNS SETOF bigint
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN QUERY
@@ -1060,6 +1164,44 @@ BEGIN
     RETURNING m.id;
 END $function$;
 
+CREATE OR REPLACE FUNCTION tidings.set_endpoint_secret_v1(p_endpoint_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer)
+ RETURNS TABLE(secret_id bigint, replaced_expires_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_id       bigint;
+    v_replaced timestamptz;
+BEGIN
+    IF p_max_secrets IS NULL OR p_max_secrets < 1 THEN
+        RAISE EXCEPTION 'tidings.set_endpoint_secret_v1: p_max_secrets must be at least 1'
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE tidings.endpoints e
+    SET updated_at = now()
+    WHERE e.id = p_endpoint_id AND e.deleted_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE tidings.endpoint_secrets s
+    SET expires_at = now() + greatest(p_overlap_s, 0) * interval '1 second'
+    WHERE s.endpoint_id = p_endpoint_id AND s.expires_at IS NULL
+    RETURNING s.expires_at INTO v_replaced;
+    INSERT INTO tidings.endpoint_secrets (endpoint_id, data_key_id, ciphertext)
+    VALUES (p_endpoint_id, p_data_key_id, p_ciphertext)
+    RETURNING id INTO v_id;
+    DELETE FROM tidings.endpoint_secrets s
+    WHERE s.endpoint_id = p_endpoint_id
+      AND s.expires_at IS NOT NULL
+      AND (s.expires_at <= now()
+           OR s.id NOT IN (SELECT k.id FROM tidings.endpoint_secrets k
+                           WHERE k.endpoint_id = p_endpoint_id AND k.expires_at > now()
+                           ORDER BY k.id DESC
+                           LIMIT p_max_secrets - 1));
+    RETURN QUERY SELECT v_id, CASE WHEN v_replaced > now() THEN v_replaced END;
+END $function$;
+
 CREATE OR REPLACE FUNCTION tidings.unleased_status(attempts integer)
  RETURNS tidings.message_status
  LANGUAGE sql
@@ -1067,3 +1209,112 @@ CREATE OR REPLACE FUNCTION tidings.unleased_status(attempts integer)
 RETURN (CASE WHEN (attempts > 0) THEN 'failed'::text ELSE 'pending'::text END)::tidings.message_status;
 
 CREATE TRIGGER endpoints_have_health AFTER INSERT ON tidings.endpoints FOR EACH ROW EXECUTE FUNCTION tidings.create_endpoint_health();
+
+GRANT EXECUTE ON FUNCTION tidings.analyze_latency_histograms() TO tidings_percentiles;
+GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v1(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision) TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.claim_due_v1(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer) TO tidings_claimer;
+GRANT EXECUTE ON FUNCTION tidings.drop_attempt_partition(partition text, lock_timeout_ms integer) TO tidings_pruner;
+GRANT EXECUTE ON FUNCTION tidings.enqueue(event_type text, payload jsonb, event_id text, endpoint_ids bigint[], application text) TO tidings_operator;
+GRANT EXECUTE ON FUNCTION tidings.enqueue(event_type text, payload jsonb, event_id text, endpoint_ids bigint[], application text) TO tidings_producer;
+GRANT EXECUTE ON FUNCTION tidings.enqueue_batch(events jsonb, application text) TO tidings_ingest;
+GRANT EXECUTE ON FUNCTION tidings.enqueue_batch(events jsonb, application text) TO tidings_producer;
+GRANT EXECUTE ON FUNCTION tidings.enqueue_event(event_type text, payload jsonb, event_id text, endpoint_ids bigint[], application text, OUT event_ref bigint, OUT created boolean, OUT message_ids bigint[]) TO tidings_ingest;
+GRANT EXECUTE ON FUNCTION tidings.enqueue_event(event_type text, payload jsonb, event_id text, endpoint_ids bigint[], application text, OUT event_ref bigint, OUT created boolean, OUT message_ids bigint[]) TO tidings_operator;
+GRANT EXECUTE ON FUNCTION tidings.ensure_attempt_partitions(from_day date, days integer, lock_timeout_ms integer) TO tidings_pruner;
+GRANT EXECUTE ON FUNCTION tidings.keep_live_attempts(partition text, after_id bigint, batch_size integer) TO tidings_pruner;
+GRANT EXECUTE ON FUNCTION tidings.oldest_attempt_partition(cutoff timestamp with time zone) TO tidings_pruner;
+GRANT EXECUTE ON FUNCTION tidings.record_outcomes_v1(p_outcomes jsonb, p_health_endpoint_ids bigint[], p_has_success boolean[], p_trailing_failures integer[], p_last_success_at timestamp with time zone[], p_last_failure_at timestamp with time zone[], p_disable_ids bigint[], p_disable_reasons text[], p_base_cooldown_s double precision, p_max_cooldown_s double precision, OUT written_ids bigint[], OUT transitions json, OUT disabled_ids bigint[]) TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(p_ids bigint[], p_tokens uuid[], p_delay_s double precision) TO tidings_claimer;
+GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(p_ids bigint[], p_tokens uuid[], p_delay_s double precision) TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v1(p_endpoint_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer) TO tidings_ingest;
+GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v1(p_endpoint_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer) TO tidings_operator;
+GRANT USAGE ON SCHEMA tidings TO tidings_authorizer;
+GRANT USAGE ON SCHEMA tidings TO tidings_claimer;
+GRANT USAGE ON SCHEMA tidings TO tidings_dead_letter_report;
+GRANT USAGE ON SCHEMA tidings TO tidings_health_monitor;
+GRANT USAGE ON SCHEMA tidings TO tidings_ingest;
+GRANT USAGE ON SCHEMA tidings TO tidings_operator;
+GRANT USAGE ON SCHEMA tidings TO tidings_percentiles;
+GRANT USAGE ON SCHEMA tidings TO tidings_producer;
+GRANT USAGE ON SCHEMA tidings TO tidings_pruner;
+GRANT USAGE ON SCHEMA tidings TO tidings_sender;
+GRANT DELETE, INSERT, SELECT, UPDATE ON TABLE tidings.alert_outbox TO tidings_health_monitor;
+GRANT INSERT, SELECT, UPDATE ON TABLE tidings.alerts TO tidings_health_monitor;
+GRANT SELECT (deleted_at, id, uid) ON TABLE tidings.applications TO tidings_authorizer;
+GRANT SELECT (id, uid) ON TABLE tidings.applications TO tidings_dead_letter_report;
+GRANT SELECT (deleted_at, id, uid) ON TABLE tidings.applications TO tidings_health_monitor;
+GRANT INSERT (metadata, name, uid) ON TABLE tidings.applications TO tidings_ingest;
+GRANT SELECT (created_at, deleted_at, id, metadata, name, uid, updated_at) ON TABLE tidings.applications TO tidings_ingest;
+GRANT UPDATE (deleted_at, metadata, name, updated_at) ON TABLE tidings.applications TO tidings_ingest;
+GRANT INSERT (metadata, name, uid) ON TABLE tidings.applications TO tidings_operator;
+GRANT SELECT (created_at, deleted_at, id, metadata, name, uid, updated_at) ON TABLE tidings.applications TO tidings_operator;
+GRANT UPDATE (deleted_at, metadata, name, updated_at) ON TABLE tidings.applications TO tidings_operator;
+GRANT SELECT (attempted_at, endpoint_id, status_code) ON TABLE tidings.attempts TO tidings_health_monitor;
+GRANT SELECT (attempt_number, attempted_at, error_class, id, message_id, response_excerpt, response_ms, status_code) ON TABLE tidings.attempts TO tidings_ingest;
+GRANT SELECT (attempt_number, attempted_at, endpoint_id, error_class, id, message_id, response_excerpt, response_ms, status_code) ON TABLE tidings.attempts TO tidings_operator;
+GRANT SELECT (attempted_at, endpoint_id, response_ms) ON TABLE tidings.attempts TO tidings_percentiles;
+GRANT DELETE, SELECT ON TABLE tidings.attempts_default TO tidings_pruner;
+GRANT SELECT (attempt_number, attempted_at, error_class, id, message_id, response_excerpt, response_ms, status_code) ON TABLE tidings.attempts_kept TO tidings_ingest;
+GRANT SELECT (attempt_number, attempted_at, error_class, id, message_id, response_excerpt, response_ms, status_code) ON TABLE tidings.attempts_kept TO tidings_operator;
+GRANT DELETE ON TABLE tidings.attempts_kept TO tidings_pruner;
+GRANT SELECT (message_id) ON TABLE tidings.attempts_kept TO tidings_pruner;
+GRANT INSERT (master_key, wrapped) ON TABLE tidings.data_keys TO tidings_ingest;
+GRANT SELECT (created_at, id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_ingest;
+GRANT INSERT (master_key, wrapped) ON TABLE tidings.data_keys TO tidings_operator;
+GRANT SELECT (created_at, id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_operator;
+GRANT SELECT (id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_sender;
+GRANT SELECT (endpoint_id, failing_since, last_failure_at, last_success_at, opened_at, p95_ms, sample_count, state) ON TABLE tidings.endpoint_health TO tidings_health_monitor;
+GRANT UPDATE (failing_since) ON TABLE tidings.endpoint_health TO tidings_health_monitor;
+GRANT SELECT (consecutive_failures, cooldown_s, endpoint_id, failure_threshold, last_failure_at, last_success_at, opened_at, p50_ms, p95_ms, p99_ms, percentiles_at, sample_count, state) ON TABLE tidings.endpoint_health TO tidings_ingest;
+GRANT SELECT (consecutive_failures, cooldown_s, endpoint_id, failure_threshold, last_failure_at, last_success_at, opened_at, p50_ms, p95_ms, p99_ms, percentiles_at, sample_count, state) ON TABLE tidings.endpoint_health TO tidings_operator;
+GRANT SELECT (endpoint_id, failure_threshold, p50_ms, p95_ms, p99_ms, percentile_at, percentile_below, percentile_buckets, sample_count) ON TABLE tidings.endpoint_health TO tidings_percentiles;
+GRANT UPDATE (failure_threshold, p50_ms, p95_ms, p99_ms, percentile_at, percentile_below, percentile_buckets, percentiles_at, sample_count) ON TABLE tidings.endpoint_health TO tidings_percentiles;
+GRANT DELETE ON TABLE tidings.endpoint_secrets TO tidings_ingest;
+GRANT SELECT (endpoint_id, expires_at) ON TABLE tidings.endpoint_secrets TO tidings_ingest;
+GRANT DELETE ON TABLE tidings.endpoint_secrets TO tidings_operator;
+GRANT SELECT (endpoint_id, expires_at) ON TABLE tidings.endpoint_secrets TO tidings_operator;
+GRANT DELETE ON TABLE tidings.endpoint_secrets TO tidings_pruner;
+GRANT SELECT (expires_at, id) ON TABLE tidings.endpoint_secrets TO tidings_pruner;
+GRANT SELECT (app_id, id, url) ON TABLE tidings.endpoints TO tidings_dead_letter_report;
+GRANT SELECT (app_id, deleted_at, disabled_reason, enabled, id, url) ON TABLE tidings.endpoints TO tidings_health_monitor;
+GRANT UPDATE (disabled_at, disabled_reason, enabled, updated_at) ON TABLE tidings.endpoints TO tidings_health_monitor;
+GRANT INSERT (app_id, description, max_attempts, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_ingest;
+GRANT SELECT (app_id, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, id, max_attempts, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
+GRANT UPDATE (deleted_at, description, disabled_at, disabled_reason, enabled, max_attempts, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
+GRANT INSERT (app_id, description, max_attempts, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_operator;
+GRANT SELECT (app_id, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, id, max_attempts, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
+GRANT UPDATE (deleted_at, description, disabled_at, disabled_reason, enabled, max_attempts, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
+GRANT SELECT (event_id, id, payload) ON TABLE tidings.events TO tidings_ingest;
+GRANT SELECT (event_id, id, payload) ON TABLE tidings.events TO tidings_operator;
+GRANT DELETE ON TABLE tidings.events TO tidings_pruner;
+GRANT SELECT (created_at, id) ON TABLE tidings.events TO tidings_pruner;
+GRANT UPDATE (created_at) ON TABLE tidings.events TO tidings_pruner;
+GRANT INSERT (job, rolled_to) ON TABLE tidings.job_state TO tidings_health_monitor;
+GRANT SELECT (job, rolled_to) ON TABLE tidings.job_state TO tidings_health_monitor;
+GRANT UPDATE (rolled_to, updated_at) ON TABLE tidings.job_state TO tidings_health_monitor;
+GRANT INSERT (job) ON TABLE tidings.job_state TO tidings_percentiles;
+GRANT SELECT (details, job, rolled_to, updated_at, window_from, window_s) ON TABLE tidings.job_state TO tidings_percentiles;
+GRANT UPDATE (details, rolled_to, updated_at, window_from, window_s) ON TABLE tidings.job_state TO tidings_percentiles;
+GRANT DELETE, INSERT, SELECT, UPDATE ON TABLE tidings.latency_buckets TO tidings_percentiles;
+GRANT DELETE, INSERT, SELECT, UPDATE ON TABLE tidings.latency_window TO tidings_percentiles;
+GRANT SELECT (attempts, dead_letter_reported_at, dead_lettered_at, endpoint_id, id, last_error, last_status_code, status) ON TABLE tidings.messages TO tidings_dead_letter_report;
+GRANT UPDATE (dead_letter_reported_at) ON TABLE tidings.messages TO tidings_dead_letter_report;
+GRANT SELECT (created_at, dead_lettered_at, delivered_at, endpoint_id, id, next_attempt_at, status) ON TABLE tidings.messages TO tidings_health_monitor;
+GRANT UPDATE (dead_letter_reported_at, dead_lettered_at, last_error, lease_token, status) ON TABLE tidings.messages TO tidings_health_monitor;
+GRANT SELECT (attempts, created_at, dead_lettered_at, delivered_at, endpoint_id, event_ref, event_type, id, last_error, last_response_ms, last_status_code, lease_token, max_attempts, next_attempt_at, status) ON TABLE tidings.messages TO tidings_ingest;
+GRANT UPDATE (attempts, dead_letter_reported_at, dead_lettered_at, delivered_at, last_error, lease_token, next_attempt_at, status) ON TABLE tidings.messages TO tidings_ingest;
+GRANT SELECT (attempts, created_at, dead_lettered_at, delivered_at, endpoint_id, event_ref, event_type, id, last_error, last_response_ms, last_status_code, lease_token, max_attempts, next_attempt_at, status) ON TABLE tidings.messages TO tidings_operator;
+GRANT UPDATE (attempts, dead_letter_reported_at, dead_lettered_at, delivered_at, last_error, lease_token, next_attempt_at, status) ON TABLE tidings.messages TO tidings_operator;
+GRANT DELETE ON TABLE tidings.messages TO tidings_pruner;
+GRANT SELECT (dead_letter_reported_at, dead_lettered_at, delivered_at, event_ref, id, status) ON TABLE tidings.messages TO tidings_pruner;
+GRANT UPDATE (dead_letter_reported_at) ON TABLE tidings.messages TO tidings_pruner;
+GRANT DELETE, INSERT, SELECT ON TABLE tidings.subscriptions TO tidings_ingest;
+GRANT DELETE, INSERT, SELECT ON TABLE tidings.subscriptions TO tidings_operator;
+GRANT SELECT (app_id, expires_at, hash, id, prefix, revoked_at, scope, usage_key_id) ON TABLE tidings.tokens TO tidings_authorizer;
+GRANT UPDATE (usage_key_id) ON TABLE tidings.tokens TO tidings_authorizer;
+GRANT INSERT (app_id, description, expires_at, hash, prefix, scope) ON TABLE tidings.tokens TO tidings_ingest;
+GRANT SELECT (app_id, created_at, description, expires_at, id, prefix, revoked_at, scope) ON TABLE tidings.tokens TO tidings_ingest;
+GRANT UPDATE (revoked_at) ON TABLE tidings.tokens TO tidings_ingest;
+GRANT INSERT (app_id, description, expires_at, hash, prefix, scope) ON TABLE tidings.tokens TO tidings_operator;
+GRANT SELECT (app_id, created_at, description, expires_at, id, prefix, revoked_at, scope) ON TABLE tidings.tokens TO tidings_operator;
+GRANT UPDATE (revoked_at) ON TABLE tidings.tokens TO tidings_operator;

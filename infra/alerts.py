@@ -7,7 +7,7 @@ key policy of an AWS-managed key cannot be changed.
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import Aws, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
@@ -27,12 +27,22 @@ class Alerts(Construct):
             enable_key_rotation=True,
             removal_policy=RemovalPolicy.DESTROY,
         )
+        # Only this account's alarms may use the key through CloudWatch: without the source
+        # conditions, CloudWatch acting for any account could (the confused deputy).
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="CloudWatchAlarmsPublish",
                 principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                    "ArnLike": {
+                        "aws:SourceArn": (
+                            f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:alarm:*"
+                        )
+                    },
+                },
             )
         )
         self.topic = sns.Topic(

@@ -14,7 +14,12 @@ from typing import Any
 
 from constructs import Node
 
-from tidings.deployment import DEFAULT_SCHEDULES, MAX_RECEIVE_COUNT, SCHEDULED_FUNCTIONS
+from tidings.deployment import (
+    DEFAULT_SCHEDULES,
+    MAX_RECEIVE_COUNT,
+    SCHEDULED_FUNCTIONS,
+    producer_database_user,
+)
 
 _SCHEDULE = re.compile(r"^(rate\(\d+ (minute|minutes|hour|hours|day|days)\)|cron\(.+\))$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -43,6 +48,10 @@ class StageConfig:
     secret_rotation_days: int
     # Security groups of producer applications in the VPC that call tidings.enqueue over SQL.
     producer_security_group_ids: tuple[str, ...]
+    # The producers' own database login users (each a member of tidings_producer), by name.
+    producer_logins: tuple[str, ...]
+    # Performance Insights on the instance: slow statements seen normalised, never logged.
+    performance_insights: bool
     statement_timeout_ms: int
     idle_in_transaction_timeout_ms: int
     # Network
@@ -115,6 +124,8 @@ def stage_config(lookup: Callable[[str], Any]) -> StageConfig:
         retain_on_delete=_flag(setting, "retainOnDelete"),
         secret_rotation_days=_integer(setting, "secretRotationDays", minimum=1, maximum=365),
         producer_security_group_ids=_id_list(setting, "producerSecurityGroupIds"),
+        producer_logins=_id_list(setting, "producerLogins"),
+        performance_insights=_flag(setting, "performanceInsights"),
         statement_timeout_ms=_integer(setting, "statementTimeoutMs", minimum=1000),
         idle_in_transaction_timeout_ms=_integer(
             setting, "idleInTransactionTimeoutMs", minimum=1000
@@ -156,6 +167,7 @@ def _validate(config: StageConfig) -> None:
                 f"producerSecurityGroupIds: {group_id!r} is not a security group id (sg-...)"
             )
     _validate_metrics_applications(config.metrics_applications)
+    _validate_producer_logins(config.producer_logins)
     if config.alarm_email and not _EMAIL.match(config.alarm_email):
         raise StageConfigError(f"alarmEmail {config.alarm_email!r} is not an email address")
     unknown = sorted(set(config.schedules) - set(SCHEDULED_FUNCTIONS))
@@ -183,6 +195,16 @@ def _validate_metrics_applications(uids: tuple[str, ...]) -> None:
     for uid in uids:
         if not _UID.match(uid):
             raise StageConfigError(f"metricsApplications: {uid!r} is not an application uid")
+
+
+def _validate_producer_logins(names: tuple[str, ...]) -> None:
+    for name in names:
+        try:
+            producer_database_user(name)
+        except ValueError as exc:
+            raise StageConfigError(f"producerLogins: {exc}") from None
+    if len(set(names)) != len(names):
+        raise StageConfigError("producerLogins names a producer twice")
 
 
 def _text(setting: Callable[[str], Any], name: str) -> str:

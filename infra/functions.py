@@ -3,8 +3,10 @@ security group.
 
 Every role starts with only what any function here needs (writing its own log group, the
 network interfaces Lambda manages in the VPC, X-Ray segments) and gains the grants its spec
-asks for: reading the database secret, sending to the delivery queue, publishing alerts,
-making API keys in the API's usage plan, writing the first admin token's secret.
+asks for: logging in to RDS Proxy as its own database user (IAM authentication: it reads no
+secret), sending to the delivery queue, publishing alerts, making or opening the data keys of
+signing secrets, making API keys in the API's usage plan, writing the first admin token's secret.
+The migrator alone reads the master user's secret, and the secrets of the login users it makes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from infra.build_layers import BuiltLayers, LambdaPlatform
 from infra.common import acknowledge, log_retention
 from infra.config import StageConfig
 from infra.database import DATABASE_NAME, Database
+from infra.signing_keys import SigningSecretsKey
 from tidings.deployment import FUNCTION_SPECS, FunctionSpec, usage_plan_name
 
 FUNCTIONS_ROOT = Path(__file__).resolve().parent.parent / "functions"
@@ -74,9 +77,11 @@ class Functions(Construct):
         delivery_queue: sqs.IQueue,
         alerts_topic: sns.ITopic,
         admin_token_secret: secretsmanager.ISecret,
+        signing_key: SigningSecretsKey,
         functions_root: Path = FUNCTIONS_ROOT,
     ) -> None:
         super().__init__(scope, construct_id)
+        self._signing_key = signing_key
         self._config = config
         self._vpc = vpc
         self._function_subnets = function_subnets
@@ -194,7 +199,18 @@ class Functions(Construct):
             tracing=lambda_.Tracing.ACTIVE,
             environment=self._environment(spec, database_host),
         )
-        self._database.secret.grant_read(role)
+        self._grant(role, spec)
+        return DeployedFunction(spec, function, role, security_group, log_group)
+
+    def _grant(self, role: iam.Role, spec: FunctionSpec) -> None:
+        """What the spec asks for, on top of what every function's role has."""
+        if spec.database_user is None:
+            self._database.secret.grant_read(role)
+            for login in self._database.logins.values():
+                login.secret.grant_read(role)
+        else:
+            self._database.proxy.grant_connect(role, spec.database_user)
+        self._signing_key.grant(role, spec)
         if spec.sends_to_queue:
             self._queue.grant_send_messages(role)
         if spec.publishes_alerts:
@@ -210,7 +226,6 @@ class Functions(Construct):
         if spec.bootstraps_admin_token:
             self._admin_token_secret.grant_read(role)
             self._admin_token_secret.grant_write(role)
-        return DeployedFunction(spec, function, role, security_group, log_group)
 
     def _grant_usage_keys(self, role: iam.Role) -> None:
         """Making a token's API key and adding it to the usage plan: API Gateway's management
@@ -243,10 +258,21 @@ class Functions(Construct):
             # Handler responses can hold endpoint signing secrets (the ingest API returns a new
             # endpoint's secret once); they must not be copied into X-Ray trace metadata.
             "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
-            "TIDINGS_DATABASE_SECRET_ARN": self._database.secret.secret_arn,
             "TIDINGS_DATABASE_HOST": database_host,
             "TIDINGS_DATABASE_NAME": DATABASE_NAME,
         }
+        if spec.database_user is None:
+            environment["TIDINGS_DATABASE_SECRET_ARN"] = self._database.secret.secret_arn
+            environment["TIDINGS_DATABASE_LOGINS"] = Stack.of(self).to_json_string(
+                [
+                    {"user": login.user, "role": login.role, "secret_arn": login.secret.secret_arn}
+                    for login in self._database.logins.values()
+                ]
+            )
+        else:
+            environment["TIDINGS_DATABASE_USER"] = spec.database_user
+        if spec.opens_signing_secrets or spec.seals_signing_secrets:
+            environment["TIDINGS_SECRETS_KMS_KEY_ID"] = self._signing_key.key.key_arn
         if spec.sends_to_queue:
             environment["TIDINGS_DELIVERY_QUEUE_URL"] = self._queue.queue_url
         if spec.publishes_alerts:

@@ -44,6 +44,7 @@ class SchemaMigrations(Construct):
         admin_token_secret_arn: str,
         run_token: str = "",
         migrations_dir: Path = MIGRATIONS_DIR,
+        extra_properties: dict[str, str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         log_group = logs.LogGroup(
@@ -83,6 +84,7 @@ class SchemaMigrations(Construct):
         properties = {
             "MigrationsHash": migrations_hash(migrations_dir),
             "AdminTokenSecretArn": admin_token_secret_arn,
+            **(extra_properties or {}),
         }
         if run_token:
             properties["RunToken"] = run_token

@@ -20,8 +20,15 @@ from infra.functions import Functions
 from infra.migrations import SchemaMigrations
 from infra.network import Network
 from infra.schedules import Schedules
+from infra.signing_keys import SigningSecretsKey
 from infra.tokens import AdminToken
-from tidings.deployment import SCHEDULED_FUNCTIONS, SENDER
+from tidings.deployment import (
+    FUNCTION_SPECS,
+    PRODUCER_ROLE,
+    SCHEDULED_FUNCTIONS,
+    SENDER,
+    producer_database_user,
+)
 
 SENDER_BATCH_SIZE = 10
 
@@ -53,7 +60,16 @@ class TidingsStack(Stack):
             database_subnets=network.database_subnets,
             rotation_subnets=network.function_subnets,
             config=config,
+            logins=[
+                *(
+                    (spec.database_user, spec.database_role)
+                    for spec in FUNCTION_SPECS
+                    if spec.database_user is not None and spec.database_role is not None
+                ),
+                *((producer_database_user(name), PRODUCER_ROLE) for name in config.producer_logins),
+            ],
         )
+        self.signing_key = SigningSecretsKey(self, "SigningSecrets", retain=config.retain_on_delete)
         self.delivery = DeliveryQueue(
             self,
             "Delivery",
@@ -73,6 +89,7 @@ class TidingsStack(Stack):
             delivery_queue=self.delivery.queue,
             alerts_topic=self.alerts.topic,
             admin_token_secret=self.admin_token.secret,
+            signing_key=self.signing_key,
         )
         self.functions["sender"].add_event_source(
             SqsEventSource(
@@ -89,6 +106,12 @@ class TidingsStack(Stack):
             log_retention_days=config.log_retention_days,
             admin_token_secret_arn=self.admin_token.secret.secret_arn,
             run_token=migrations_run_token,
+            # A new key, or a login user added, runs the migrator: it re-encrypts the secrets
+            # under the key and makes the users.
+            extra_properties={
+                "SecretsKeyArn": self.signing_key.key.key_arn,
+                "Logins": ",".join(sorted(self.database.logins)),
+            },
         )
         # The migrator reads the secret and connects to the instance: both must be in place,
         # with its role's grants, before the first run.

@@ -23,8 +23,16 @@ import psycopg2
 import psycopg2.extensions
 import pytest
 
+from tests.support.secrets import TEST_SECRETS_KEY
 from tidings import migrations
 from tidings.dal.connection import Database
+
+# Signing secrets are encrypted with the tests' own key, in this process and in every process a
+# test starts (never a key file in the working directory, never a KMS key named outside).
+os.environ["TIDINGS_SECRETS_KEY"] = TEST_SECRETS_KEY
+os.environ.pop("TIDINGS_SECRETS_PREVIOUS_KEYS", None)
+os.environ.pop("TIDINGS_SECRETS_KMS_KEY_ID", None)
+os.environ.pop("TIDINGS_SECRETS_KEY_FILE", None)
 
 # Unique per test session, so that runs sharing one server do not collide.
 TEMPLATE_DB = f"tidings_test_template_{uuid.uuid4().hex[:8]}"
@@ -124,3 +132,18 @@ def server_version(postgres_admin_dsn: str) -> int:
         return int(conn.server_version)
     finally:
         conn.close()
+
+
+@pytest.fixture
+def empty_database(postgres_admin_dsn: str) -> Iterator[str]:
+    """A new database with nothing in it (no migration applied), dropped afterwards."""
+    name = f"tidings_empty_{uuid.uuid4().hex[:12]}"
+    admin = _admin_connect(postgres_admin_dsn)
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    try:
+        yield _with_dbname(postgres_admin_dsn, name)
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()

@@ -1,11 +1,15 @@
-"""Migrator: the CloudFormation custom resource that applies the SQL migrations on deploy, then
-makes sure the deploy's first admin token exists.
+"""Migrator: the CloudFormation custom resource that prepares the database on deploy, then makes
+sure the deploy's first admin token exists.
 
 Driven by the CDK custom-resource provider framework, which turns what this returns into the
-CloudFormation response and an exception into a failed deploy that shows its message. It
-connects to the database instance itself, not through RDS Proxy: DDL gains nothing from pooling,
-and a proxy created in the same deploy may not be ready yet. Each migration waits at most
-TIDINGS_MIGRATION_LOCK_TIMEOUT_MS for a lock and is tried again a few times (``LockPolicy``).
+CloudFormation response and an exception into a failed deploy that shows its message. It is the
+one function that reads the master user's credentials and connects to the instance itself, not
+through RDS Proxy: DDL gains nothing from pooling, and a proxy created in the same deploy may not
+be ready yet. It applies the migrations (each waits at most TIDINGS_MIGRATION_LOCK_TIMEOUT_MS for
+a lock and is tried again a few times: ``LockPolicy``), then, in one transaction, encrypts any
+signing secret still stored in clear, moves every secret to the current data key, and makes the
+login users of the functions and producers (``TIDINGS_DATABASE_LOGINS``) with the passwords in
+their own secrets, which RDS Proxy uses to log them in.
 
 The first admin token lives in the Secrets Manager secret named by the resource's
 ``AdminTokenSecretArn`` property (a stack output): when the secret does not hold a Tidings token
@@ -16,19 +20,23 @@ revoked. The token never appears in the response, a log line or the resource's p
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from tidings import wiring
 from tidings.aws_clients import secretsmanager_client
 from tidings.config import get_settings
 from tidings.dal.connection import Database, connect
+from tidings.logic.schema import logins_from_secrets, prepare_database
 from tidings.logic.tokens import bootstrap_admin_token
-from tidings.migrations import LockPolicy, migrate
+from tidings.migrations import LockPolicy
 from tidings.observability import logger
 
 PHYSICAL_RESOURCE_ID = "tidings-schema"
 # The database's statement_timeout guards the queue against runaway queries; a migration may
 # legitimately run longer (an index build on a large table), within the function's 10 minutes.
 MIGRATION_STATEMENT_TIMEOUT = "9min"
+LOGINS_VARIABLE = "TIDINGS_DATABASE_LOGINS"
 
 
 @logger.inject_lambda_context(log_event=False)
@@ -40,24 +48,36 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if request_type not in {"Create", "Update"}:
         raise ValueError(f"unknown custom resource RequestType {request_type!r}")
     settings = get_settings()
+    logins = logins_from_secrets(os.environ.get(LOGINS_VARIABLE, "[]"))
     conn = connect(settings)
     try:
         with conn.cursor() as cur:
             cur.execute("SET statement_timeout = %s", (MIGRATION_STATEMENT_TIMEOUT,))
-        applied = migrate(conn, policy=LockPolicy.from_settings(settings))
+        prepared = prepare_database(
+            conn, wiring.keyring(), logins=logins, policy=LockPolicy.from_settings(settings)
+        )
     finally:
         conn.close()
-    logger.info("schema is up to date", extra={"applied_now": applied})
+    logger.info(
+        "database is ready",
+        extra={
+            "applied_now": list(prepared.applied),
+            "secrets_encrypted_endpoints": prepared.secrets.encrypted_endpoints,
+            "secrets_reencrypted": prepared.secrets.reencrypted,
+            "secrets_unreadable": prepared.secrets.unreadable,
+            "logins": list(prepared.logins),
+        },
+    )
     secret_arn = str(event.get("ResourceProperties", {}).get("AdminTokenSecretArn") or "")
     made = False
     if secret_arn:
         made = _first_admin_token(secret_arn, Database.from_settings(settings))
     # CloudFormation limits a response to 4 KiB; the count always fits, the names usually do.
-    names = ",".join(applied)
+    names = ",".join(prepared.applied)
     return {
         "PhysicalResourceId": PHYSICAL_RESOURCE_ID,
         "Data": {
-            "AppliedCount": str(len(applied)),
+            "AppliedCount": str(len(prepared.applied)),
             "Applied": names[:2048],
             "AdminTokenMade": str(made).lower(),
         },

@@ -39,7 +39,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         raise ValueError("the event has no Records list; is this an SQS event?")
     settings = wiring.settings()
     sender = Sender(
-        wiring.database(), wiring.delivery_queue(), settings, shared_transport(settings)
+        wiring.database(),
+        wiring.delivery_queue(),
+        settings,
+        shared_transport(settings),
+        keyring=wiring.keyring(),
     )
     report = sender.process(
         [QueueRecord(record["messageId"], record["body"]) for record in raw_records],

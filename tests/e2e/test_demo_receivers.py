@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import message_states, progress_table, wait_until
+from tests.support.secrets import secrets_keyring
 from tests.support.webhooks import standard_verifier
 from tidings.dal.connection import Database
 from tidings.dal.operator import DemoEvent, enqueue_events, unsettled_messages
@@ -72,6 +73,7 @@ def test_every_message_ends_as_its_receiver_dictates(
     for kind in MIX:
         created = create_endpoint(
             db,
+            keyring=secrets_keyring(),
             url=receivers.url(kind),
             event_types=[f"e2e.{kind.value}"],
             rate_limit_per_s=22.0 if kind is Kind.RATE_LIMITED else None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -14,7 +15,10 @@ from pathlib import Path
 import requests
 
 from tests.e2e.conftest import count_where, wait_until
+from tests.support.secrets import stored_secrets
 from tidings.dal.connection import Database
+from tidings.secrets.keyring import Keyring
+from tidings.secrets.master_keys import local_master_key
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -27,6 +31,8 @@ def test_dev_serves_the_api_and_stops_cleanly_on_sigint(database_url: str, tmp_p
         "TIDINGS_FUNCTIONS_DIR": str(REPOSITORY / "functions"),
     }
     env.pop("AWS_ENDPOINT_URL", None)
+    # No key given: the runtime makes its key file in the data directory and says so.
+    env.pop("TIDINGS_SECRETS_KEY", None)
     out = (tmp_path / "out.log").open("w+")
     err = (tmp_path / "err.log").open("w+")
     process = subprocess.Popen(
@@ -63,6 +69,18 @@ def test_dev_serves_the_api_and_stops_cleanly_on_sigint(database_url: str, tmp_p
         )
         assert created.status_code == 201, created.text
         assert created.json()["secret"].startswith("whsec_")
+        key_file = tmp_path / "data" / "secrets.key"
+        assert (
+            f"encrypted with the key in {key_file}: keep a copy"
+            in (tmp_path / "out.log").read_text()
+        )
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        keyring = Keyring(local_master_key({}, key_file, create=False), data_key_max_age_s=86400)
+        db = Database(database_url)
+        with db.cursor() as cur:
+            stored = stored_secrets(cur, created.json()["id"], keyring)
+        db.close()
+        assert stored == [created.json()["secret"]]
         sent = requests.post(
             f"{api}/v1/events",
             json={"event_type": "order.created", "payload": {"id": 1}, "event_id": "o-1"},

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import message_states, progress_table, wait_until
+from tests.support.secrets import secrets_keyring
 from tests.support.seed import make_endpoint
 from tests.support.webhooks import standard_verifier
 from tidings.dal.connection import Database, fetch_dicts
@@ -123,7 +124,11 @@ def _create_endpoints(db: Database, receivers: Receivers, database_url: str) -> 
                 endpoint_id = make_endpoint(cur, receivers.url(kind), event_types=[f"zoo.{kind}"])
         else:
             created = create_endpoint(
-                db, url=receivers.url(kind), event_types=[f"zoo.{kind}"], settings=settings
+                db,
+                keyring=secrets_keyring(),
+                url=receivers.url(kind),
+                event_types=[f"zoo.{kind}"],
+                settings=settings,
             )
             receivers.register_secret(kind, created.secret)
             endpoint_id = created.id

@@ -20,6 +20,7 @@ import psycopg2
 import pytest
 
 from tests.e2e.conftest import count_where, message_states, progress_table, wait_until
+from tests.support.secrets import secrets_keyring
 from tests.support.webhooks import standard_verifier
 from tidings import migrations
 from tidings.config import Settings
@@ -183,7 +184,11 @@ def test_no_message_is_lost_when_the_runtime_and_database_fail(
     endpoint_ids: list[int] = []
     for n in range(ENDPOINTS):
         created = create_endpoint(
-            db, url=receivers.url(Kind.CHAOS) + f"?n={n}", event_types=["chaos"], settings=settings
+            db,
+            keyring=secrets_keyring(),
+            url=receivers.url(Kind.CHAOS) + f"?n={n}",
+            event_types=["chaos"],
+            settings=settings,
         )
         receivers.register_secret(Kind.CHAOS, created.secret)
         endpoint_ids.append(created.id)

@@ -123,13 +123,39 @@ def test_alerts_topic_is_encrypted_refuses_plain_http_and_lets_cloudwatch_use_th
     dev: Synthesized,
 ) -> None:
     topic_id, topic = _single(dev, "AWS::SNS::Topic")
-    key_id, key = _single(dev, "AWS::KMS::Key")
+    key_id = dev.logical_id(dev.stack.alerts.key)
+    key = dev.raw["Resources"][key_id]
     assert topic["Properties"]["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
     assert key["Properties"]["EnableKeyRotation"] is True
-    assert any(
-        s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+    (cloudwatch,) = [
+        s
         for s in key["Properties"]["KeyPolicy"]["Statement"]
-    )
+        if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    # Only this account's alarms, through CloudWatch, may use the key: no confused deputy.
+    assert cloudwatch["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+        "ArnLike": {
+            "aws:SourceArn": {
+                "Fn::Join": [
+                    "",
+                    [
+                        "arn:",
+                        {"Ref": "AWS::Partition"},
+                        ":cloudwatch:",
+                        {"Ref": "AWS::Region"},
+                        ":",
+                        {"Ref": "AWS::AccountId"},
+                        ":alarm:*",
+                    ],
+                ]
+            }
+        },
+    }
+    # And no other statement lets a service principal use the key without such a condition.
+    for statement in key["Properties"]["KeyPolicy"]["Statement"]:
+        if "Service" in statement.get("Principal", {}):
+            assert "aws:SourceAccount" in str(statement.get("Condition")), statement
     _, policy = _single(dev, "AWS::SNS::TopicPolicy")
     assert {"Ref": topic_id} in policy["Properties"]["Topics"]
     assert dev.raw["Outputs"]["AlertsTopicArn"]["Value"] == {"Ref": topic_id}

@@ -120,6 +120,9 @@ def test_layer_assets_hold_tidings_and_psycopg2_built_for_the_functions(
         assert (site / package).is_dir(), package
     (pydantic_core,) = (site / "pydantic_core").glob("_pydantic_core.*.so")
     assert abi in pydantic_core.name and ELF_ARCH_NAME[architecture] in pydantic_core.name
+    # AES-GCM for the signing secrets: cryptography's compiled core, for the same machine.
+    rust = site / "cryptography" / "hazmat" / "bindings" / "_rust.abi3.so"
+    assert int.from_bytes(rust.read_bytes()[18:20], "little") == ELF_MACHINE[architecture]
     for runtime_provided in ("boto3", "botocore"):
         assert not (site / runtime_provided).exists(), runtime_provided
 

@@ -76,6 +76,9 @@ def test_schedules_can_be_overridden_one_at_a_time() -> None:
             {"metricsApplications": ",".join(f"a{n}" for n in range(21))},
             "metricsApplications names 21 applications; at most 20",
         ),
+        ({"producerLogins": "app,Billing"}, "producerLogins: producer login name 'Billing'"),
+        ({"producerLogins": "app,app"}, "producerLogins names a producer twice"),
+        ({"performanceInsights": "sometimes"}, "performanceInsights must be true or false"),
     ],
 )
 def test_bad_settings_are_refused_with_their_name(overrides: dict[str, Any], message: str) -> None:
@@ -91,7 +94,13 @@ def test_missing_stages_are_reported() -> None:
 def test_runtime_requirements_leave_out_what_lambda_provides() -> None:
     requirements = runtime_requirements()
     names = {r.split("==")[0].split("[")[0].lower() for r in requirements}
-    assert names == {"psycopg2-binary", "requests", "aws-lambda-powertools", "pydantic"}
+    assert names == {
+        "psycopg2-binary",
+        "requests",
+        "aws-lambda-powertools",
+        "pydantic",
+        "cryptography",
+    }
     assert not names & PROVIDED_BY_RUNTIME
 
 

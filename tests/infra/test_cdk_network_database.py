@@ -1,7 +1,8 @@
-"""Network and database: subnets, NAT and its address, PostgreSQL settings, proxy, secret."""
+"""Network and database: subnets, NAT and its address, PostgreSQL settings, logins, proxy."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -9,7 +10,12 @@ from aws_cdk.assertions import Match
 
 from infra.database import DATABASE_NAME
 from tests.infra.conftest import PRODUCER_SECURITY_GROUP, Synthesized
-from tidings.deployment import FUNCTION_SPECS
+from tidings.deployment import (
+    DATABASE_LOG_PARAMETERS,
+    FUNCTION_SPECS,
+    PRODUCER_ROLE,
+    producer_database_user,
+)
 
 
 def _subnet_ids_named(synth: Synthesized, name: str) -> set[str]:
@@ -112,26 +118,78 @@ def test_parameter_group_bounds_statements_and_idle_transactions(dev: Synthesize
     assert instance["Properties"]["DBParameterGroupName"] == {"Ref": group_id}
 
 
-def test_credentials_live_in_a_rotated_secret_used_by_the_proxy(dev: Synthesized) -> None:
-    admin_token_id = dev.logical_id(dev.stack.admin_token.secret)
-    (secret_id,) = set(dev.resources("AWS::SecretsManager::Secret")) - {admin_token_id}
-    (attachment_id,) = dev.resources("AWS::SecretsManager::SecretTargetAttachment")
-    dev.template.has_resource_properties(
-        "AWS::SecretsManager::RotationSchedule",
-        {
-            "SecretId": {"Ref": attachment_id},
-            "HostedRotationLambda": Match.object_like({"RotationType": "PostgreSQLSingleUser"}),
-            "RotationRules": {
-                "ScheduleExpression": f"rate({dev.config.secret_rotation_days} days)"
-            },
-        },
-    )
+def test_the_parameter_group_never_logs_statement_text_and_keeps_statistics_instead(
+    dev: Synthesized, prod: Synthesized
+) -> None:
+    (group,) = dev.resources("AWS::RDS::DBParameterGroup").values()
+    parameters = group["Properties"]["Parameters"]
+    for name, value in DATABASE_LOG_PARAMETERS.items():
+        assert parameters[name] == value, name
+    assert parameters["log_min_duration_statement"] == "-1"
+    assert parameters["log_min_error_statement"] == "panic"
+    assert parameters["log_error_verbosity"] == "terse"
+    assert parameters["shared_preload_libraries"] == "pg_stat_statements"
+    assert parameters["pg_stat_statements.track_utility"] == "0"
+    (dev_instance,) = dev.resources("AWS::RDS::DBInstance").values()
+    (prod_instance,) = prod.resources("AWS::RDS::DBInstance").values()
+    assert "EnablePerformanceInsights" not in dev_instance["Properties"]
+    assert prod_instance["Properties"]["EnablePerformanceInsights"] is True
+    # What the instance logs goes to CloudWatch Logs: hence the settings above.
+    assert "postgresql" in dev_instance["Properties"]["EnableCloudwatchLogsExports"]
+
+
+def _rotation_of(synth: Synthesized, attachment_id: str) -> dict[str, Any]:
+    (rotation,) = [
+        r["Properties"]
+        for r in synth.resources("AWS::SecretsManager::RotationSchedule").values()
+        if r["Properties"]["SecretId"] == {"Ref": attachment_id}
+    ]
+    return rotation
+
+
+def test_one_login_per_function_and_producer_each_with_its_own_rotated_secret_on_the_proxy(
+    dev: Synthesized,
+) -> None:
+    database = dev.stack.database
+    expected = {
+        spec.database_user: spec.database_role
+        for spec in FUNCTION_SPECS
+        if spec.database_user is not None
+    } | {producer_database_user(name): PRODUCER_ROLE for name in dev.config.producer_logins}
+    assert {user: login.role for user, login in database.logins.items()} == expected
+    assert len(expected) == len(FUNCTION_SPECS) - 1 + len(dev.config.producer_logins)
+
+    master = dev.stack.resolve(database.secret.secret_arn)
+    login_secrets = {
+        user: dev.stack.resolve(login.secret.secret_arn) for user, login in database.logins.items()
+    }
+    assert len({str(arn) for arn in login_secrets.values()}) == len(login_secrets)
+    for attachment in [master, *login_secrets.values()]:
+        rotation = _rotation_of(dev, attachment["Ref"])
+        assert rotation["HostedRotationLambda"]["RotationType"] == "PostgreSQLSingleUser"
+        assert rotation["RotationRules"] == {
+            "ScheduleExpression": f"rate({dev.config.secret_rotation_days} days)"
+        }
+    # Each login secret holds its own user's name, which the migrator makes.
+    for user, arn in login_secrets.items():
+        attachment = dev.raw["Resources"][arn["Ref"]]
+        secret = dev.raw["Resources"][attachment["Properties"]["SecretId"]["Ref"]]
+        template = json.loads(secret["Properties"]["GenerateSecretString"]["SecretStringTemplate"])
+        assert template == {"username": user}
+
     (proxy,) = dev.resources("AWS::RDS::DBProxy").values()
     assert proxy["Properties"]["RequireTLS"] is True
     assert proxy["Properties"]["EngineFamily"] == "POSTGRESQL"
-    assert proxy["Properties"]["Auth"][0]["SecretArn"] == {"Ref": attachment_id}
-    assert dev.raw["Outputs"]["DatabaseSecretArn"]["Value"] == {"Ref": attachment_id}
-    assert secret_id
+    auth = proxy["Properties"]["Auth"]
+    assert {str(a["SecretArn"]) for a in auth} == {str(arn) for arn in login_secrets.values()}
+    assert all(a["IAMAuth"] == "REQUIRED" for a in auth)
+    # The master user cannot log in through the proxy at all.
+    assert master not in [a["SecretArn"] for a in auth]
+    outputs = dev.raw["Outputs"]
+    assert outputs["DatabaseSecretArn"]["Value"] == master
+    assert "never a producer" in outputs["DatabaseSecretArn"]["Description"]
+    assert outputs["DatabaseProducerUsers"]["Value"] == "tidings_producer_app"
+    assert "tidings_producer_app" in json.dumps(outputs["DatabaseProducerConnectArns"]["Value"])
 
 
 def _ingress_sources(synth: Synthesized, target_group: str) -> list[dict[str, Any]]:

@@ -15,7 +15,6 @@ REQUIRED_ENVIRONMENT = {
     "POWERTOOLS_SERVICE_NAME",
     "POWERTOOLS_METRICS_NAMESPACE",
     "LOG_LEVEL",
-    "TIDINGS_DATABASE_SECRET_ARN",
     "TIDINGS_DATABASE_HOST",
     "TIDINGS_DATABASE_NAME",
 }
@@ -124,7 +123,8 @@ def test_every_function_is_python_on_arm64_with_both_layers(dev: Synthesized) ->
 def test_environment_follows_the_contract(dev: Synthesized) -> None:
     proxy_id = dev.logical_id(dev.stack.database.proxy)
     instance_id = dev.logical_id(dev.stack.database.instance)
-    (secret_attachment,) = dev.resources("AWS::SecretsManager::SecretTargetAttachment")
+    master = dev.stack.resolve(dev.stack.database.secret.secret_arn)
+    signing_key = dev.stack.resolve(dev.stack.signing_key.key.key_arn)
     queue_id, _ = _queue_ids(dev)
     topic_id = dev.logical_id(dev.stack.alerts.topic)
     for spec in FUNCTION_SPECS:
@@ -133,8 +133,23 @@ def test_environment_follows_the_contract(dev: Synthesized) -> None:
         assert environment["POWERTOOLS_METRICS_NAMESPACE"] == "Tidings"
         assert environment["LOG_LEVEL"] == dev.config.log_level
         assert environment["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false"
-        assert environment["TIDINGS_DATABASE_SECRET_ARN"] == {"Ref": secret_attachment}
         assert environment["TIDINGS_DATABASE_NAME"] == "tidings"
+        if spec.database_user is None:
+            # The migrator: the master secret, and the logins it makes.
+            assert environment["TIDINGS_DATABASE_SECRET_ARN"] == master
+            assert "TIDINGS_DATABASE_USER" not in environment
+            logins = json.dumps(dev.stack.resolve(environment["TIDINGS_DATABASE_LOGINS"]))
+            for user in dev.stack.database.logins:
+                assert f'\\"user\\":\\"{user}\\"' in logins, user
+        else:
+            # Everyone else: its own login user, with IAM authentication; no secret at all.
+            assert environment["TIDINGS_DATABASE_USER"] == spec.database_user
+            assert "TIDINGS_DATABASE_SECRET_ARN" not in environment, spec.name
+            assert "TIDINGS_DATABASE_LOGINS" not in environment, spec.name
+        uses_key = spec.opens_signing_secrets or spec.seals_signing_secrets
+        assert environment.get("TIDINGS_SECRETS_KMS_KEY_ID") == (
+            signing_key if uses_key else None
+        ), spec.name
         expected_host = (
             {"Fn::GetAtt": [instance_id, "Endpoint.Address"]}
             if spec.connects_directly
@@ -196,13 +211,51 @@ def test_each_function_has_its_own_role_granting_what_its_spec_needs(dev: Synthe
     queue_id, _ = _queue_ids(dev)
     queue_arn = {"Fn::GetAtt": [queue_id, "Arn"]}
     topic = {"Ref": dev.logical_id(dev.stack.alerts.topic)}
-    (secret,) = dev.resources("AWS::SecretsManager::SecretTargetAttachment")
     admin_secret = {"Ref": dev.logical_id(dev.stack.admin_token.secret)}
+    database = dev.stack.database
+    master = dev.stack.resolve(database.secret.secret_arn)
+    login_secrets = [
+        dev.stack.resolve(login.secret.secret_arn) for login in database.logins.values()
+    ]
+    signing_key = dev.stack.resolve(dev.stack.signing_key.key.key_arn)
     roles = [_function(dev, spec.name)["Properties"]["Role"] for spec in FUNCTION_SPECS]
     assert len({str(role) for role in roles}) == len(FUNCTION_SPECS)
     for spec, role in zip(FUNCTION_SPECS, roles, strict=True):
         statements = _statements_of_role(dev, role["Fn::GetAtt"][0])
-        assert "secretsmanager:GetSecretValue" in _actions_on(statements, {"Ref": secret})
+        is_migrator = spec.database_user is None
+        # Only the migrator reads the master secret (and the secrets of the users it makes).
+        for secret in [master, *login_secrets]:
+            reads = "secretsmanager:GetSecretValue" in _actions_on(statements, secret)
+            assert reads is is_migrator, (spec.name, secret)
+        connects = [
+            statement
+            for statement in statements
+            if "rds-db:connect" in _as_list(statement["Action"])
+        ]
+        if is_migrator:
+            assert connects == []
+        else:
+            # rds-db:connect on its own database user, through the proxy, and nothing else.
+            (statement,) = connects
+            (resource,) = _as_list(statement["Resource"])
+            text = json.dumps(resource)
+            assert text.endswith(f'/{spec.database_user}"]]}}'), text
+            assert "dbuser:" in text and "tidings_fn_" in text
+        # The signing key: what the spec says, under Tidings' encryption context only.
+        kms = {
+            action: statement
+            for statement in statements
+            if signing_key in _as_list(statement["Resource"])
+            for action in _as_list(statement["Action"])
+        }
+        expected = {"kms:Decrypt"} if spec.opens_signing_secrets else set()
+        if spec.seals_signing_secrets:
+            expected.add("kms:GenerateDataKey")
+        assert set(kms) == expected, spec.name
+        for statement in kms.values():
+            assert statement["Condition"] == {
+                "StringEquals": {"kms:EncryptionContext:tidings": "signing-secrets"}
+            }
         queue_actions = _actions_on(statements, queue_arn)
         assert ("sqs:SendMessage" in queue_actions) is spec.sends_to_queue, spec.name
         assert ("sqs:ReceiveMessage" in queue_actions) is (spec is SENDER), spec.name

@@ -11,6 +11,7 @@ Paths (all answer POST):
 - ``/hold``: answers 200 only once ``release()`` is called (or the receiver stops);
 - ``/outage``: 503 while ``down`` is set, else 200 (a receiver that is down, then back);
 - ``/cookie``: 200 with a ``Set-Cookie`` header;
+- ``/say/<code>/<text>``: that status with ``<text>`` as the body;
 - ``/trickle``: a status line, then one header byte every 100 ms for five seconds, so that no
   single read waits long enough to time out.
 Every request is recorded with its headers and body; accepted connections are counted.
@@ -93,6 +94,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(200, b"x" * int(args[0]))
         elif kind == "trickle":
             self._trickle(receiver)
+        elif kind == "say":
+            self._answer(int(args[0]), args[1].encode())
         elif kind == "cookie":
             self._answer(200, b"have one", {"Set-Cookie": "session=abc; Path=/"})
         elif kind == "hold":

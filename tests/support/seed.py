@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tests.support.secrets import secrets_keyring
 from tidings.dal.connection import Cursor
+from tidings.dal.secrets import set_endpoint_secret
 
 TEST_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -19,13 +21,14 @@ def make_endpoint(
     app_id: int = 1,
 ) -> int:
     cur.execute(
-        "INSERT INTO tidings.endpoints (url, secret, rate_limit_per_s, enabled, app_id)"
-        " VALUES (%s, %s, %s, %s, %s) RETURNING id",
-        (url, TEST_SECRET, rate_limit_per_s, enabled, app_id),
+        "INSERT INTO tidings.endpoints (url, rate_limit_per_s, enabled, app_id)"
+        " VALUES (%s, %s, %s, %s) RETURNING id",
+        (url, rate_limit_per_s, enabled, app_id),
     )
     row = cur.fetchone()
     assert row is not None
     endpoint_id = int(row[0])
+    add_secret(cur, endpoint_id, TEST_SECRET)
     for event_type in event_types:
         cur.execute(
             "INSERT INTO tidings.subscriptions (endpoint_id, app_id, event_type)"
@@ -42,6 +45,23 @@ def make_application(cur: Cursor, uid: str, name: str = "") -> int:
     row = cur.fetchone()
     assert row is not None
     return int(row[0])
+
+
+def add_secret(
+    cur: Cursor, endpoint_id: int, secret: str, *, overlap_s: float = 86400, max_secrets: int = 5
+) -> None:
+    """Make ``secret`` the endpoint's current signing secret, encrypted with the tests' key; the
+    one it replaces keeps signing for ``overlap_s``."""
+    sealed = secrets_keyring().seal(cur, endpoint_id, secret)
+    found, _ = set_endpoint_secret(
+        cur,
+        endpoint_id,
+        data_key_id=sealed.data_key_id,
+        ciphertext=sealed.ciphertext,
+        overlap_s=overlap_s,
+        max_secrets=max_secrets,
+    )
+    assert found, f"endpoint {endpoint_id} does not exist"
 
 
 def seed_messages(

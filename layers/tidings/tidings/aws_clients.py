@@ -1,4 +1,4 @@
-"""boto3 clients for SQS, SNS, API Gateway and Secrets Manager whose waits are bounded.
+"""boto3 clients for SQS, SNS, KMS, API Gateway, Secrets Manager and RDS whose waits are bounded.
 
 boto3 waits up to 60 s to connect and 60 s for each answer by default, and tries a call up to five
 times: one stuck call could outlast a function's invocation while the rows it claimed stay
@@ -27,6 +27,15 @@ SNS_CONFIG = Config(
     retries={"mode": "standard", "total_max_attempts": 2},
 )
 
+# Calls on a request's path: a data key made or opened (an endpoint created, a sender's first
+# batch with a key it has not opened), a token's API key made by the authorizer within API
+# Gateway's wait for it. A few seconds at most, then the caller gives the work back.
+CONTROL_CONFIG = Config(
+    connect_timeout=2,
+    read_timeout=5,
+    retries={"mode": "standard", "total_max_attempts": 3},
+)
+
 
 def sqs_client(endpoint_url: str | None = None) -> Any:
     """An SQS client; ``AWS_ENDPOINT_URL`` still redirects it when ``endpoint_url`` is None."""
@@ -38,12 +47,11 @@ def sns_client(endpoint_url: str | None = None) -> Any:
     return boto3.client("sns", endpoint_url=endpoint_url, config=SNS_CONFIG)
 
 
-# The authorizer makes a token's API key on its first request, within API Gateway's wait for it.
-CONTROL_CONFIG = Config(
-    connect_timeout=2,
-    read_timeout=5,
-    retries={"mode": "standard", "total_max_attempts": 3},
-)
+def kms_client(endpoint_url: str | None = None, region_name: str | None = None) -> Any:
+    """A KMS client; ``AWS_ENDPOINT_URL`` still redirects it when ``endpoint_url`` is None."""
+    return boto3.client(
+        "kms", endpoint_url=endpoint_url, region_name=region_name, config=CONTROL_CONFIG
+    )
 
 
 def apigateway_client(endpoint_url: str | None = None) -> Any:
@@ -54,3 +62,8 @@ def apigateway_client(endpoint_url: str | None = None) -> Any:
 def secretsmanager_client(endpoint_url: str | None = None) -> Any:
     """A Secrets Manager client."""
     return boto3.client("secretsmanager", endpoint_url=endpoint_url, config=CONTROL_CONFIG)
+
+
+def rds_client() -> Any:
+    """An RDS client, for IAM authentication tokens (signed locally: no call leaves)."""
+    return boto3.client("rds")

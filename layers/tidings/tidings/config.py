@@ -36,10 +36,14 @@ class ConfigError(ValueError):
 class Settings:
     # Connections
     database_url: str = ""
-    # On AWS: credentials from this Secrets Manager secret, connecting to database_host
-    # (the RDS Proxy endpoint) instead of the host named in the secret.
+    # On AWS, each function but the migrator connects as its own login user (database_user)
+    # to database_host (the RDS Proxy endpoint) with an IAM authentication token; the migrator
+    # reads the master user's credentials from database_secret_arn and connects to database_host
+    # (the instance) instead of the host named in the secret.
+    database_user: str = ""
     database_secret_arn: str = ""
     database_host: str = ""
+    database_port: int = 5432
     database_name: str = "tidings"
     # Bounds on every statement and on an open transaction's idle time, so that no invocation
     # can hold the queue's vacuum horizon for long.
@@ -93,6 +97,16 @@ class Settings:
 
     # Signing
     secret_rotation_overlap_s: float = 86400.0
+    # At most this many secrets sign a delivery at once: the current one and those rotated out
+    # within their overlap. A rotation beyond it drops the oldest rotated-out secret at once.
+    max_signing_secrets: int = 5
+    # Secrets at rest: the KMS key that encrypts the data keys (on AWS); else a local key from
+    # TIDINGS_SECRETS_KEY (read by tidings.secrets, never kept here) or this key file (default:
+    # secrets.key in the dev runtime's data directory). New secrets get a new data key once the
+    # current one is this old.
+    secrets_kms_key_id: str = ""
+    secrets_key_file: str = ""
+    secrets_data_key_max_age_s: float = 30 * 86400.0
 
     # SSRF guard: comma-separated networks that are allowed although private (e.g. "127.0.0.0/8")
     allowed_networks: tuple[str, ...] = field(default_factory=tuple)
@@ -203,6 +217,7 @@ class Settings:
             "unreachable_max_batches",
             "migration_lock_timeout_ms",
             "migration_lock_attempts",
+            "secrets_data_key_max_age_s",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -214,6 +229,10 @@ class Settings:
             raise ConfigError(f"{_env_name('sqs_max_delay_s')} must be within 0..900 (SQS limit)")
         if not 0 < self.dead_letter_pattern_share <= 1:
             raise ConfigError(f"{_env_name('dead_letter_pattern_share')} must be within (0, 1]")
+        if not 1 <= self.max_signing_secrets <= 20:
+            raise ConfigError(f"{_env_name('max_signing_secrets')} must be within 1..20")
+        if self.secret_rotation_overlap_s < 0:
+            raise ConfigError(f"{_env_name('secret_rotation_overlap_s')} must not be negative")
         if self.circuit_max_cooldown_s < self.circuit_cooldown_s:
             raise ConfigError(f"{_env_name('circuit_max_cooldown_s')} is below the cooldown")
         try:

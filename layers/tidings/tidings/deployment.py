@@ -4,7 +4,11 @@ local runtime imitates, so the two cannot disagree.
 
 Each function is ``functions/<name>/app.py`` with the handler ``app.handler``. The flags say what
 a function may touch; the constructs turn them into grants and security-group rules, so a
-function's permissions are read here and nowhere else.
+function's permissions are read here and nowhere else: its database role and login user
+included (what each role may run is ``tidings.dal.access``).
+
+Producers that call ``tidings.enqueue`` over SQL get login users of their own, members of
+``tidings_producer``; their names follow ``producer_database_user``.
 """
 
 from __future__ import annotations
@@ -38,10 +42,22 @@ class FunctionSpec:
     bootstraps_admin_token: bool = False
     # Emits the queue's figures per listed application (TIDINGS_METRICS_APPLICATIONS).
     emits_application_metrics: bool = False
+    # The database group role its own login user joins (tidings.dal.access says what that role
+    # runs); None for the migrator, which connects as the master user, a member of the owner role.
+    database_role: str | None = None
+    # Opens the data keys of signing secrets (KMS Decrypt): to sign, or to re-encrypt.
+    opens_signing_secrets: bool = False
+    # Makes data keys for new signing secrets (KMS GenerateDataKey).
+    seals_signing_secrets: bool = False
 
     @property
     def scheduled(self) -> bool:
         return self.schedule is not None
+
+    @property
+    def database_user(self) -> str | None:
+        """The login user it connects as (through RDS Proxy, with IAM authentication)."""
+        return None if self.database_role is None else f"tidings_fn_{self.name}"
 
     @property
     def construct_id(self) -> str:
@@ -55,6 +71,7 @@ CLAIMER = FunctionSpec(
     memory_mb=512,
     schedule="rate(1 minute)",
     sends_to_queue=True,
+    database_role="tidings_claimer",
 )
 SENDER = FunctionSpec(
     name="sender",
@@ -67,6 +84,8 @@ SENDER = FunctionSpec(
     memory_mb=512,
     sends_to_queue=True,
     reaches_endpoints=True,
+    database_role="tidings_sender",
+    opens_signing_secrets=True,
 )
 INGEST = FunctionSpec(
     name="ingest",
@@ -74,6 +93,9 @@ INGEST = FunctionSpec(
     timeout_s=29,
     memory_mb=512,
     manages_endpoints=True,
+    database_role="tidings_ingest",
+    opens_signing_secrets=True,
+    seals_signing_secrets=True,
 )
 AUTHORIZER = FunctionSpec(
     name="authorizer",
@@ -81,6 +103,7 @@ AUTHORIZER = FunctionSpec(
     timeout_s=10,
     memory_mb=256,
     manages_usage_keys=True,
+    database_role="tidings_authorizer",
 )
 PERCENTILES = FunctionSpec(
     name="percentiles",
@@ -90,6 +113,7 @@ PERCENTILES = FunctionSpec(
     timeout_s=900,
     memory_mb=256,
     schedule="rate(5 minutes)",
+    database_role="tidings_percentiles",
 )
 HEALTH_MONITOR = FunctionSpec(
     name="health_monitor",
@@ -99,6 +123,7 @@ HEALTH_MONITOR = FunctionSpec(
     schedule="rate(5 minutes)",
     publishes_alerts=True,
     emits_application_metrics=True,
+    database_role="tidings_health_monitor",
 )
 DEAD_LETTER_REPORT = FunctionSpec(
     name="dead_letter_report",
@@ -107,6 +132,7 @@ DEAD_LETTER_REPORT = FunctionSpec(
     memory_mb=256,
     schedule="rate(1 hour)",
     publishes_alerts=True,
+    database_role="tidings_dead_letter_report",
 )
 PRUNER = FunctionSpec(
     name="pruner",
@@ -114,6 +140,7 @@ PRUNER = FunctionSpec(
     timeout_s=300,
     memory_mb=256,
     schedule="rate(1 hour)",
+    database_role="tidings_pruner",
 )
 MIGRATOR = FunctionSpec(
     name="migrator",
@@ -122,6 +149,8 @@ MIGRATOR = FunctionSpec(
     memory_mb=256,
     connects_directly=True,
     bootstraps_admin_token=True,
+    opens_signing_secrets=True,
+    seals_signing_secrets=True,
 )
 
 FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
@@ -171,3 +200,33 @@ def schedule_interval_s(expression: str) -> float:
     if match is None:
         raise ValueError(f"{expression!r} is not a rate(N minutes|hours|days) schedule")
     return float(int(match[1]) * _UNIT_S[match[2].rstrip("s")])
+
+
+PRODUCER_ROLE = "tidings_producer"
+
+
+def producer_database_user(name: str) -> str:
+    """The login user of the producer called ``name`` (a stage's ``producerLogins``)."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,39}", name):
+        raise ValueError(
+            f"producer login name {name!r} must be 1 to 40 lower-case letters, digits or _ "
+            "and start with a letter"
+        )
+    return f"tidings_producer_{name}"
+
+
+# How the deployed database logs: never a statement's text (which holds the values psycopg2
+# sends inline: payloads, response excerpts), never an error's DETAIL or CONTEXT (which quote
+# rows and values). Slow statements are found in pg_stat_statements (and Performance Insights),
+# which normalise literals away; lock waits are still logged, without the statement. The
+# parameter group (infra/database.py) sets these, and a test runs a server configured with
+# exactly these settings and searches its log for secrets and payloads.
+DATABASE_LOG_PARAMETERS: Mapping[str, str] = {
+    "log_statement": "none",
+    "log_min_duration_statement": "-1",
+    "log_min_error_statement": "panic",
+    "log_error_verbosity": "terse",
+    "log_lock_waits": "1",
+    "log_parameter_max_length": "0",
+    "log_parameter_max_length_on_error": "0",
+}

@@ -1,5 +1,5 @@
 """Where handlers get their collaborators: settings, database, delivery queue, notifier, usage
-keys.
+keys, and the keyring that encrypts and decrypts signing secrets.
 
 Each is built on first use from the settings (the environment) and then reused, so a Lambda
 execution environment keeps one database connection and one client per service across
@@ -23,6 +23,7 @@ from tidings.dal.connection import Database
 if TYPE_CHECKING:
     from tidings.notify import Notifier
     from tidings.queue import DeliveryQueue
+    from tidings.secrets.keyring import Keyring
     from tidings.usage_keys import UsageKeys
 
 _lock = threading.Lock()
@@ -61,6 +62,12 @@ def usage_keys() -> UsageKeys:
     return found
 
 
+def keyring() -> Keyring:
+    """The process's keyring: its data keys are opened once and shared by every thread."""
+    found: Keyring = _get("keyring", _default_keyring)
+    return found
+
+
 def _get(name: str, build: Any) -> Any:
     if name in _overrides:
         return _overrides[name]
@@ -96,11 +103,18 @@ def _default_usage_keys(cfg: Settings) -> UsageKeys:
     return ApiGatewayUsageKeys(cfg.usage_plan_name, apigateway_client(cfg.aws_endpoint_url or None))
 
 
+def _default_keyring(cfg: Settings) -> Keyring:
+    from tidings.secrets.keyring import Keyring
+    from tidings.secrets.master_keys import configured_master_key
+
+    return Keyring(configured_master_key(cfg), data_key_max_age_s=cfg.secrets_data_key_max_age_s)
+
+
 def override(**collaborators: Any) -> None:
     """Replace collaborators for this process: ``settings``, ``queue``, ``notifier``,
-    ``usage_keys``, and ``database_factory`` (a callable returning a new ``Database``, used once
-    per thread)."""
-    allowed = {"settings", "queue", "notifier", "usage_keys", "database_factory"}
+    ``usage_keys``, ``keyring``, and ``database_factory`` (a callable returning a new
+    ``Database``, used once per thread)."""
+    allowed = {"settings", "queue", "notifier", "usage_keys", "keyring", "database_factory"}
     unknown = set(collaborators) - allowed
     if unknown:
         raise TypeError(f"unknown collaborators: {sorted(unknown)}")

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.integration.api.conftest import PUBLIC_URL, Api
+from tests.support.secrets import stored_secrets
 from tests.support.seed import seed_messages
 from tidings.dal.connection import Database
 
@@ -19,8 +20,7 @@ def test_create_returns_the_secret_once_and_never_again(api: Api, db: Database) 
     assert created["event_types"] == ["order.new", "order.paid"]
     assert created["url"] == PUBLIC_URL
     with db.cursor() as cur:
-        cur.execute("SELECT secret FROM tidings.endpoints WHERE id = %s", (created["id"],))
-        assert cur.fetchone() == (created["secret"],)
+        assert stored_secrets(cur, created["id"]) == [created["secret"]]
 
     fetched = api.get(f"/v1/endpoints/{created['id']}")
     assert fetched.status == 200
@@ -301,13 +301,30 @@ def test_rotate_keeps_the_old_secret_for_the_overlap(api: Api, db: Database) -> 
     assert before + timedelta(hours=24) - timedelta(seconds=5) <= expires
     assert expires <= datetime.now(UTC) + timedelta(hours=24, seconds=5)
     with db.cursor() as cur:
-        cur.execute(
-            "SELECT secret, previous_secret FROM tidings.endpoints WHERE id = %s", (created["id"],)
-        )
-        assert cur.fetchone() == (new_secret, created["secret"])
+        assert stored_secrets(cur, created["id"]) == [new_secret, created["secret"]]
     fetched = api.get(f"/v1/endpoints/{created['id']}")
     assert "whsec_" not in fetched.raw
-    assert fetched.body["previous_secret_expires_at"] is not None
+    assert fetched.body["previous_secret_expires_at"] == reply.body["previous_secret_expires_at"]
+
+
+def test_rotating_again_within_the_overlap_keeps_every_secret_up_to_the_limit(
+    api: Api, db: Database
+) -> None:
+    created = api.create_endpoint()
+    secrets = [created["secret"]]
+    for _ in range(6):
+        reply = api.post(f"/v1/endpoints/{created['id']}/rotate-secret")
+        assert reply.status == 200, reply.raw
+        secrets.append(reply.body["secret"])
+        with db.cursor() as cur:
+            kept = stored_secrets(cur, created["id"])
+        # Newest first; at most five sign at once, the oldest beyond that dropped at once.
+        assert kept == list(reversed(secrets))[:5]
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM tidings.endpoint_secrets WHERE endpoint_id = %s", (created["id"],)
+        )
+        assert cur.fetchone() == (5,)
 
 
 def test_health_reports_circuit_percentiles_and_counts(api: Api, db: Database) -> None:
@@ -366,3 +383,29 @@ def test_bad_paths_and_queries(api: Api, path: str, query, field: str) -> None:
     reply = api.get(path, query)
     assert reply.status == 422, reply.raw
     assert reply.error["field"] == field
+
+
+def test_without_the_secrets_key_nothing_is_created_and_the_answer_is_503(
+    api: Api, db: Database
+) -> None:
+    from tidings import wiring
+    from tidings.secrets.keyring import Keyring
+    from tidings.secrets.master_keys import KeyUnavailable, LocalMasterKey
+
+    class Refusing(LocalMasterKey):
+        def new_data_key(self) -> tuple[bytes, bytes]:
+            raise KeyUnavailable("KMS refused a data key from arn:aws:kms:...: AccessDenied")
+
+    created = api.create_endpoint()
+    wiring.override(
+        keyring=Keyring(Refusing(bytes(range(5, 37)), "refusing"), data_key_max_age_s=60)
+    )
+    reply = api.post("/v1/endpoints", {"url": PUBLIC_URL})
+    assert (reply.status, reply.error["code"]) == (503, "secrets_key_unavailable")
+    assert "arn:aws:kms" not in reply.raw
+    rotated = api.post(f"/v1/endpoints/{created['id']}/rotate-secret")
+    assert (rotated.status, rotated.error["code"]) == (503, "secrets_key_unavailable")
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM tidings.endpoints")
+        assert cur.fetchone() == (1,)
+        assert stored_secrets(cur, created["id"]) == [created["secret"]]

@@ -4,8 +4,6 @@ Secrets Manager for the first admin token)."""
 from __future__ import annotations
 
 import importlib.util
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -49,23 +47,6 @@ def _event(request_type: str, secret_arn: str | None = None) -> dict[str, object
         "ResourceProperties": properties,
         "PhysicalResourceId": "tidings-schema",
     }
-
-
-@pytest.fixture
-def empty_database(postgres_admin_dsn: str) -> Iterator[str]:
-    name = f"tidings_migrator_{uuid.uuid4().hex[:12]}"
-    admin = psycopg2.connect(postgres_admin_dsn)
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {name}")
-    params = psycopg2.extensions.parse_dsn(postgres_admin_dsn)
-    params["dbname"] = name
-    try:
-        yield psycopg2.extensions.make_dsn(**params)
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.close()
 
 
 @pytest.fixture
@@ -185,3 +166,59 @@ def test_delete_leaves_the_database_alone(
 def test_an_unknown_request_type_fails_the_deploy_with_its_name(migrator: ModuleType) -> None:
     with pytest.raises(ValueError, match="'Rollback'"):
         migrator.handler(_event("Rollback"), LambdaContext())
+
+
+def test_the_migrator_makes_the_login_users_with_the_passwords_of_their_secrets(
+    migrator: ModuleType,
+    empty_database: str,
+    postgres_admin_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import json
+    import uuid
+
+    import boto3
+    from moto import mock_aws
+
+    # Roles belong to the whole server: names of this test's own.
+    user = f"tidings_t{uuid.uuid4().hex[:8]}_sender"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    admin = psycopg2.connect(postgres_admin_dsn)
+    admin.autocommit = True
+    try:
+        with mock_aws():
+            secrets = boto3.client("secretsmanager", region_name="eu-west-1")
+            arn = secrets.create_secret(
+                Name="login", SecretString=json.dumps({"username": user, "password": "pw-1"})
+            )["ARN"]
+            monkeypatch.setenv(
+                "TIDINGS_DATABASE_LOGINS",
+                json.dumps([{"user": user, "role": "tidings_sender", "secret_arn": arn}]),
+            )
+            migrator.handler(_event("Create"), LambdaContext())
+            with admin.cursor() as cur:
+                cur.execute(
+                    "SELECT r.rolcanlogin, pg_has_role(r.oid, 'tidings_sender', 'USAGE'),"
+                    " pg_has_role(r.oid, 'tidings_owner', 'MEMBER'),"
+                    " a.rolpassword LIKE 'SCRAM-SHA-256$%%'"
+                    " FROM pg_roles r JOIN pg_authid a ON a.oid = r.oid WHERE r.rolname = %s",
+                    (user,),
+                )
+                assert cur.fetchone() == (True, True, False, True)
+                cur.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s", (user,))
+                (first,) = cur.fetchone()  # type: ignore[misc]
+            # The secret rotated: the next run sets the new password.
+            secrets.put_secret_value(
+                SecretId=arn, SecretString=json.dumps({"username": user, "password": "pw-2"})
+            )
+            migrator.handler(_event("Update"), LambdaContext())
+            with admin.cursor() as cur:
+                cur.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s", (user,))
+                assert cur.fetchone() != (first,)
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"DROP ROLE IF EXISTS {user}")
+        admin.close()

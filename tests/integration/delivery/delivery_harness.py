@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from tests.support.secrets import secrets_keyring
 from tidings.config import Settings
 from tidings.dal.connection import Database, fetch_dicts
 from tidings.delivery.claimer import Claimer
@@ -72,7 +73,7 @@ class Pipeline:
 
     @property
     def sender(self) -> Sender:
-        return Sender(self.db, self.queue, self.settings, self.transport)
+        return Sender(self.db, self.queue, self.settings, self.transport, keyring=secrets_keyring())
 
     def deliver_queued(self) -> BatchReport:
         """Receive one batch of visible messages and hand it to the sender, acking like Lambda."""

@@ -24,8 +24,8 @@ def make_app(cur: Any, uid: str) -> int:
 def make_endpoints(cur: Any, count: int, app_id: int | None = None, rows: int = 1) -> list[int]:
     """``count`` endpoints, in the default application unless ``app_id`` is given."""
     cur.execute(
-        "INSERT INTO tidings.endpoints (url, secret)"
-        " SELECT 'https://r.example/' || g, 'whsec_x' FROM generate_series(1, %s) g"
+        "INSERT INTO tidings.endpoints (url)"
+        " SELECT 'https://r.example/' || g FROM generate_series(1, %s) g"
         " RETURNING id",
         (count,),
     )

@@ -10,10 +10,13 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg2
 
-from tests.support.seed import make_endpoint, seed_messages
+from tests.support.secrets import secrets_keyring
+from tests.support.seed import TEST_SECRET, add_secret, make_endpoint, seed_messages
 from tidings.dal import delivery
 from tidings.dal.connection import Database
 from tidings.dal.delivery import AttemptOutcome, AttemptRequest, Lease, MessageStatus
+from tidings.delivery.signing import generate_secret
+from tidings.secrets.keyring import open_secrets
 
 COOLDOWNS = {"base_cooldown_s": 300.0, "max_cooldown_s": 3600.0}
 
@@ -256,19 +259,18 @@ def test_retry_through_the_queue_keeps_the_lease_until_the_retry_arrives(db: Dat
 def test_begin_attempts_returns_what_sending_needs(db: Database) -> None:
     with db.cursor() as cur:
         endpoint_id = make_endpoint(cur, url="https://hooks.example/in")
-        cur.execute(
-            "UPDATE tidings.endpoints SET previous_secret = 'whsec_b2xk',"
-            " previous_secret_expires_at = now() + interval '1 day' WHERE id = %s",
-            (endpoint_id,),
-        )
+        newer = generate_secret()
+        add_secret(cur, endpoint_id, newer)
         seed_messages(cur, endpoint_id, 1)
         (row,) = delivery.claim_due(cur, batch_size=1, lease_s=60)
         (started,) = delivery.begin_attempts(
             cur, [AttemptRequest(row.lease, 1, want_payload=False)], lease_s=60
         )
+        keys = secrets_keyring().data_keys(cur, {s.data_key_id for s in started.secrets})
     assert started.url == "https://hooks.example/in"
-    assert started.secrets[1] == "whsec_b2xk"
-    assert len(started.secrets) == 2
+    # Encrypted, newest first: the current secret, then the one still in its overlap.
+    assert open_secrets(keys, endpoint_id, started.secrets) == [newer, TEST_SECRET]
+    assert all(b"whsec" not in s.ciphertext for s in started.secrets)
     assert started.payload is None
     assert "whsec" not in repr(started)
 

@@ -190,10 +190,11 @@ from tidings.local.queue import LocalQueue
 from tidings.delivery.sender import QueueRecord, Sender
 from tidings.config import Settings
 from tidings.delivery.ssrf import parse_allowed_networks
+from tests.support.secrets import secrets_keyring
 
 settings = Settings(allowed_networks=("127.0.0.0/8",))
 transport = HttpTransport(allowed_networks=parse_allowed_networks(settings.allowed_networks))
-sender = Sender(Database(sys.argv[1]), LocalQueue(), settings, transport)
+sender = Sender(Database(sys.argv[1]), LocalQueue(), settings, transport, keyring=secrets_keyring())
 sender.process([QueueRecord("record-1", sys.argv[2])])
 """
 

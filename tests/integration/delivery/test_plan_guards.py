@@ -31,8 +31,8 @@ COOLDOWNS = {"base_cooldown_s": 300.0, "max_cooldown_s": 3600.0}
 def queue(request: pytest.FixtureRequest, db: Database) -> Iterator[Database]:
     with db.cursor() as cur:
         cur.execute(
-            "INSERT INTO tidings.endpoints (url, secret)"
-            " SELECT 'https://r.example/' || g, 'whsec_x' FROM generate_series(1, %s) g",
+            "INSERT INTO tidings.endpoints (url)"
+            " SELECT 'https://r.example/' || g FROM generate_series(1, %s) g",
             (IDLE_ENDPOINTS,),
         )
         # History: delivered messages with their attempts, outside the claim's index.

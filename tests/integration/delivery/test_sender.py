@@ -21,7 +21,8 @@ from tests.integration.delivery.delivery_harness import (
     seconds_until,
 )
 from tests.support.receivers import Receiver, running_receiver
-from tests.support.seed import TEST_SECRET, make_endpoint, seed_messages
+from tests.support.secrets import secrets_keyring
+from tests.support.seed import TEST_SECRET, add_secret, make_endpoint, seed_messages
 from tidings.config import DEFAULT_RETRY_SCHEDULE
 from tidings.dal.connection import Database
 from tidings.delivery.attempt import webhook_id
@@ -308,11 +309,7 @@ def test_the_receiver_sees_the_exact_payload_with_valid_signatures_for_both_secr
     new_secret = generate_secret()
     endpoint_id = one_message_to(db, receiver.url("ok"))
     with db.cursor() as cur:
-        cur.execute(
-            "UPDATE tidings.endpoints SET secret = %s, previous_secret = %s,"
-            " previous_secret_expires_at = now() + interval '1 day' WHERE id = %s",
-            (new_secret, TEST_SECRET, endpoint_id),
-        )
+        add_secret(cur, endpoint_id, new_secret, overlap_s=86400)
         cur.execute("SELECT payload::text FROM tidings.events")
         stored_payload = cur.fetchone()[0]  # type: ignore[index]
     pipeline.claim_and_deliver()
@@ -330,21 +327,77 @@ def test_the_receiver_sees_the_exact_payload_with_valid_signatures_for_both_secr
         Webhook(generate_secret()).verify(request.body, request.headers)
 
 
+def test_every_secret_still_in_its_overlap_signs_up_to_five(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    endpoint_id = one_message_to(db, receiver.url("ok"))
+    rotated = [generate_secret() for _ in range(5)]
+    with db.cursor() as cur:
+        # Rotated twice within the overlap: three secrets sign.
+        for secret in rotated[:2]:
+            add_secret(cur, endpoint_id, secret)
+    pipeline.claim_and_deliver()
+    [request] = receiver.requests
+    assert len(request.headers["webhook-signature"].split(" ")) == 3
+    for secret in (TEST_SECRET, *rotated[:2]):
+        Webhook(secret).verify(request.body, request.headers)
+
+    # Three more rotations: five sign, the oldest (the first secret) no longer does.
+    with db.cursor() as cur:
+        for secret in rotated[2:]:
+            add_secret(cur, endpoint_id, secret)
+        seed_messages(cur, endpoint_id, 1)
+    pipeline.claim_and_deliver()
+    request = receiver.requests[-1]
+    assert len(request.headers["webhook-signature"].split(" ")) == 5
+    for secret in rotated:
+        Webhook(secret).verify(request.body, request.headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(TEST_SECRET).verify(request.body, request.headers)
+
+
+def test_without_the_data_keys_nothing_is_sent_and_the_rows_wait_without_an_attempt(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    from tidings.delivery.sender import KEYS_UNAVAILABLE_DELAY_S
+    from tidings.secrets.keyring import Keyring
+    from tidings.secrets.master_keys import LocalMasterKey
+
+    one_message_to(db, receiver.url("ok"))
+    # A sender whose key is not the one the secrets were encrypted with.
+    stranger = Keyring(LocalMasterKey(bytes(32), "another key"), data_key_max_age_s=3600)
+    sender = Sender(db, pipeline.queue, pipeline.settings, pipeline.transport, keyring=stranger)
+    pipeline.claimer.claim_once()
+    received = pipeline.queue.receive(max_messages=10)
+    report = sender.process([QueueRecord(m.message_id, m.body) for m in received])
+
+    assert receiver.requests == []
+    assert (report.skipped, report.failed_record_ids) == (1, frozenset())
+    row = message_row(db, only_message_id(db))
+    assert (row["status"], row["attempts"], row["lease_token"]) == ("pending", 0, None)
+    assert KEYS_UNAVAILABLE_DELAY_S - 5 <= seconds_until(row) <= KEYS_UNAVAILABLE_DELAY_S
+
+
 def test_an_expired_previous_secret_no_longer_signs(
     db: Database, pipeline: Pipeline, receiver: Receiver
 ) -> None:
     endpoint_id = one_message_to(db, receiver.url("ok"))
+    current = generate_secret()
     with db.cursor() as cur:
+        add_secret(cur, endpoint_id, current, overlap_s=86400)
+        # The rotated-out secret's overlap ends.
         cur.execute(
-            "UPDATE tidings.endpoints SET previous_secret = %s,"
-            " previous_secret_expires_at = now() - interval '1 second' WHERE id = %s",
-            (generate_secret(), endpoint_id),
+            "UPDATE tidings.endpoint_secrets SET expires_at = now() - interval '1 second'"
+            " WHERE endpoint_id = %s AND expires_at IS NOT NULL",
+            (endpoint_id,),
         )
     pipeline.claim_and_deliver()
 
     [request] = receiver.requests
     assert len(request.headers["webhook-signature"].split(" ")) == 1
-    Webhook(TEST_SECRET).verify(request.body, request.headers)
+    Webhook(current).verify(request.body, request.headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(TEST_SECRET).verify(request.body, request.headers)
 
 
 def test_a_private_address_is_refused_without_a_connection(
@@ -432,7 +485,13 @@ def test_an_unreachable_database_returns_the_whole_batch_to_the_queue(
     received = pipeline.queue.receive()
     unreachable = Database("postgresql://postgres@127.0.0.1:1/none?connect_timeout=1")
     unreachable.max_retries = 1
-    sender = Sender(unreachable, pipeline.queue, pipeline.settings, pipeline.transport)
+    sender = Sender(
+        unreachable,
+        pipeline.queue,
+        pipeline.settings,
+        pipeline.transport,
+        keyring=secrets_keyring(),
+    )
 
     report = sender.process([QueueRecord(m.message_id, m.body) for m in received])
 
@@ -569,16 +628,23 @@ def test_with_no_time_left_to_send_the_rows_go_back_to_the_database_unsent(
     assert pipeline.claim_and_deliver().delivered == 1
 
 
+@pytest.mark.parametrize("flaw", ["not base64", "altered ciphertext"])
 def test_a_secret_that_cannot_sign_dead_letters_at_once_without_counting_against_the_circuit(
-    db: Database, pipeline: Pipeline, receiver: Receiver
+    db: Database, pipeline: Pipeline, receiver: Receiver, flaw: str
 ) -> None:
     endpoint_id = one_message_to(db, receiver.url("ok"))
     with db.cursor() as cur:
-        # Written around the API, which would refuse it: not base64.
-        cur.execute(
-            "UPDATE tidings.endpoints SET secret = 'whsec_not*base64' WHERE id = %s",
-            (endpoint_id,),
-        )
+        if flaw == "not base64":
+            # Written around the API, which would refuse it.
+            add_secret(cur, endpoint_id, "whsec_not*base64", overlap_s=0)
+        else:
+            # One bit of the stored ciphertext changed: it no longer opens.
+            cur.execute(
+                "UPDATE tidings.endpoint_secrets"
+                " SET ciphertext = set_bit(ciphertext, 100, 1 - get_bit(ciphertext, 100))"
+                " WHERE endpoint_id = %s",
+                (endpoint_id,),
+            )
 
     report = pipeline.claim_and_deliver()
 

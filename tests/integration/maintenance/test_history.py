@@ -51,7 +51,7 @@ def test_a_dead_letter_keeps_its_attempts_as_long_as_it_is_kept(db: Database) ->
     old_day = now.date() - timedelta(days=10)
     at = datetime.combine(old_day, datetime.min.time(), UTC) + timedelta(hours=8)
     with db.cursor() as cur:
-        cur.execute("SELECT tidings.create_attempt_partitions(%s, 1)", (old_day,))
+        cur.execute("SELECT tidings.ensure_attempt_partitions(%s, 1, 1000)", (old_day,))
         endpoint = make_endpoint(cur)
         (dead,) = make_messages(
             cur,
@@ -106,7 +106,7 @@ def test_the_previous_releases_drop_never_takes_a_kept_messages_history(db: Data
     at = datetime.combine(day, datetime.min.time(), UTC) + timedelta(hours=1)
     cutoff = datetime.now(UTC) - timedelta(days=1)
     with db.cursor() as cur:
-        cur.execute("SELECT tidings.create_attempt_partitions(%s, 1)", (day,))
+        cur.execute("SELECT tidings.ensure_attempt_partitions(%s, 1, 1000)", (day,))
         endpoint = make_endpoint(cur)
         (kept,) = make_messages(cur, endpoint, 1, status="dead_letter", dead_lettered_at=at)
         log_attempts(cur, kept, endpoint, [at])
@@ -123,7 +123,7 @@ def test_kept_history_is_copied_once_when_a_drop_is_tried_again(db: Database) ->
     day = now.date() - timedelta(days=9)
     at = datetime.combine(day, datetime.min.time(), UTC) + timedelta(hours=1)
     with db.cursor() as cur:
-        cur.execute("SELECT tidings.create_attempt_partitions(%s, 1)", (day,))
+        cur.execute("SELECT tidings.ensure_attempt_partitions(%s, 1, 1000)", (day,))
         endpoint = make_endpoint(cur)
         (dead,) = make_messages(cur, endpoint, 1, status="dead_letter", dead_lettered_at=at)
         log_attempts(cur, dead, endpoint, [at, at + timedelta(minutes=5)])

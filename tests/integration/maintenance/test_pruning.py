@@ -42,7 +42,7 @@ def day_name(day: date) -> str:
 
 def create_partitions(db: Database, first: date, days: int) -> None:
     with db.cursor() as cur:
-        cur.execute("SELECT tidings.create_attempt_partitions(%s, %s)", (first, days))
+        cur.execute("SELECT tidings.ensure_attempt_partitions(%s, %s, 1000)", (first, days))
 
 
 def test_old_attempt_partitions_go_whole_and_coming_ones_are_made(db: Database) -> None:

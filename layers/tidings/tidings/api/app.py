@@ -35,6 +35,7 @@ from tidings.logic.errors import (
     NotFound,
     PayloadTooLarge,
     Unauthorized,
+    Unavailable,
     UseCaseError,
 )
 from tidings.observability import logger
@@ -50,6 +51,7 @@ _STATUS = {
     Conflict: 409,
     Unauthorized: 401,
     Forbidden: 403,
+    Unavailable: 503,
 }
 # Methods whose requests carry a body the routes read: it must be JSON.
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})

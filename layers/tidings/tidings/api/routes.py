@@ -81,7 +81,10 @@ _REASONS = {
     415: "The request body is not application/json",
     422: "A field is missing, of the wrong type or not acceptable",
     429: "Too many requests from this token (AWS: the usage plan's throttle)",
-    503: "The database is busy or unreachable: send it again (safe with an event_id)",
+    503: (
+        "The database, or the key that encrypts signing secrets, is busy or unreachable: "
+        "send it again (safe with an event_id)"
+    ),
 }
 
 
@@ -238,6 +241,7 @@ def create_endpoint(
 ) -> Response[CreatedEndpoint]:
     created = endpoints.create_endpoint(
         wiring.database(),
+        keyring=wiring.keyring(),
         url=body.url,
         description=body.description,
         event_types=body.event_types,
@@ -321,13 +325,17 @@ def delete_endpoint(app: AppScope, endpoint_id: EndpointIdPath) -> Response[None
     "POST",
     "/endpoints/<endpoint_id>/rotate-secret",
     action=Action.MANAGE_ENDPOINTS,
-    summary="A new signing secret; the old one keeps signing for the overlap (24 h)",
+    summary="A new signing secret; earlier ones keep signing for their overlap (24 h, 5 at most)",
     responses={**_ok(200, RotatedSecret, "The new secret, shown once"), **_errors(403, 404)},
     tags=["endpoints"],
 )
 def rotate_secret(app: AppScope, endpoint_id: EndpointIdPath) -> RotatedSecret:
     return endpoints.rotate_secret(
-        wiring.database(), endpoint_id, settings=wiring.settings(), app_id=app.id
+        wiring.database(),
+        endpoint_id,
+        keyring=wiring.keyring(),
+        settings=wiring.settings(),
+        app_id=app.id,
     )
 
 

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "tidings.cli.messages",
     "tidings.cli.dead_letters",
     "tidings.cli.replay",
+    "tidings.cli.secrets",
     "tidings.cli.openapi",
     "tidings.cli.schema",
 )

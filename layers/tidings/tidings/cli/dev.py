@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from tidings.cli import CommandError
+from tidings.cli.support import secrets_key_notice
 from tidings.config import ConfigError
 from tidings.local.lambda_env import HandlerNotFound
 from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
 from tidings.local.scheduler import DEFAULT_INTERVALS_S
+from tidings.secrets.master_keys import KeyUnavailable
 
 
 def positive_float(text: str) -> float:
@@ -135,6 +137,12 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         runtime.stop()
         raise CommandError(f"cannot start: {exc}") from exc
+    except (KeyUnavailable, ValueError) as exc:
+        # The signing secrets' key: TIDINGS_SECRETS_KEY malformed, or the wrong key for them.
+        runtime.stop()
+        raise CommandError(str(exc)) from exc
+    if runtime.keyring is not None:
+        print(secrets_key_notice(runtime.keyring.master), flush=True)
     if runtime.api is not None:
         if runtime.open_access():
             print(

@@ -11,8 +11,10 @@ from typing import Any
 from tidings.cli.support import (
     add_app_option,
     chosen_app,
+    keyring_for,
     parse_time,
     print_json,
+    secrets_key_notice,
     target,
     use_case_errors,
     when,
@@ -183,7 +185,8 @@ def register(subparsers: Any) -> None:
     disable.set_defaults(handler=run_disable)
 
     rotate = actions.add_parser(
-        "rotate-secret", help="new signing secret; the old one keeps signing for the overlap"
+        "rotate-secret",
+        help="new signing secret; earlier ones keep signing for their overlap (5 at most)",
     )
     rotate.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
     rotate.add_argument("--json", action="store_true", help="print JSON")
@@ -196,8 +199,10 @@ def run_add(args: argparse.Namespace) -> int:
 
     with target() as where, use_case_errors():
         app = chosen_app(where, args.app)
+        keyring = keyring_for(where)
         created = endpoints.create_endpoint(
             where.db,
+            keyring=keyring,
             app_id=app.id,
             url=args.url,
             description=args.description,
@@ -216,6 +221,7 @@ def run_add(args: argparse.Namespace) -> int:
     print(f"  retries:     {describe_schedule(created.retry_schedule)}")
     print(f"  secret:      {created.secret}")
     print("  (the secret is shown this once; keep it to verify signatures)")
+    print(f"  ({secrets_key_notice(keyring.master)})")
     return 0
 
 
@@ -366,13 +372,19 @@ def run_rotate(args: argparse.Namespace) -> int:
     with target() as where, use_case_errors():
         app = chosen_app(where, args.app)
         rotated = endpoints.rotate_secret(
-            where.db, args.endpoint_id, settings=where.settings, app_id=app.id
+            where.db,
+            args.endpoint_id,
+            keyring=keyring_for(where),
+            settings=where.settings,
+            app_id=app.id,
         )
     if args.json:
         print_json(rotated)
         return 0
     print(f"endpoint {rotated.endpoint_id}: new secret {rotated.secret}")
-    print(
-        f"  the previous secret keeps signing until {when(rotated.previous_secret_expires_at)} UTC"
-    )
+    if rotated.previous_secret_expires_at is not None:
+        print(
+            "  the previous secret keeps signing until "
+            f"{when(rotated.previous_secret_expires_at)} UTC"
+        )
     return 0

@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from enum import Enum
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 from uuid import UUID
 
 import psycopg2
@@ -21,6 +21,10 @@ from pydantic import BaseModel
 from tidings.cli import CommandError
 from tidings.config import ConfigError, Settings
 from tidings.dal.connection import Database
+
+if TYPE_CHECKING:
+    from tidings.secrets.keyring import Keyring
+    from tidings.secrets.master_keys import MasterKey
 
 DEV_DATA_DIR = Path(".tidings")
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
@@ -84,7 +88,34 @@ def target(data_dir: Path = DEV_DATA_DIR) -> Iterator[Target]:
 def _configured_database() -> bool:
     import os
 
-    return bool(os.environ.get("DATABASE_URL") or os.environ.get("TIDINGS_DATABASE_SECRET_ARN"))
+    return any(
+        os.environ.get(name)
+        for name in ("DATABASE_URL", "TIDINGS_DATABASE_USER", "TIDINGS_DATABASE_SECRET_ARN")
+    )
+
+
+def keyring_for(target: Target, data_dir: Path = DEV_DATA_DIR, *, create: bool = True) -> Keyring:
+    """The keyring of signing secrets for a command: the KMS key when configured, else the local
+    key (``TIDINGS_SECRETS_KEY``, else the key file in ``data_dir``, made on first use when
+    ``create``)."""
+    from tidings.secrets.keyring import Keyring
+    from tidings.secrets.master_keys import KeyUnavailable, configured_master_key
+
+    try:
+        master = configured_master_key(target.settings, data_dir=data_dir, create=create)
+    except (ValueError, KeyUnavailable) as exc:
+        raise OperatorError(str(exc)) from exc
+    return Keyring(master, data_key_max_age_s=target.settings.secrets_data_key_max_age_s)
+
+
+def secrets_key_notice(master: MasterKey) -> str:
+    """Where the key of the signing secrets is, and that it must be kept."""
+    if master.ref.startswith("kms:"):
+        return f"signing secrets are encrypted under {master.where}"
+    return (
+        f"signing secrets are encrypted with the key in {master.where}: keep a copy of it "
+        "somewhere safe; without it the stored secrets cannot be read"
+    )
 
 
 @contextmanager

@@ -41,7 +41,11 @@ class DatabaseSettings(Protocol):
     @property
     def database_name(self) -> str: ...
     @property
+    def database_port(self) -> int: ...
+    @property
     def database_secret_arn(self) -> str: ...
+    @property
+    def database_user(self) -> str: ...
     @property
     def database_url(self) -> str: ...
     @property
@@ -51,11 +55,36 @@ class DatabaseSettings(Protocol):
 
 
 def dsn_from_settings(settings: DatabaseSettings) -> str:
-    """The libpq connection string: ``DATABASE_URL``, or the RDS secret plus the proxy host."""
+    """The libpq connection string: ``DATABASE_URL``; or a login user with an IAM token for RDS
+    Proxy (a new token on every call: each lasts 15 minutes and is checked only at connect); or
+    the credentials in a Secrets Manager secret."""
     if settings.database_url:
         return settings.database_url
+    if settings.database_user:
+        if not settings.database_host:
+            raise ValueError("TIDINGS_DATABASE_USER needs TIDINGS_DATABASE_HOST (the RDS Proxy)")
+        from tidings.aws_clients import rds_client
+
+        token = rds_client().generate_db_auth_token(
+            DBHostname=settings.database_host,
+            Port=settings.database_port,
+            DBUsername=settings.database_user,
+        )
+        return psycopg2.extensions.make_dsn(
+            host=settings.database_host,
+            port=settings.database_port,
+            dbname=settings.database_name,
+            user=settings.database_user,
+            password=token,
+            sslmode="require",
+            connect_timeout=5,
+            application_name="tidings",
+        )
     if not settings.database_secret_arn:
-        raise ValueError("no database configured: set DATABASE_URL or TIDINGS_DATABASE_SECRET_ARN")
+        raise ValueError(
+            "no database configured: set DATABASE_URL, TIDINGS_DATABASE_USER or "
+            "TIDINGS_DATABASE_SECRET_ARN"
+        )
     from aws_lambda_powertools.utilities import parameters
 
     secret = json.loads(parameters.get_secret(settings.database_secret_arn, max_age=300))

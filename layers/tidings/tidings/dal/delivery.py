@@ -16,6 +16,7 @@ from typing import Any
 
 from tidings.dal.connection import Cursor, fetch_dicts
 from tidings.dal.queries import sql
+from tidings.dal.secrets import SealedSecret
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,8 @@ class StartedAttempt:
     rate_limit_per_s: float | None
     # The endpoint's own retry schedule (seconds), None for the deployment's.
     retry_schedule: tuple[float, ...] | None
-    secrets: tuple[str, ...] = field(repr=False)
+    # The endpoint's signing secrets, encrypted, newest first (empty for a held-back row).
+    secrets: tuple[SealedSecret, ...] = field(repr=False)
     payload: str | None = field(repr=False)
 
     @property
@@ -237,7 +239,12 @@ def begin_attempts(
                 if row["retry_schedule"] is None
                 else tuple(float(delay) for delay in row["retry_schedule"])
             ),
-            secrets=tuple(s for s in (row["secret"], row["previous_secret"]) if s),
+            secrets=tuple(
+                SealedSecret(int(key_id), bytes(ciphertext))
+                for key_id, ciphertext in zip(
+                    row["secret_data_keys"] or (), row["secrets"] or (), strict=True
+                )
+            ),
             payload=row["payload"],
         )
         for row in fetch_dicts(cur)

@@ -1,9 +1,9 @@
-"""Endpoints: creation, look-up, paging, changes, soft deletion, secret rotation and health."""
+"""Endpoints: creation, look-up, paging, changes, soft deletion and health (their signing secrets,
+encrypted, are ``dal.secrets``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from tidings.dal.connection import Cursor, fetch_dicts
@@ -28,7 +28,6 @@ def insert_endpoint(
     app_id: int,
     url: str,
     description: str,
-    secret: str,
     event_types: Sequence[str],
     max_attempts: int | None,
     timeout_ms: int | None,
@@ -42,7 +41,6 @@ def insert_endpoint(
             "app_id": app_id,
             "url": url,
             "description": description,
-            "secret": secret,
             "event_types": list(event_types),
             "max_attempts": max_attempts,
             "timeout_ms": timeout_ms,
@@ -89,18 +87,6 @@ def update_endpoint(
 def soft_delete_endpoint(cur: Cursor, app_id: int, endpoint_id: int) -> bool:
     cur.execute(sql("soft_delete_endpoint"), {"app_id": app_id, "endpoint_id": endpoint_id})
     return cur.fetchone() is not None
-
-
-def rotate_secret(
-    cur: Cursor, app_id: int, endpoint_id: int, *, secret: str, overlap_s: float
-) -> datetime | None:
-    """Install ``secret``; returns when the previous one stops signing (None: no endpoint)."""
-    cur.execute(
-        sql("rotate_endpoint_secret"),
-        {"app_id": app_id, "endpoint_id": endpoint_id, "secret": secret, "overlap_s": overlap_s},
-    )
-    row = cur.fetchone()
-    return None if row is None else row[1]
 
 
 def endpoint_health(cur: Cursor, app_id: int, endpoint_id: int) -> dict[str, Any] | None:

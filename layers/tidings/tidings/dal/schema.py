@@ -2,11 +2,13 @@
 (``docs/schema.sql``, kept current by ``tidings schema`` and checked by a test).
 
 It is read from the catalogs of a freshly migrated database, so it shows the sum of the
-migrations, not what any one of them says. The daily partitions of ``attempts`` (made by the
-pruner) are left out.
+migrations, not what any one of them says, grants to the database roles included. The daily
+partitions of ``attempts`` (made by the pruner) are left out.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from tidings.dal.connection import Cursor, fetch_dicts
 from tidings.dal.queries import sql
@@ -33,7 +35,25 @@ def dump_schema(cur: Cursor) -> str:
     parts.extend(f"{row['definition'].rstrip()};\n" for row in fetch_dicts(cur))
     cur.execute(sql("schema_triggers"))
     parts.append("".join(f"{row['definition']};\n" for row in fetch_dicts(cur)))
+    cur.execute(sql("schema_grants"))
+    parts.append(_grants(fetch_dicts(cur)))
     return "\n".join(part for part in parts if part)
+
+
+def _grants(rows: list[dict[str, Any]]) -> str:
+    """GRANT statements: one per object and grantee for whole-object privileges, one per
+    privilege for those granted on some columns only."""
+    whole: dict[tuple[str, str], list[str]] = {}
+    lines: list[tuple[str, str, str]] = []
+    for row in rows:
+        key = (str(row["object"]), str(row["grantee"]))
+        if row["columns"]:
+            columns = ", ".join(str(c) for c in row["columns"])
+            lines.append((*key, f"{row['privilege']} ({columns})"))
+        else:
+            whole.setdefault(key, []).append(str(row["privilege"]))
+    lines += [(*key, ", ".join(privileges)) for key, privileges in whole.items()]
+    return "".join(f"GRANT {what} ON {obj} TO {grantee};\n" for obj, grantee, what in sorted(lines))
 
 
 def _table(cur: Cursor, table: dict[str, object]) -> str:

@@ -49,6 +49,9 @@ from tidings.delivery.http_transport import HttpResult, HttpTransport
 from tidings.delivery.retry_policy import AttemptError, NextAction
 from tidings.observability import logger, metrics
 from tidings.queue import MAX_DELAY_S, DeliveryQueue, OutgoingMessage
+from tidings.secrets.envelope import DataKey
+from tidings.secrets.keyring import Keyring, open_secrets
+from tidings.secrets.master_keys import KeyUnavailable
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,9 @@ _REFUSED_VALUES = (psycopg2.DataError, psycopg2.IntegrityError, ValueError)
 ANSWER_MARGIN_S = 5.0
 # With less time than this left for requests, none is sent: the rows go back to the database.
 MIN_SEND_BUDGET_S = 1.0
+# When the data keys that open the batch's signing secrets cannot be had (KMS unreachable or
+# refusing), nothing is sent and the rows are due again after this long, without an attempt.
+KEYS_UNAVAILABLE_DELAY_S = 30.0
 
 
 class SenderSettings(RetrySettings, retry_schedule.ScheduleSettings, Protocol):
@@ -114,12 +120,15 @@ class Sender:
         queue: DeliveryQueue,
         settings: SenderSettings,
         transport: HttpTransport,
+        *,
+        keyring: Keyring,
     ) -> None:
         self.db = db
         self.queue = queue
         self.settings = settings
         self.transport = transport
         self._default_schedule = retry_schedule.deployment_default(settings)
+        self.keyring = keyring
         self._executor = _shared_executor(settings.sender_concurrency)
 
     def process(
@@ -150,14 +159,16 @@ class Sender:
         skipped = len(envelopes) - len(jobs) - len(unsendable)
         if not jobs and not unsendable:
             return BatchReport(failed_record_ids=frozenset(poison), skipped=skipped)
+        keys = self._data_keys(jobs)
         budget_s = self._send_budget_s(remaining_ms)
-        if budget_s is not None and budget_s < MIN_SEND_BUDGET_S:
-            unsent = self._give_back([*jobs, *unsendable], budget_s)
+        delay_s = self._not_now([*jobs, *unsendable], keys, budget_s)
+        if keys is None or delay_s is not None:
+            unsent = self._give_back([*jobs, *unsendable], delay_s=delay_s or 0)
             return BatchReport(
                 failed_record_ids=frozenset(poison | unsent),
                 skipped=skipped + len(jobs) + len(unsendable),
             )
-        attempts = self._send_all(jobs, budget_s) + [
+        attempts = self._send_all(jobs, budget_s, keys) + [
             Attempt(job, datetime.now(UTC), _NOT_SENT) for job in unsendable
         ]
         now = datetime.now(UTC)
@@ -186,48 +197,76 @@ class Sender:
             skipped=skipped,
         )
 
+    def _data_keys(self, jobs: Sequence[Job]) -> Mapping[int, DataKey] | None:
+        """The opened data keys of the jobs' signing secrets (from the keyring's cache, else one
+        read and one KMS call per data key); None when they cannot be had now."""
+        wanted = {sealed.data_key_id for job in jobs for sealed in job.row.secrets}
+        try:
+            return self.db.run(lambda cur: self.keyring.data_keys(cur, wanted))
+        except (KeyUnavailable, *_UNAVAILABLE) as exc:
+            logger.error(
+                "the data keys of the batch's signing secrets are unavailable; nothing is sent",
+                extra={"reason": str(exc) if isinstance(exc, KeyUnavailable) else "database"},
+            )
+            return None
+
+    def _not_now(
+        self, jobs: Sequence[Job], keys: Mapping[int, DataKey] | None, budget_s: float | None
+    ) -> float | None:
+        """After how long the rows should be due again when they cannot be sent now (the keys
+        are unavailable, or the invocation has too little time left); None to send them."""
+        if keys is None:
+            return KEYS_UNAVAILABLE_DELAY_S
+        if budget_s is not None and budget_s < MIN_SEND_BUDGET_S:
+            logger.warning(
+                "too little of the invocation left to send; the rows return to the database",
+                extra={
+                    "message_ids": sorted(job.row.message_id for job in jobs),
+                    "send_budget_s": round(budget_s, 3),
+                },
+            )
+            return 0.0
+        return None
+
     def _send_budget_s(self, remaining_ms: Callable[[], int] | None) -> float | None:
         """Seconds the requests may take, or None when the invocation has no deadline."""
         if remaining_ms is None:
             return None
         return remaining_ms() / 1000 - record_reserve_s(self.settings)
 
-    def _give_back(self, jobs: Sequence[Job], budget_s: float) -> set[str]:
-        """Return unsent rows to the database, due at once; the record ids that must instead
-        come back from the queue (their rows could not be released)."""
-        logger.warning(
-            "too little of the invocation left to send; the rows return to the database",
-            extra={
-                "message_ids": sorted(job.row.message_id for job in jobs),
-                "send_budget_s": round(budget_s, 3),
-            },
-        )
+    def _give_back(self, jobs: Sequence[Job], *, delay_s: float) -> set[str]:
+        """Return unsent rows to the database, due after ``delay_s``; the record ids that must
+        instead come back from the queue (their rows could not be released)."""
         leases = [job.row.lease for job in jobs]
         try:
-            self.db.run(lambda cur: delivery.release_leases(cur, leases))
+            self.db.run(lambda cur: delivery.release_leases(cur, leases, delay_s=delay_s))
         except _UNAVAILABLE:
             logger.exception("could not release the leases of unsent rows")
             return {job.record_id for job in jobs}
         return set()
 
-    def _send_all(self, jobs: Sequence[Job], budget_s: float | None) -> list[Attempt]:
+    def _send_all(
+        self, jobs: Sequence[Job], budget_s: float | None, keys: Mapping[int, DataKey]
+    ) -> list[Attempt]:
         """Send every job concurrently; attempts come back in the order they finished."""
         futures: list[Future[tuple[float, Attempt]]] = [
-            self._executor.submit(self._send_timed, job, budget_s) for job in jobs
+            self._executor.submit(self._send_timed, job, budget_s, keys) for job in jobs
         ]
         # Woken once, when all are done, rather than once per request.
         wait(futures)
         finished = sorted((future.result() for future in futures), key=lambda done: done[0])
         return [attempt for _, attempt in finished]
 
-    def _send_timed(self, job: Job, budget_s: float | None) -> tuple[float, Attempt]:
-        attempt = self._send(job, budget_s)
+    def _send_timed(
+        self, job: Job, budget_s: float | None, keys: Mapping[int, DataKey]
+    ) -> tuple[float, Attempt]:
+        attempt = self._send(job, budget_s, keys)
         return time.monotonic(), attempt
 
-    def _send(self, job: Job, budget_s: float | None) -> Attempt:
+    def _send(self, job: Job, budget_s: float | None, keys: Mapping[int, DataKey]) -> Attempt:
         attempted_at = datetime.now(UTC)
         try:
-            return Attempt(job, attempted_at, self._post(job, budget_s))
+            return Attempt(job, attempted_at, self._post(job, budget_s, keys))
         except Exception as exc:
             # The transport answers for everything the receiver and the network do; reaching
             # here is a defect of the sender's own, and it stays with this one record.
@@ -238,7 +277,7 @@ class Sender:
             )
             return Attempt(job, attempted_at, _NOT_SENT)
 
-    def _post(self, job: Job, budget_s: float | None) -> HttpResult:
+    def _post(self, job: Job, budget_s: float | None, keys: Mapping[int, DataKey]) -> HttpResult:
         body = job.payload.encode("utf-8")
         timeout_s = (
             job.row.timeout_ms / 1000 if job.row.timeout_ms else self.settings.http_timeout_s
@@ -246,11 +285,13 @@ class Sender:
         if budget_s is not None:
             timeout_s = min(timeout_s, budget_s)
         try:
+            secrets = open_secrets(keys, job.row.endpoint_id, job.row.secrets)
             headers = signing.webhook_headers(
-                webhook_id(job.row.message_id), int(time.time()), body, job.row.secrets
+                webhook_id(job.row.message_id), int(time.time()), body, secrets
             )
         except ValueError:
-            # A stored secret that cannot sign must not take the rest of the batch down.
+            # A stored secret that cannot sign (or does not open) must not take the rest of the
+            # batch down.
             logger.exception(
                 "cannot sign the delivery",
                 extra={"message_id": job.row.message_id, "endpoint_id": job.row.endpoint_id},

@@ -40,6 +40,7 @@ from tidings.local.progress import LiveDisplay, render
 from tidings.local.receivers import Kind, Receivers
 from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
 from tidings.observability import logger
+from tidings.secrets.keyring import Keyring
 
 # Short delays so that retries, circuit cooldowns and dead letters happen within two minutes.
 DEMO_SETTINGS: Mapping[str, str] = {
@@ -123,8 +124,14 @@ class DemoOutcome:
 def demo_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """The demo profile under the environment's own settings; never an outside database."""
     env = dict(os.environ if environ is None else environ)
-    env.pop("DATABASE_URL", None)
-    env.pop("TIDINGS_DATABASE_SECRET_ARN", None)
+    for name in (
+        "DATABASE_URL",
+        "TIDINGS_DATABASE_USER",
+        "TIDINGS_DATABASE_SECRET_ARN",
+        "TIDINGS_SECRETS_KMS_KEY_ID",
+        "TIDINGS_SECRETS_KEY_FILE",
+    ):
+        env.pop(name, None)
     profile = dict(DEMO_SETTINGS)
     if any(name in env for name in _FORMULA_SETTINGS):
         # The environment sets the schedule through the formula: it wins over the demo's.
@@ -189,7 +196,8 @@ def run_demo(
         out.flush()
         runtime.start()
         db = runtime_database(runtime)
-        names = create_demo_endpoints(db, receivers, runtime.settings)
+        assert runtime.keyring is not None  # made by start()
+        names = create_demo_endpoints(db, receivers, runtime.settings, runtime.keyring)
         plan = event_plan(options.events, random.Random(options.seed))  # noqa: S311
         started = time.monotonic()
         since = datetime.now(UTC)
@@ -222,7 +230,9 @@ def run_demo(
     return DemoOutcome(settled, elapsed, endpoints, names, alerts, report_text)
 
 
-def create_demo_endpoints(db: Database, receivers: Receivers, settings: Settings) -> dict[int, str]:
+def create_demo_endpoints(
+    db: Database, receivers: Receivers, settings: Settings, keyring: Keyring
+) -> dict[int, str]:
     """One endpoint per receiver kind, subscribed to ``demo.<kind>``; their names by id."""
     from tidings.logic.endpoints import create_endpoint
 
@@ -230,6 +240,7 @@ def create_demo_endpoints(db: Database, receivers: Receivers, settings: Settings
     for kind in DEMO_KINDS:
         created = create_endpoint(
             db,
+            keyring=keyring,
             url=receivers.url(kind),
             description=f"demo {kind.value} receiver",
             event_types=[f"demo.{kind.value}"],

@@ -30,9 +30,12 @@ from tidings.local.lambda_env import Handler, LambdaContext, load_handler, sched
 from tidings.local.notifier import LocalNotifier
 from tidings.local.queue import LocalQueue
 from tidings.local.scheduler import DEFAULT_INTERVALS_S, Job, Scheduler
+from tidings.logic import schema
 from tidings.notify import Notifier, SnsNotifier
 from tidings.observability import logger
 from tidings.queue import DeliveryQueue, SqsQueue
+from tidings.secrets.keyring import Keyring
+from tidings.secrets.master_keys import configured_master_key
 
 # Local delivery targets: loopback and nothing else, on any port (local receivers listen on
 # whatever port they were given; no security group stands between them and the sender).
@@ -113,11 +116,23 @@ class EmbeddedPostgres:
         self._server.cleanup()
 
 
-def prepare_database(settings: Settings) -> list[str]:
-    """Apply pending migrations; the names of those applied now."""
+def local_keyring(settings: Settings, data_dir: Path) -> Keyring:
+    """The keyring of signing secrets: the KMS key when configured, else the local key
+    (``TIDINGS_SECRETS_KEY``, else ``<data_dir>/secrets.key``, made on first use)."""
+    master = configured_master_key(settings, data_dir=data_dir)
+    return Keyring(master, data_key_max_age_s=settings.secrets_data_key_max_age_s)
+
+
+def prepare_database(settings: Settings, keyring: Keyring) -> list[str]:
+    """Apply pending migrations and keep the signing secrets encrypted under the current key;
+    the names of the migrations applied now."""
     conn = connect(settings)
     try:
-        return migrations.migrate(conn, policy=migrations.LockPolicy.from_settings(settings))
+        return list(
+            schema.prepare_database(
+                conn, keyring, policy=migrations.LockPolicy.from_settings(settings)
+            ).applied
+        )
     finally:
         conn.close()
 
@@ -179,6 +194,7 @@ class DevRuntime:
         # Whether the API lets loopback requests through without a token (none exists yet).
         self.open_access = OpenAccess()
         self.scheduler: Scheduler | None = None
+        self.keyring: Keyring | None = None
         self._stopping = threading.Event()
         self._draining = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -198,7 +214,8 @@ class DevRuntime:
         if not settings.database_url and not settings.database_secret_arn:
             self.embedded = EmbeddedPostgres(config.data_dir / "pgdata")
             settings = settings.replace(database_url=self.embedded.dsn)
-        applied = prepare_database(settings)
+        self.keyring = local_keyring(settings, config.data_dir)
+        applied = prepare_database(settings, self.keyring)
         if applied:
             logger.info("migrations applied", extra={"migrations": applied})
         # Every simulated environment here shares the process's pool of sending threads, so the
@@ -256,6 +273,7 @@ class DevRuntime:
             settings=settings,
             queue=self.queue,
             notifier=self.notifier,
+            keyring=self.keyring,
             database_factory=(lambda: Database(dsn))
             if dsn
             else (lambda: Database.from_settings(settings)),

@@ -1,6 +1,8 @@
 """Endpoint use cases: create, read, page, change, delete, rotate the secret, read health.
 
-Secrets leave this module only in the results of ``create_endpoint`` and ``rotate_secret``.
+Secrets leave this module only in the results of ``create_endpoint`` and ``rotate_secret``; they
+are stored encrypted (``tidings.secrets``), sealed for the endpoint's id in the transaction that
+installs them, and never read back.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from pydantic import BaseModel, Field, PlainSerializer
 
 from tidings.config import Settings, get_settings
 from tidings.dal import endpoints as dal
+from tidings.dal import secrets as secrets_dal
 from tidings.dal.applications import DEFAULT_APP_ID
-from tidings.dal.connection import Database
+from tidings.dal.connection import Cursor, Database
 from tidings.delivery import retry_schedule, signing, ssrf
-from tidings.logic.errors import InvalidInput, NotFound
+from tidings.logic.errors import InvalidInput, NotFound, Unavailable
 from tidings.logic.validation import (
     MAX_TEXT,
     check_id,
@@ -25,6 +28,10 @@ from tidings.logic.validation import (
     decode_cursor,
     encode_cursor,
 )
+from tidings.observability import logger
+from tidings.secrets.envelope import DataKey, seal_secret
+from tidings.secrets.keyring import Keyring
+from tidings.secrets.master_keys import KeyUnavailable
 
 MAX_URL_LENGTH = 2048
 MAX_DESCRIPTION_LENGTH = 1000
@@ -64,7 +71,7 @@ class Endpoint(BaseModel):
     )
     timeout_ms: int | None
     rate_limit_per_s: float | None
-    # While a rotated-out secret still signs: when it stops.
+    # While rotated-out secrets still sign: when the last of them stops.
     previous_secret_expires_at: datetime | None
     created_at: datetime
     updated_at: datetime
@@ -79,7 +86,9 @@ class CreatedEndpoint(Endpoint):
 class RotatedSecret(BaseModel):
     endpoint_id: int
     secret: str
-    previous_secret_expires_at: datetime
+    # When the secret this one replaced stops signing (the endpoint's other rotated-out secrets
+    # keep their own times, at most max_signing_secrets sign at once).
+    previous_secret_expires_at: datetime | None
 
 
 class EndpointPage(BaseModel):
@@ -108,6 +117,7 @@ class EndpointHealth(BaseModel):
 def create_endpoint(
     db: Database,
     *,
+    keyring: Keyring,
     url: str,
     description: str = "",
     event_types: Sequence[str] = ("*",),
@@ -139,10 +149,15 @@ def create_endpoint(
         resolver,
     )
     secret = signing.generate_secret()
-    row = db.run(
-        lambda cur: dal.insert_endpoint(cur, app_id=app_id, secret=secret, **fields),
-        transaction=True,
-    )
+    key = _sealing_key(db, keyring)
+
+    def create(cur: Cursor) -> dict[str, Any] | None:
+        row = dal.insert_endpoint(cur, app_id=app_id, **fields)
+        if row is not None:
+            _install(cur, row["id"], key, secret, cfg)
+        return row
+
+    row = db.run(create, transaction=True)
     if row is None:
         # The application was deleted since the request found it.
         raise NotFound("application", app_id)
@@ -233,24 +248,57 @@ def rotate_secret(
     db: Database,
     endpoint_id: int,
     *,
+    keyring: Keyring,
     settings: Settings | None = None,
     app_id: int = DEFAULT_APP_ID,
 ) -> RotatedSecret:
-    """A new signing secret; the old one keeps signing for the configured overlap."""
+    """A new signing secret; the one it replaces keeps signing for the configured overlap, and
+    so do earlier ones still within theirs, up to ``max_signing_secrets`` in all (the oldest
+    beyond that stops at once)."""
     check_id(endpoint_id, "endpoint_id")
     cfg = settings or get_settings()
     secret = signing.generate_secret()
-    # In a transaction: run twice after a commit, a rotation would push the new secret into
-    # the previous slot and end the old secret's overlap at once.
-    expires = db.run(
-        lambda cur: dal.rotate_secret(
-            cur, app_id, endpoint_id, secret=secret, overlap_s=cfg.secret_rotation_overlap_s
-        ),
-        transaction=True,
-    )
-    if expires is None:
+    key = _sealing_key(db, keyring)
+
+    def rotate(cur: Cursor) -> tuple[bool, datetime | None]:
+        # An endpoint of another application is as unknown as one that does not exist.
+        if dal.get_endpoint(cur, app_id, endpoint_id) is None:
+            return False, None
+        return _install(cur, endpoint_id, key, secret, cfg)
+
+    # In a transaction: a connection lost before COMMIT is retried, one lost during COMMIT is
+    # not (run twice, a rotation would install two secrets and shorten the overlap of others).
+    found, expires = db.run(rotate, transaction=True)
+    if not found:
         raise NotFound("endpoint", endpoint_id)
     return RotatedSecret(endpoint_id=endpoint_id, secret=secret, previous_secret_expires_at=expires)
+
+
+def _sealing_key(db: Database, keyring: Keyring) -> DataKey:
+    """The data key to seal a new secret with, found (or made) before any transaction opens:
+    it may take a call to KMS."""
+    try:
+        return db.run(keyring.sealing_key)
+    except KeyUnavailable as exc:
+        logger.error("no data key to seal a signing secret with", extra={"reason": str(exc)})
+        raise Unavailable(
+            "secrets_key_unavailable",
+            "the key that encrypts signing secrets is unavailable; retry later",
+        ) from None
+
+
+def _install(
+    cur: Cursor, endpoint_id: int, key: DataKey, secret: str, settings: Settings
+) -> tuple[bool, datetime | None]:
+    sealed = seal_secret(key, endpoint_id, secret)
+    return secrets_dal.set_endpoint_secret(
+        cur,
+        endpoint_id,
+        data_key_id=sealed.data_key_id,
+        ciphertext=sealed.ciphertext,
+        overlap_s=settings.secret_rotation_overlap_s,
+        max_secrets=settings.max_signing_secrets,
+    )
 
 
 def endpoint_health(

@@ -39,3 +39,8 @@ class PayloadTooLarge(UseCaseError):
 
 class Conflict(UseCaseError):
     """The database refused a write that contradicts its current state."""
+
+
+class Unavailable(UseCaseError):
+    """Something the use case needs cannot be reached now (the key that encrypts signing
+    secrets); the same request may succeed later."""

@@ -16,6 +16,8 @@ batches; no attempt leaves before the message it explains.
   session holds are skipped), with their kept attempts.
 - Events go when no message refers to them and their idempotency window is over: the same
   ``event_id`` is answered as a repeat for as long as its event is kept.
+- Rotated-out signing secrets whose overlap has ended are deleted (a rotation drops them too, but
+  an endpoint may not be rotated again for a long time).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Protocol
 import psycopg2.errors
 
 from tidings.dal import pruning as dal
+from tidings.dal import secrets as secrets_dal
 from tidings.dal.connection import Database
 from tidings.dal.pruning import KeptBatch, PrunedBatch
 from tidings.maintenance.batches import BatchRun, in_batches
@@ -71,6 +74,7 @@ class PruneResult:
     events_deleted: int
     # False when some table still had rows due after prune_max_batches batches.
     complete: bool
+    expired_secrets_deleted: int = 0
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -83,6 +87,7 @@ class PruneResult:
             "dead_letters_deleted": self.dead_letters_deleted,
             "events_deleted": self.events_deleted,
             "complete": self.complete,
+            "expired_secrets_deleted": self.expired_secrets_deleted,
         }
 
 
@@ -138,6 +143,13 @@ def prune(db: Database, settings: PruneSettings, now: datetime | None = None) ->
         batch_size=batch,
         max_batches=settings.prune_max_batches,
     )
+    secrets = in_batches(
+        db,
+        lambda cur: secrets_dal.prune_expired_secrets(cur, batch_size=batch),
+        size=lambda deleted: deleted,
+        batch_size=batch,
+        max_batches=settings.prune_max_batches,
+    )
     return PruneResult(
         partitions_created=parts.created,
         partitions_dropped=parts.dropped,
@@ -148,11 +160,13 @@ def prune(db: Database, settings: PruneSettings, now: datetime | None = None) ->
         dead_letters_deleted=sum(b.messages for b in dead.results),
         events_deleted=sum(b.events for b in delivered.results + dead.results)
         + sum(orphans.results),
+        expired_secrets_deleted=sum(secrets.results),
         complete=parts.complete
         and default.complete
         and delivered.complete
         and dead.complete
-        and orphans.complete,
+        and orphans.complete
+        and secrets.complete,
     )
 
 

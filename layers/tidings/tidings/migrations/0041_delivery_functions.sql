@@ -269,7 +269,8 @@ END $$;
 -- counting an attempt; so do the retries of a rate-limited endpoint that came back through the
 -- queue, so that every request to it spends a token the claim took from its bucket. The updates
 -- check the lease again: a row leased anew while this statement waited for it is left to its new
--- holder and absent from the result.
+-- holder and absent from the result. A permitted row comes with its endpoint's signing secrets,
+-- encrypted, newest first, with the data key of each.
 CREATE FUNCTION tidings.begin_attempts_v1(
     p_ids bigint[],
     p_tokens uuid[],
@@ -290,8 +291,8 @@ CREATE FUNCTION tidings.begin_attempts_v1(
     timeout_ms integer,
     rate_limit_per_s double precision,
     retry_schedule integer[],
-    secret text,
-    previous_secret text,
+    secret_data_keys bigint[],
+    secrets bytea[],
     payload text
 )
 LANGUAGE plpgsql AS $$
@@ -364,14 +365,24 @@ BEGIN
     SELECT v.id, v.endpoint_id, s.id IS NOT NULL, s.lease_token,
            m.event_type, ev.event_id, m.attempts,
            coalesce(m.max_attempts, e.max_attempts),
-           e.url, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule, e.secret,
-           CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END,
+           e.url, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule, sk.data_keys,
+           sk.ciphertexts,
            CASE WHEN v.want_payload THEN ev.payload::text END
     FROM verdict v
     JOIN tidings.messages m ON m.id = v.id
     JOIN tidings.endpoints e ON e.id = v.endpoint_id
     JOIN tidings.events ev ON ev.id = m.event_ref
     LEFT JOIN started s ON s.id = v.id
+    -- The permitted rows' signing secrets, newest first: the current one and those still in
+    -- their overlap, encrypted (tidings.endpoint_secrets, migration 0070; the sender decrypts).
+    LEFT JOIN LATERAL (
+        SELECT array_agg(es.data_key_id ORDER BY es.id DESC) AS data_keys,
+               array_agg(es.ciphertext ORDER BY es.id DESC) AS ciphertexts
+        FROM tidings.endpoint_secrets es
+        WHERE s.id IS NOT NULL
+          AND es.endpoint_id = v.endpoint_id
+          AND (es.expires_at IS NULL OR es.expires_at > now())
+    ) sk ON true
     WHERE s.id IS NOT NULL OR v.id IN (SELECT hb.id FROM held_back hb)
     ORDER BY v.id;
 END $$;

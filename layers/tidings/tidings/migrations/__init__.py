@@ -18,6 +18,13 @@ cannot run in one (``CREATE INDEX CONCURRENTLY``). Such a migration is recorded 
 its statements succeeded, so it must be safe to run again after a failure part way: drop what a
 failed run may have left (``DROP INDEX CONCURRENTLY IF EXISTS``) before creating it. Its
 statements are separated by semicolons at the ends of lines and may not use dollar quoting.
+
+Migrations run as the connected user (the RDS master user on AWS, a member of ``tidings_owner``);
+at the end of every run ``ownership.sql`` hands whatever they created to ``tidings_owner`` and
+keeps new functions from PUBLIC, so ownership and grants never depend on who ran a migration.
+What must happen after the migrations but needs more than SQL (encrypting secrets an earlier
+release kept in clear: the key is not in the database) is passed in as ``finish`` and runs in
+that last transaction.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
 from typing import Protocol
 
@@ -42,6 +50,9 @@ _NO_TRANSACTION = re.compile(r"^--\s*tidings:no-transaction\s*$", re.MULTILINE)
 _STATEMENT_END = re.compile(r";[ \t]*(?:--[^\n]*)?$", re.MULTILINE)
 # An arbitrary constant that identifies the migration lock among advisory locks.
 _LOCK_KEY = 7_462_839_104
+
+
+_OWNERSHIP_SQL = resources.files(__name__).joinpath("ownership.sql").read_text(encoding="utf-8")
 
 
 class MigrationError(RuntimeError):
@@ -140,10 +151,15 @@ def migrate(
     policy: LockPolicy | None = None,
     migrations: Sequence[Migration] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    finish: Callable[[psycopg2.extensions.cursor], object] | None = None,
+    until: int | None = None,
 ) -> list[str]:
-    """Apply the pending migrations (default: those shipped); return the names applied now."""
+    """Apply the pending migrations (default: those shipped; up to version ``until`` when
+    given), then hand what they made to the owner role and run ``finish`` in one transaction;
+    return the names of the migrations applied now."""
     rules = policy or LockPolicy()
-    wanted = list(available() if migrations is None else migrations)
+    known = list(available() if migrations is None else migrations)
+    wanted = [m for m in known if until is None or m.version <= until]
     applied_now: list[str] = []
     previous_autocommit = conn.autocommit
     conn.autocommit = True
@@ -151,10 +167,13 @@ def migrate(
         with conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
         try:
-            for migration in _pending(conn, wanted):
-                _apply_with_retries(conn, migration, rules, sleep)
+            for migration in _pending(conn, wanted, known):
+                _with_retries(
+                    migration.label, partial(_apply, conn, migration, rules), rules, sleep
+                )
                 applied_now.append(migration.label)
                 logger.info("applied migration", extra={"migration": migration.label})
+            _with_retries("ownership", partial(_finish, conn, rules, finish), rules, sleep)
         finally:
             if not conn.closed:
                 with conn.cursor() as cur:
@@ -165,8 +184,13 @@ def migrate(
     return applied_now
 
 
-def _pending(conn: psycopg2.extensions.connection, wanted: Sequence[Migration]) -> list[Migration]:
-    """The migrations not applied yet, after checking the applied ones against the files."""
+def _pending(
+    conn: psycopg2.extensions.connection,
+    wanted: Sequence[Migration],
+    known: Sequence[Migration],
+) -> list[Migration]:
+    """The migrations of ``wanted`` not applied yet, after checking the applied ones against
+    the files (``known``: every migration this version has)."""
     with conn.cursor() as cur:
         cur.execute("CREATE SCHEMA IF NOT EXISTS tidings")
         cur.execute(
@@ -178,30 +202,25 @@ def _pending(conn: psycopg2.extensions.connection, wanted: Sequence[Migration]) 
         )
         cur.execute("SELECT version, name, checksum FROM tidings.schema_migrations")
         recorded = {version: checksum for version, _, checksum in cur.fetchall()}
-    for migration in wanted:
+    for migration in known:
         if migration.version in recorded and recorded[migration.version] != migration.checksum:
             raise MigrationError(
                 f"migration {migration.label} was changed after it was applied; "
                 "add a new migration instead"
             )
-    unknown = sorted(set(recorded) - {m.version for m in wanted})
+    unknown = sorted(set(recorded) - {m.version for m in known})
     if unknown:
         raise MigrationError(f"the database has migrations this version does not know: {unknown}")
     return [m for m in wanted if m.version not in recorded]
 
 
-def _apply_with_retries(
-    conn: psycopg2.extensions.connection,
-    migration: Migration,
-    policy: LockPolicy,
-    sleep: Callable[[float], None],
+def _with_retries(
+    label: str, work: Callable[[], None], policy: LockPolicy, sleep: Callable[[float], None]
 ) -> None:
+    """``work`` tried again while it gives up waiting for a lock, up to the policy's tries."""
     for attempt in range(1, policy.attempts + 1):
         try:
-            if migration.transactional:
-                _apply_in_transaction(conn, migration, policy)
-            else:
-                _apply_outside_transaction(conn, migration, policy)
+            work()
             return
         except psycopg2.errors.LockNotAvailable:
             if attempt == policy.attempts:
@@ -209,28 +228,54 @@ def _apply_with_retries(
             pause = policy.wait_s(attempt)
             logger.warning(
                 "migration waited too long for a lock; trying again",
-                extra={"migration": migration.label, "attempt": attempt, "pause_s": pause},
+                extra={"migration": label, "attempt": attempt, "pause_s": pause},
             )
             sleep(pause)
     raise MigrationError(
-        f"migration {migration.label} could not take its locks within "
+        f"migration {label} could not take its locks within "
         f"{policy.lock_timeout_ms} ms in {policy.attempts} tries; the tables it changes are busy "
         "(a long transaction?). Run the migrator again later."
     )
 
 
-def _apply_in_transaction(
-    conn: psycopg2.extensions.connection, migration: Migration, policy: LockPolicy
+def _apply(conn: psycopg2.extensions.connection, migration: Migration, policy: LockPolicy) -> None:
+    if not migration.transactional:
+        _apply_outside_transaction(conn, migration, policy)
+        return
+
+    def run(cur: psycopg2.extensions.cursor) -> None:
+        cur.execute(migration.sql)
+        _record(cur, migration)
+
+    _in_transaction(conn, policy, run)
+
+
+def _finish(
+    conn: psycopg2.extensions.connection,
+    policy: LockPolicy,
+    finish: Callable[[psycopg2.extensions.cursor], object] | None,
 ) -> None:
-    """The migration and its record, committed together (or neither)."""
+    def run(cur: psycopg2.extensions.cursor) -> None:
+        cur.execute(_OWNERSHIP_SQL)
+        if finish is not None:
+            finish(cur)
+
+    _in_transaction(conn, policy, run)
+
+
+def _in_transaction(
+    conn: psycopg2.extensions.connection,
+    policy: LockPolicy,
+    work: Callable[[psycopg2.extensions.cursor], None],
+) -> None:
+    """``work`` under the lock timeout, committed as a whole (or not at all)."""
     conn.autocommit = False
     try:
         with conn, conn.cursor() as cur:
             cur.execute(
                 "SELECT set_config('lock_timeout', %s, true)", (str(policy.lock_timeout_ms),)
             )
-            cur.execute(migration.sql)
-            _record(cur, migration)
+            work(cur)
     finally:
         if not conn.closed:
             conn.autocommit = True

@@ -2,19 +2,21 @@
 -- Creates an endpoint of a live application, with its subscriptions (its health row comes from a
 -- trigger), and returns its public columns; nothing when the application is not there. The
 -- application is held FOR KEY SHARE until the commit, so a concurrent deletion of it waits for
--- this endpoint and disables it.
+-- this endpoint and disables it. Its signing secret follows in the same transaction
+-- (set_endpoint_secret), encrypted for the id this returns.
 WITH app AS (
     SELECT a.id FROM tidings.applications a
     WHERE a.id = %(app_id)s AND a.deleted_at IS NULL
     FOR KEY SHARE
 ),
 created AS (
-    INSERT INTO tidings.endpoints (app_id, url, description, secret, max_attempts, timeout_ms,
+    INSERT INTO tidings.endpoints (app_id, url, description, max_attempts, timeout_ms,
                                    rate_limit_per_s, retry_schedule)
-    SELECT app.id, %(url)s, %(description)s, %(secret)s, %(max_attempts)s, %(timeout_ms)s,
+    SELECT app.id, %(url)s, %(description)s, %(max_attempts)s, %(timeout_ms)s,
            %(rate_limit_per_s)s, %(retry_schedule)s::integer[]
     FROM app
-    RETURNING *
+    RETURNING id, app_id, url, description, enabled, disabled_reason, disabled_at, max_attempts,
+              timeout_ms, rate_limit_per_s, retry_schedule, created_at, updated_at
 ),
 subscribed AS (
     INSERT INTO tidings.subscriptions (endpoint_id, app_id, event_type)
@@ -23,16 +25,19 @@ subscribed AS (
 )
 SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        %(event_types)s::text[] AS event_types, c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
-       c.previous_secret_expires_at, c.created_at, c.updated_at, c.retry_schedule
+       NULL::timestamptz AS previous_secret_expires_at, c.created_at, c.updated_at,
+       c.retry_schedule
 FROM created c
 
 -- name: get_endpoint
--- One endpoint of an application that is not deleted, with its subscribed event types; never its
--- secrets.
+-- One endpoint of an application that is not deleted, with its subscribed event types and when
+-- the last of its rotated-out secrets stops signing; never its secrets.
 SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
                  FROM tidings.subscriptions s WHERE s.endpoint_id = e.id), '{}') AS event_types,
-       e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.previous_secret_expires_at,
+       e.max_attempts, e.timeout_ms, e.rate_limit_per_s,
+       (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
+        WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
        e.created_at, e.updated_at, e.retry_schedule
 FROM tidings.endpoints e
 WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL
@@ -43,7 +48,9 @@ WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL
 SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
                  FROM tidings.subscriptions s WHERE s.endpoint_id = e.id), '{}') AS event_types,
-       e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.previous_secret_expires_at,
+       e.max_attempts, e.timeout_ms, e.rate_limit_per_s,
+       (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
+        WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
        e.created_at, e.updated_at, e.retry_schedule
 FROM tidings.endpoints e
 WHERE e.app_id = %(app_id)s AND e.deleted_at IS NULL AND e.id > %(after_id)s
@@ -76,7 +83,9 @@ WITH changed AS (
             ELSE now() END,
         updated_at = now()
     WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL
-    RETURNING e.*
+    RETURNING e.id, e.app_id, e.url, e.description, e.enabled, e.disabled_reason,
+              e.disabled_at, e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule,
+              e.created_at, e.updated_at
 ),
 unsubscribed AS (
     DELETE FROM tidings.subscriptions s
@@ -97,14 +106,17 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
             ELSE coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
                            FROM tidings.subscriptions s WHERE s.endpoint_id = c.id), '{}')
        END AS event_types,
-       c.max_attempts, c.timeout_ms, c.rate_limit_per_s, c.previous_secret_expires_at,
+       c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
+       (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
+        WHERE s.endpoint_id = c.id AND s.expires_at > now()) AS previous_secret_expires_at,
        c.created_at, c.updated_at, c.retry_schedule
 FROM changed c
 
 -- name: soft_delete_endpoint
--- Marks an endpoint of an application deleted and disabled, keeping its row for the history of its messages. Its
--- undelivered messages become dead letters ("endpoint deleted") in the same statement, so none
--- waits forever for an endpoint that is gone; clearing the lease voids any attempt in flight.
+-- Marks an endpoint of an application deleted and disabled, keeping its row for the history of
+-- its messages. Its undelivered messages become dead letters ("endpoint deleted") in the same
+-- statement, so none waits forever for an endpoint that is gone; clearing the lease voids any
+-- attempt in flight. Its signing secrets go: a deleted endpoint never signs again.
 WITH deleted AS (
     UPDATE tidings.endpoints
     SET deleted_at = now(), enabled = false, disabled_at = coalesce(disabled_at, now()),
@@ -118,19 +130,13 @@ abandoned AS (
         lease_token = NULL, last_error = 'endpoint deleted'
     FROM deleted d
     WHERE m.endpoint_id = d.id AND m.status IN ('pending', 'failed', 'in_flight')
+),
+forgotten AS (
+    DELETE FROM tidings.endpoint_secrets s
+    USING deleted d
+    WHERE s.endpoint_id = d.id
 )
 SELECT id FROM deleted
-
--- name: rotate_endpoint_secret
--- Installs a new signing secret on an application's endpoint; the current one becomes the previous
--- secret, which keeps signing until overlap_s from now.
-UPDATE tidings.endpoints
-SET previous_secret = secret,
-    previous_secret_expires_at = now() + %(overlap_s)s * interval '1 second',
-    secret = %(secret)s,
-    updated_at = now()
-WHERE id = %(endpoint_id)s AND app_id = %(app_id)s AND deleted_at IS NULL
-RETURNING id, previous_secret_expires_at
 
 -- name: endpoint_health
 -- An application's endpoint: its circuit, latency figures and the number of its messages in each

@@ -124,12 +124,17 @@ resent AS (
         delivered_at = NULL, dead_lettered_at = NULL, dead_letter_reported_at = NULL
     FROM target t
     WHERE m.id = t.id AND t.endpoint_open AND m.status IN ('delivered', 'dead_letter')
-    RETURNING m.*
+    RETURNING m.id, m.endpoint_id, m.event_ref, m.event_type, m.status, m.attempts, m.max_attempts,
+              m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at, m.last_error,
+              m.last_status_code, m.last_response_ms
 ),
 now_is AS (
     SELECT r.* FROM resent r
     UNION ALL
-    SELECT m.* FROM tidings.messages m
+    SELECT m.id, m.endpoint_id, m.event_ref, m.event_type, m.status, m.attempts, m.max_attempts,
+           m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at, m.last_error,
+           m.last_status_code, m.last_response_ms
+    FROM tidings.messages m
     WHERE m.id = %(message_id)s AND NOT EXISTS (SELECT 1 FROM resent)
 )
 SELECT n.id, n.endpoint_id, n.event_type, ev.event_id, n.status::text AS status, n.attempts,

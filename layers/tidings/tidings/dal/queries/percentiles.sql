@@ -98,8 +98,9 @@ USING unnest(%(endpoint_ids)s::bigint[], %(buckets)s::smallint[]) AS e(endpoint_
 WHERE w.endpoint_id = e.endpoint_id AND w.bucket = e.bucket AND w.n = 0;
 
 -- name: analyze_latency_histograms
--- Refreshes the planner's statistics of the histograms after a build filled them.
-ANALYZE tidings.latency_buckets, tidings.latency_window;
+-- Refreshes the planner's statistics of the histograms after a build filled them (through a
+-- function of the owner's: only a table's owner may analyze it).
+SELECT tidings.analyze_latency_histograms();
 
 -- name: allow_large_rollup
 -- Gives this transaction more memory for sorts and hashes and more time, for the roll-up of a

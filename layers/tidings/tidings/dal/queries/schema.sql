@@ -74,3 +74,46 @@ JOIN pg_class c ON c.oid = t.tgrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'tidings' AND NOT t.tgisinternal
 ORDER BY c.relname, t.tgname;
+
+-- name: schema_grants
+-- What is granted on schema tidings and its objects to other roles than their owner, one row
+-- per object, grantee and privilege (with the columns when it is granted on some columns only),
+-- leaving out the daily partitions of attempts.
+WITH granted AS (
+    SELECT 'SCHEMA tidings' AS object, NULL::name AS column_name, x.grantee, x.privilege_type,
+           n.nspowner AS owner
+    FROM pg_namespace n, aclexplode(n.nspacl) x
+    WHERE n.nspname = 'tidings'
+    UNION ALL
+    SELECT CASE WHEN c.relkind = 'S' THEN 'SEQUENCE ' ELSE 'TABLE ' END
+               || 'tidings.' || quote_ident(c.relname),
+           NULL, x.grantee, x.privilege_type, c.relowner
+    FROM pg_class c, aclexplode(c.relacl) x
+    WHERE c.relnamespace = 'tidings'::regnamespace
+      AND c.relname !~ '^attempts_[0-9]{8}$'
+    UNION ALL
+    SELECT 'TABLE tidings.' || quote_ident(c.relname), a.attname, x.grantee, x.privilege_type,
+           c.relowner
+    FROM pg_attribute a
+    JOIN pg_class c ON c.oid = a.attrelid
+    CROSS JOIN aclexplode(a.attacl) x
+    WHERE c.relnamespace = 'tidings'::regnamespace
+      AND c.relname !~ '^attempts_[0-9]{8}$'
+      AND a.attnum > 0 AND NOT a.attisdropped
+    UNION ALL
+    SELECT 'FUNCTION tidings.' || quote_ident(p.proname)
+               || '(' || pg_get_function_identity_arguments(p.oid) || ')',
+           NULL, x.grantee, x.privilege_type, p.proowner
+    FROM pg_proc p, aclexplode(p.proacl) x
+    WHERE p.pronamespace = 'tidings'::regnamespace
+)
+SELECT g.object,
+       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(r.rolname) END AS grantee,
+       g.privilege_type AS privilege,
+       array_agg(quote_ident(g.column_name) ORDER BY g.column_name)
+           FILTER (WHERE g.column_name IS NOT NULL) AS columns
+FROM granted g
+LEFT JOIN pg_roles r ON r.oid = g.grantee
+WHERE g.grantee <> g.owner
+GROUP BY g.object, g.grantee, r.rolname, g.privilege_type
+ORDER BY g.object, 2, g.privilege_type;

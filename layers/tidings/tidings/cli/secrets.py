@@ -1,0 +1,71 @@
+"""``tidings secrets``: where the key of the signing secrets is, and re-encrypting them."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from tidings.cli.support import keyring_for, print_json, secrets_key_notice, target
+from tidings.secrets.master_keys import KeyUnavailable
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "secrets", help="the key that encrypts signing secrets: where it is, re-encrypting"
+    )
+    commands = parser.add_subparsers(dest="secrets_command", required=True, metavar="COMMAND")
+    where = commands.add_parser("where", help="say which key encrypts the signing secrets")
+    where.set_defaults(handler=run_where)
+    again = commands.add_parser(
+        "reencrypt",
+        help="seal every stored signing secret with the current data key of the current key",
+        description=(
+            "Encrypts any secret still stored in clear, then opens every stored secret not "
+            "sealed by the current data key and seals it again with it: after the local key "
+            "changed (give the old one in TIDINGS_SECRETS_PREVIOUS_KEYS) or a data key aged "
+            "out. Data keys that no longer seal anything are dropped an hour after a newer one "
+            "replaced them. Run it as a member of the owner role (the migrator's user)."
+        ),
+    )
+    again.add_argument(
+        "--new-data-key", action="store_true", help="make a new data key first and use it"
+    )
+    again.add_argument("--json", action="store_true", help="print the result as JSON")
+    again.set_defaults(handler=run_reencrypt)
+
+
+def run_where(args: argparse.Namespace) -> int:
+    with target() as found:
+        # Only says: a key file that does not exist yet is made by the first command that
+        # stores a secret, not by this one.
+        print(secrets_key_notice(keyring_for(found, create=False).master))
+    return 0
+
+
+def run_reencrypt(args: argparse.Namespace) -> int:
+    from tidings.cli.support import OperatorError
+    from tidings.secrets.upkeep import keep_secrets
+
+    with target() as found:
+        keyring = keyring_for(found)
+        try:
+            result = found.db.run(
+                lambda cur: keep_secrets(cur, keyring, fresh=args.new_data_key), transaction=True
+            )
+        except KeyUnavailable as exc:
+            raise OperatorError(str(exc)) from exc
+        if args.json:
+            print_json(result)
+            return 0
+        print(
+            f"{result.reencrypted} secret(s) sealed again with data key {result.data_key_id}; "
+            f"{result.encrypted_endpoints} endpoint(s) had secrets in clear; "
+            f"{result.data_keys_dropped} unused data key(s) dropped"
+        )
+        if result.unreadable:
+            print(
+                f"{result.unreadable} secret(s) did not open with their data key and were left "
+                "as they are: rotate their endpoints' secrets"
+            )
+        print(secrets_key_notice(keyring.master))
+    return 0
