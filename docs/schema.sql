@@ -714,10 +714,14 @@ BEGIN
         -- 'default' can never be deleted (default_application_stays): no lock needed.
         v_app_id := 1;
     ELSE
-        SELECT a.id INTO v_app_id
-        FROM tidings.applications a
-        WHERE a.uid = application AND a.deleted_at IS NULL
-        FOR KEY SHARE;
+        SELECT a.id INTO v_app_id FROM tidings.applications a WHERE a.uid = application;
+        IF FOUND THEN
+            PERFORM pg_advisory_xact_lock_shared(1953064041, mod(v_app_id, 2147483648)::integer);
+            SELECT a.id INTO v_app_id
+            FROM tidings.applications a
+            WHERE a.id = v_app_id AND a.deleted_at IS NULL
+            FOR KEY SHARE;
+        END IF;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'tidings.enqueue: unknown application: %', application
                 USING ERRCODE = '23503', DETAIL = 'application';

@@ -58,6 +58,7 @@ _APPLICATIONS = (
     "find_application",
     "list_applications",
     "update_application",
+    "lock_application_for_deletion",
     "mark_application_deleted",
     "retire_application_endpoints",
 )

@@ -58,9 +58,10 @@ def update_application(
 
 def delete_application(cur: Cursor, app_id: int) -> tuple[int, int] | None:
     """Delete an application: the endpoints disabled and the messages dead-lettered, or None
-    when there is no such live application (or it is 'default'). Two statements, so that the
-    second sees what was sent to the application until the first got its lock: run them in one
-    transaction."""
+    when there is no such live application (or it is 'default'). Three statements, so that the
+    last sees what was sent to the application until the first two got their locks: run them in
+    one transaction."""
+    cur.execute(sql("lock_application_for_deletion"), {"app_id": app_id})
     cur.execute(sql("mark_application_deleted"), {"app_id": app_id})
     if cur.fetchone() is None:
         return None

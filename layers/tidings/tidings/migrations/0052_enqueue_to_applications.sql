@@ -38,10 +38,14 @@ DROP FUNCTION tidings.enqueue_batch(jsonb);
 -- index's locks in one order and cannot deadlock; a concurrent duplicate waits for the first
 -- writer and then sees its rows (each statement below takes a fresh snapshot).
 --
--- A named application is locked FOR KEY SHARE until the caller's transaction ends: deleting it
--- (tidings.applications, FOR UPDATE) waits for the events being sent to it and then dead-letters
--- their messages too, and an event sent once it is deleted finds no application. Concurrent
--- senders do not wait for each other (KEY SHARE locks are shared).
+-- Sending to a named application holds, until the caller's transaction ends, the application's
+-- deletion lock in shared mode (an advisory lock: class 1953064041, 'tidi', and the id modulo
+-- 2^31) and its row FOR KEY SHARE. Deleting it takes the deletion lock exclusively: it waits for
+-- the events being sent to it and then dead-letters their messages too, and an event sent once it
+-- is deleted finds no application. Concurrent senders do not wait for each other (both locks are
+-- shared). The advisory lock is what makes the deletion wait its turn: PostgreSQL grants a shared
+-- row lock to a newcomer even while a FOR UPDATE waits, so under steady traffic a deletion could
+-- wait for ever; the lock manager queues a shared advisory request behind a waiting exclusive one.
 --
 -- Errors: SQLSTATE 22023 for a bad argument; 23503 for an unknown (or deleted) application,
 -- DETAIL "application", and for an endpoint id that does not exist in the application, DETAIL
@@ -64,10 +68,14 @@ BEGIN
         -- 'default' can never be deleted (default_application_stays): no lock needed.
         v_app_id := 1;
     ELSE
-        SELECT a.id INTO v_app_id
-        FROM tidings.applications a
-        WHERE a.uid = application AND a.deleted_at IS NULL
-        FOR KEY SHARE;
+        SELECT a.id INTO v_app_id FROM tidings.applications a WHERE a.uid = application;
+        IF FOUND THEN
+            PERFORM pg_advisory_xact_lock_shared(1953064041, mod(v_app_id, 2147483648)::integer);
+            SELECT a.id INTO v_app_id
+            FROM tidings.applications a
+            WHERE a.id = v_app_id AND a.deleted_at IS NULL
+            FOR KEY SHARE;
+        END IF;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'tidings.enqueue: unknown application: %', application
                 USING ERRCODE = '23503', DETAIL = 'application';

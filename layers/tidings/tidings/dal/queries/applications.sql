@@ -33,8 +33,14 @@ SET name = CASE WHEN %(set_name)s THEN %(name)s ELSE a.name END,
 WHERE a.id = %(app_id)s AND a.deleted_at IS NULL
 RETURNING a.id, a.uid, a.name, a.metadata, a.created_at, a.updated_at
 
+-- name: lock_application_for_deletion
+-- The deletion lock of an application, exclusively, until the deleting transaction ends: waits
+-- for the transactions that are sending events to it (tidings.enqueue_batch holds it shared) and
+-- makes those that come later wait in turn, so that a deletion is never starved by traffic.
+SELECT pg_advisory_xact_lock(1953064041, mod(%(app_id)s, 2147483648)::integer)
+
 -- name: mark_application_deleted
--- The first step of deleting an application (in the deleting transaction): marks it deleted,
+-- The next step of deleting an application (in the deleting transaction): marks it deleted,
 -- after waiting, through FOR UPDATE, for every transaction that is sending events to it or
 -- adding endpoints or tokens to it (they hold it FOR KEY SHARE); those that come later find it
 -- deleted. 'default' is never deleted (its CHECK refuses it; excluded here).
@@ -51,7 +57,7 @@ WHERE a.id = locked.id
 RETURNING a.id
 
 -- name: retire_application_endpoints
--- The second step of deleting an application, with a snapshot taken after the first (so it sees
+-- The last step of deleting an application, with a snapshot taken after the others (so it sees
 -- every event sent to it until then): disables its endpoints, and dead-letters their undelivered
 -- messages with the reason (kept as history, replayable should the application come back),
 -- clearing leases so that an attempt in flight records nothing. Returns the endpoints disabled
