@@ -1,0 +1,1524 @@
+/*
+ * Tidings consumer portal.
+ *
+ * Plain JavaScript, no framework, no build step. It talks only to the public JSON API, with a
+ * short-lived session token kept in sessionStorage. The page runs under a strict Content
+ * Security Policy: no inline script or style, no eval, and every value from the API is rendered
+ * as text (textContent, createElement, createElementNS), never as markup.
+ *
+ * URLs are relative ("v1/..."), so that the page works wherever the deployment serves it:
+ * https://host/prod/portal talks to https://host/prod/v1/..., http://127.0.0.1:8080/portal to
+ * http://127.0.0.1:8080/v1/...
+ */
+(function () {
+  "use strict";
+
+  var STORAGE_KEY = "tidings.portal.session";
+  var ENDED_MESSAGE = "This portal link has expired or was already used. Ask for a new link.";
+  var ENDPOINT_PAGE = 100;
+  var MESSAGE_PAGE = 50;
+  var MAX_TIMER_MS = 2147483000;
+  var SVG_NS = "http://www.w3.org/2000/svg";
+  var STATUS_LABELS = {
+    pending: "Pending",
+    in_flight: "In flight",
+    delivered: "Delivered",
+    failed: "Failed",
+    dead_letter: "Dead letter",
+  };
+  var STATUS_BADGES = {
+    pending: "badge-neutral",
+    in_flight: "badge-info",
+    delivered: "badge-ok",
+    failed: "badge-warn",
+    dead_letter: "badge-bad",
+  };
+  var CIRCUIT = {
+    closed: ["Circuit closed", "badge-ok"],
+    open: ["Circuit open", "badge-bad"],
+    half_open: ["Circuit half-open", "badge-warn"],
+  };
+
+  var state = {
+    session: null,
+    readOnly: false,
+    appPath: "",
+    expiryTimer: null,
+    tab: "endpoints",
+    endpoints: [],
+    endpointsCursor: null,
+    endpointsLoaded: false,
+    endpointById: new Map(),
+    endpoint: null,
+    deliveries: { filter: {}, cursor: null, loaded: false },
+    message: null,
+    dead: { endpointId: "", cursor: null, items: [], selected: new Set() },
+  };
+
+  // -- small helpers ------------------------------------------------------------------------
+
+  function $(id) {
+    return document.getElementById(id);
+  }
+
+  /** An element with attributes and children; strings become text nodes, never markup. */
+  function h(tag, props, children) {
+    var node = document.createElement(tag);
+    setProps(node, props);
+    appendAll(node, children);
+    return node;
+  }
+
+  function svg(tag, props, children) {
+    var node = document.createElementNS(SVG_NS, tag);
+    setProps(node, props);
+    appendAll(node, children);
+    return node;
+  }
+
+  function setProps(node, props) {
+    if (!props) return;
+    Object.keys(props).forEach(function (key) {
+      var value = props[key];
+      if (value === null || value === undefined || value === false) return;
+      if (key === "text") {
+        node.textContent = String(value);
+      } else if (key === "testid") {
+        node.setAttribute("data-testid", String(value));
+      } else if (key.slice(0, 2) === "on" && typeof value === "function") {
+        node.addEventListener(key.slice(2), value);
+      } else if (key === "style") {
+        throw new Error("inline styles are not allowed by the page's policy");
+      } else {
+        node.setAttribute(key, value === true ? "" : String(value));
+      }
+    });
+  }
+
+  function appendAll(node, children) {
+    if (children === null || children === undefined) return;
+    if (!Array.isArray(children)) children = [children];
+    children.forEach(function (child) {
+      if (child === null || child === undefined || child === false) return;
+      node.appendChild(typeof child === "object" ? child : document.createTextNode(String(child)));
+    });
+  }
+
+  function clear(node) {
+    while (node.firstChild) node.removeChild(node.firstChild);
+  }
+
+  function text(value) {
+    return value === null || value === undefined || value === "" ? "—" : String(value);
+  }
+
+  function formatTime(iso) {
+    if (!iso) return "—";
+    var date = new Date(iso);
+    if (isNaN(date.getTime())) return String(iso);
+    return date.toLocaleString(undefined, {
+      year: "numeric",
+      month: "short",
+      day: "numeric",
+      hour: "2-digit",
+      minute: "2-digit",
+      second: "2-digit",
+    });
+  }
+
+  function timeNode(iso) {
+    if (!iso) return document.createTextNode("—");
+    return h("time", { datetime: String(iso), title: String(iso) }, formatTime(iso));
+  }
+
+  function formatMs(ms) {
+    if (ms === null || ms === undefined || typeof ms !== "number" || !isFinite(ms)) return "—";
+    if (ms < 1000) return Math.round(ms) + " ms";
+    return (ms / 1000).toFixed(ms < 10000 ? 2 : 1) + " s";
+  }
+
+  function formatSeconds(s) {
+    if (typeof s !== "number") return String(s);
+    if (s < 60) return s + " s";
+    if (s < 3600) return +(s / 60).toFixed(1) + " min";
+    return +(s / 3600).toFixed(1) + " h";
+  }
+
+  function hourLabel(iso) {
+    var date = new Date(iso);
+    if (isNaN(date.getTime())) return String(iso);
+    return date.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
+  }
+
+  /** A datetime-local value (local time) as RFC 3339 in UTC; "" gives null, nonsense NaN. */
+  function localToRfc3339(value) {
+    if (!value) return null;
+    var date = new Date(value);
+    if (isNaN(date.getTime())) return NaN;
+    return date.toISOString();
+  }
+
+  function splitEventTypes(value) {
+    var types = String(value || "")
+      .split(",")
+      .map(function (part) {
+        return part.trim();
+      })
+      .filter(function (part) {
+        return part !== "";
+      });
+    return types.length ? types : ["*"];
+  }
+
+  function endpointLabel(id) {
+    var endpoint = state.endpointById.get(id);
+    return endpoint ? endpoint.url : "Endpoint #" + id;
+  }
+
+  function statusBadge(status) {
+    return h(
+      "span",
+      { class: "badge " + (STATUS_BADGES[status] || "badge-neutral"), "data-status": status },
+      STATUS_LABELS[status] || text(status)
+    );
+  }
+
+  function enabledBadge(endpoint) {
+    if (endpoint.enabled) return h("span", { class: "badge badge-ok" }, "Enabled");
+    return h("span", { class: "badge badge-bad" }, "Disabled");
+  }
+
+  // -- status line (aria-live) --------------------------------------------------------------
+
+  function say(message, kind) {
+    var box = $("status");
+    clear(box);
+    if (!message) return;
+    box.appendChild(
+      h("span", { class: "status-line is-" + (kind || "ok"), testid: "status-line" }, message)
+    );
+  }
+
+  function report(error, what) {
+    if (error instanceof SessionEnded) return;
+    var message = error && error.message ? error.message : String(error);
+    if (error instanceof ApiError && error.status === 403) {
+      message = "This session may not do that: " + message;
+    }
+    say((what ? what + ": " : "") + message, "error");
+  }
+
+  // -- the API ------------------------------------------------------------------------------
+
+  function ApiError(status, body) {
+    var detail = (body && body.error) || {};
+    this.status = status;
+    this.code = detail.code || "http_" + status;
+    this.message = detail.message || "the service answered " + (status || "nothing");
+    this.field = detail.field || null;
+  }
+  ApiError.prototype = Object.create(Error.prototype);
+  ApiError.prototype.constructor = ApiError;
+
+  function SessionEnded() {
+    this.message = ENDED_MESSAGE;
+  }
+  SessionEnded.prototype = Object.create(Error.prototype);
+  SessionEnded.prototype.constructor = SessionEnded;
+
+  async function readJson(response) {
+    if (response.status === 204) return null;
+    try {
+      return await response.json();
+    } catch (_ignored) {
+      return null;
+    }
+  }
+
+  async function api(method, path, body) {
+    var session = state.session;
+    if (!session || expired(session)) {
+      endSession();
+      throw new SessionEnded();
+    }
+    var headers = { Authorization: "Bearer " + session.token, Accept: "application/json" };
+    var init = {
+      method: method,
+      headers: headers,
+      credentials: "omit",
+      cache: "no-store",
+      referrerPolicy: "no-referrer",
+    };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    var response;
+    try {
+      response = await fetch(state.appPath + path, init);
+    } catch (_network) {
+      throw new ApiError(0, {
+        error: { code: "network", message: "the service could not be reached; try again" },
+      });
+    }
+    if (response.status === 401) {
+      endSession();
+      throw new SessionEnded();
+    }
+    var data = await readJson(response);
+    if (!response.ok) throw new ApiError(response.status, data);
+    return data;
+  }
+
+  // -- session ------------------------------------------------------------------------------
+
+  function linkFromHash() {
+    var fragment = location.hash.replace(/^#/, "");
+    if (!fragment) return null;
+    var parts = fragment.split("&");
+    for (var i = 0; i < parts.length; i++) {
+      if (parts[i].indexOf("link=") === 0) {
+        try {
+          return decodeURIComponent(parts[i].slice(5));
+        } catch (_bad) {
+          return "";
+        }
+      }
+    }
+    return null;
+  }
+
+  function expired(session) {
+    var until = Date.parse(session.expires_at);
+    return !isFinite(until) || until <= Date.now();
+  }
+
+  function validSession(data) {
+    return (
+      data &&
+      typeof data.token === "string" &&
+      data.token !== "" &&
+      typeof data.expires_at === "string" &&
+      data.application &&
+      typeof data.application.uid === "string" &&
+      data.application.uid !== ""
+    );
+  }
+
+  function storeSession(session) {
+    try {
+      sessionStorage.setItem(STORAGE_KEY, JSON.stringify(session));
+    } catch (_unavailable) {
+      // Without storage the session lasts as long as this page.
+    }
+  }
+
+  function loadSession() {
+    try {
+      var stored = JSON.parse(sessionStorage.getItem(STORAGE_KEY) || "null");
+      return validSession(stored) ? stored : null;
+    } catch (_bad) {
+      return null;
+    }
+  }
+
+  function forgetSession() {
+    try {
+      sessionStorage.removeItem(STORAGE_KEY);
+    } catch (_unavailable) {
+      // Nothing stored, then.
+    }
+  }
+
+  async function exchange(link) {
+    var response;
+    try {
+      response = await fetch("v1/portal/sessions", {
+        method: "POST",
+        headers: {
+          Authorization: "Bearer " + link,
+          "Content-Type": "application/json",
+          Accept: "application/json",
+        },
+        body: "{}",
+        credentials: "omit",
+        cache: "no-store",
+        referrerPolicy: "no-referrer",
+      });
+    } catch (_network) {
+      showEnded("The portal could not reach the service. Check your connection and reload.");
+      return null;
+    }
+    var data = await readJson(response);
+    if (response.status === 201 && validSession(data)) {
+      return {
+        token: data.token,
+        expires_at: data.expires_at,
+        read_only: data.read_only === true,
+        application: {
+          id: data.application.id,
+          uid: data.application.uid,
+          name: typeof data.application.name === "string" ? data.application.name : "",
+        },
+      };
+    }
+    if (response.status === 401 || response.status === 403 || response.status === 410) {
+      showEnded(ENDED_MESSAGE);
+    } else {
+      var detail = new ApiError(response.status, data);
+      showEnded("The portal could not be opened (" + detail.message + "). Try again later.");
+    }
+    return null;
+  }
+
+  function showEnded(message) {
+    state.session = null;
+    if (state.expiryTimer !== null) {
+      clearTimeout(state.expiryTimer);
+      state.expiryTimer = null;
+    }
+    // No secret stays in the page once the session is over.
+    ["created-secret-value", "secret-value"].forEach(function (id) {
+      $(id).value = "";
+    });
+    $("created-secret").hidden = true;
+    $("secret-shown").hidden = true;
+    $("main").hidden = true;
+    $("loading").hidden = true;
+    $("app-uid").textContent = "";
+    $("session-expiry").textContent = "";
+    $("read-only-badge").hidden = true;
+    say("");
+    $("ended-message").textContent = message;
+    $("ended").hidden = false;
+  }
+
+  function endSession() {
+    forgetSession();
+    showEnded(ENDED_MESSAGE);
+  }
+
+  async function boot() {
+    var link = linkFromHash();
+    if (location.hash) {
+      // The link is a credential: out of the address bar and the history at once.
+      history.replaceState(null, "", location.pathname + location.search);
+    }
+    var session;
+    if (link !== null) {
+      // A new link replaces whatever session this tab had.
+      forgetSession();
+      if (!link) {
+        showEnded(ENDED_MESSAGE);
+        return;
+      }
+      session = await exchange(link);
+      if (!session) return;
+      storeSession(session);
+    } else {
+      session = loadSession();
+    }
+    if (!session || expired(session)) {
+      endSession();
+      return;
+    }
+    start(session);
+  }
+
+  function start(session) {
+    state.session = session;
+    state.readOnly = session.read_only === true;
+    state.appPath = "v1/apps/" + encodeURIComponent(session.application.uid);
+    var app = session.application;
+    var name = app.name || app.uid;
+    $("app-name").textContent = name;
+    $("app-uid").textContent = app.uid;
+    document.title = name + " · Webhooks";
+    $("session-expiry").textContent = "";
+    $("session-expiry").appendChild(document.createTextNode("Session expires "));
+    $("session-expiry").appendChild(timeNode(session.expires_at));
+    if (state.readOnly) {
+      document.body.classList.add("read-only");
+      document.querySelectorAll("[data-write]").forEach(function (node) {
+        node.hidden = true;
+      });
+      $("read-only-badge").hidden = false;
+      $("secret-read-only-note").hidden = false;
+    }
+    var left = Date.parse(session.expires_at) - Date.now();
+    state.expiryTimer = setTimeout(endSession, Math.max(0, Math.min(left, MAX_TIMER_MS)));
+    $("loading").hidden = true;
+    $("ended").hidden = true;
+    $("main").hidden = false;
+    selectTab("endpoints", false);
+  }
+
+  // -- tabs ---------------------------------------------------------------------------------
+
+  function tabs() {
+    return Array.prototype.slice.call(document.querySelectorAll('#tablist [role="tab"]'));
+  }
+
+  function selectTab(name, focus) {
+    tabs().forEach(function (tab) {
+      var selected = tab.getAttribute("data-tab") === name;
+      tab.setAttribute("aria-selected", selected ? "true" : "false");
+      tab.tabIndex = selected ? 0 : -1;
+      $(tab.getAttribute("aria-controls")).hidden = !selected;
+      if (selected && focus) tab.focus();
+    });
+    state.tab = name;
+    if (name === "endpoints") {
+      if (!$("endpoints-list-view").hidden) loadEndpoints(true).catch(reportAs("Endpoints"));
+    } else if (name === "deliveries") {
+      withEndpoints(function () {
+        if (!$("deliveries-list-view").hidden) return loadDeliveries(true);
+        return null;
+      }).catch(reportAs("Deliveries"));
+    } else if (name === "dead-letters") {
+      withEndpoints(function () {
+        return loadDead(true);
+      }).catch(reportAs("Dead letters"));
+    } else if (name === "health") {
+      withEndpoints(loadHealth).catch(reportAs("Health"));
+    }
+  }
+
+  function reportAs(what) {
+    return function (error) {
+      report(error, what);
+    };
+  }
+
+  /** Runs ``then`` once the endpoints are known (their URLs label messages and selects). */
+  async function withEndpoints(then) {
+    if (!state.endpointsLoaded) await loadEndpoints(true);
+    return then();
+  }
+
+  function onTabKey(event) {
+    var all = tabs();
+    var index = all.indexOf(document.activeElement);
+    if (index < 0) return;
+    var next = null;
+    if (event.key === "ArrowRight" || event.key === "ArrowDown") next = (index + 1) % all.length;
+    else if (event.key === "ArrowLeft" || event.key === "ArrowUp")
+      next = (index - 1 + all.length) % all.length;
+    else if (event.key === "Home") next = 0;
+    else if (event.key === "End") next = all.length - 1;
+    if (next === null) return;
+    event.preventDefault();
+    selectTab(all[next].getAttribute("data-tab"), true);
+  }
+
+  // -- endpoints ----------------------------------------------------------------------------
+
+  async function loadEndpoints(reset) {
+    var query = new URLSearchParams({ limit: String(ENDPOINT_PAGE) });
+    if (!reset && state.endpointsCursor) query.set("cursor", state.endpointsCursor);
+    var page = await api("GET", "/endpoints?" + query.toString());
+    if (reset) state.endpoints = [];
+    state.endpoints = state.endpoints.concat(page.items || []);
+    state.endpointsCursor = page.next_cursor || null;
+    state.endpointsLoaded = true;
+    state.endpointById = new Map();
+    state.endpoints.forEach(function (endpoint) {
+      state.endpointById.set(endpoint.id, endpoint);
+    });
+    renderEndpoints();
+    fillEndpointSelects();
+  }
+
+  function renderEndpoints() {
+    var body = $("endpoints-body");
+    clear(body);
+    state.endpoints.forEach(function (endpoint) {
+      body.appendChild(
+        h("tr", { "data-endpoint-id": endpoint.id, testid: "endpoint-row" }, [
+          h(
+            "td",
+            { class: "url-cell" },
+            h(
+              "button",
+              {
+                type: "button",
+                class: "linkish",
+                testid: "endpoint-open",
+                "data-endpoint-id": endpoint.id,
+                onclick: function () {
+                  openEndpoint(endpoint.id);
+                },
+              },
+              endpoint.url
+            )
+          ),
+          h("td", { testid: "endpoint-description" }, text(endpoint.description)),
+          h("td", { class: "break" }, (endpoint.event_types || []).join(", ")),
+          h("td", null, enabledBadge(endpoint)),
+          h("td", { class: "nowrap" }, timeNode(endpoint.created_at)),
+        ])
+      );
+    });
+    $("endpoints-empty").hidden = state.endpoints.length > 0;
+    $("endpoints-more").hidden = !state.endpointsCursor;
+  }
+
+  function fillEndpointSelects() {
+    ["filter-endpoint", "dead-filter-endpoint", "replay-endpoint"].forEach(function (id) {
+      var select = $(id);
+      var current = select.value;
+      while (select.options.length > 1) select.remove(1);
+      state.endpoints.forEach(function (endpoint) {
+        var label = endpoint.url + (endpoint.description ? " (" + endpoint.description + ")" : "");
+        select.appendChild(h("option", { value: String(endpoint.id) }, label));
+      });
+      select.value = state.endpointById.has(Number(current)) ? current : "";
+    });
+  }
+
+  function clearFieldErrors(prefix, fields) {
+    fields.forEach(function (field) {
+      var box = $(prefix + "-" + field + "-error");
+      if (box) {
+        box.textContent = "";
+        box.hidden = true;
+      }
+      var input = $(prefix + "-" + field);
+      if (input) input.removeAttribute("aria-invalid");
+    });
+    var general = $(prefix + "-form-error");
+    if (general) {
+      general.textContent = "";
+      general.hidden = true;
+    }
+  }
+
+  /** Shows an API error next to its field when the form has that field, else under the form. */
+  function showFieldError(prefix, error) {
+    var name = error.field ? String(error.field).replace(/_/g, "-") : "";
+    var box = name ? $(prefix + "-" + name + "-error") : null;
+    var input = name ? $(prefix + "-" + name) : null;
+    if (!box) box = $(prefix + "-form-error");
+    box.textContent = error.message;
+    box.hidden = false;
+    if (input) {
+      input.setAttribute("aria-invalid", "true");
+      input.focus();
+    }
+  }
+
+  function toggleNewEndpointForm(show) {
+    var form = $("new-endpoint-form");
+    form.hidden = !show;
+    $("add-endpoint").setAttribute("aria-expanded", show ? "true" : "false");
+    clearFieldErrors("new-endpoint", ["url", "description", "event-types"]);
+    if (show) {
+      $("created-secret").hidden = true;
+      $("created-secret-value").value = "";
+      $("new-endpoint-url").focus();
+    } else {
+      form.reset();
+    }
+  }
+
+  async function createEndpoint(event) {
+    event.preventDefault();
+    clearFieldErrors("new-endpoint", ["url", "description", "event-types"]);
+    var url = $("new-endpoint-url").value.trim();
+    if (!url) {
+      showFieldError("new-endpoint", { field: "url", message: "Enter the endpoint's URL." });
+      return;
+    }
+    var body = {
+      url: url,
+      description: $("new-endpoint-description").value,
+      event_types: splitEventTypes($("new-endpoint-event-types").value),
+    };
+    var button = $("new-endpoint-submit");
+    button.disabled = true;
+    try {
+      var created = await api("POST", "/endpoints", body);
+      toggleNewEndpointForm(false);
+      $("created-secret-value").value = created.secret || "";
+      $("created-secret").hidden = false;
+      say("Endpoint created. Copy its signing secret now.", "ok");
+      await loadEndpoints(true);
+      $("created-secret-value").focus();
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 422) {
+        showFieldError("new-endpoint", error);
+      } else {
+        report(error, "The endpoint was not created");
+      }
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  function showEndpointList() {
+    $("endpoint-detail").hidden = true;
+    $("endpoints-list-view").hidden = false;
+    hideSecret();
+    state.endpoint = null;
+  }
+
+  async function openEndpoint(id) {
+    try {
+      var endpoint = await api("GET", "/endpoints/" + encodeURIComponent(id));
+      if (state.tab !== "endpoints") selectTab("endpoints", false);
+      $("endpoints-list-view").hidden = true;
+      $("endpoint-detail").hidden = false;
+      $("created-secret").hidden = true;
+      $("created-secret-value").value = "";
+      $("endpoint-delete-confirm").hidden = true;
+      $("rotate-confirm").hidden = true;
+      $("recover-result").textContent = "";
+      clearFieldErrors("edit-endpoint", ["url", "description", "event-types"]);
+      clearFieldErrors("recover", ["since", "until"]);
+      hideSecret();
+      renderEndpoint(endpoint, true);
+      $("endpoint-title").focus();
+      loadEndpointHealth(endpoint).catch(reportAs("Health"));
+    } catch (error) {
+      report(error, "The endpoint could not be opened");
+    }
+  }
+
+  function renderEndpoint(endpoint, fillForm) {
+    state.endpoint = endpoint;
+    state.endpointById.set(endpoint.id, endpoint);
+    $("endpoint-title").textContent = endpoint.url;
+    $("endpoint-title").tabIndex = -1;
+    var facts = $("endpoint-facts");
+    clear(facts);
+    var schedule = (endpoint.retry_schedule || []).map(formatSeconds).join(", ");
+    var source = endpoint.retry_schedule_source
+      ? " (" + String(endpoint.retry_schedule_source).replace(/_/g, " ") + ")"
+      : "";
+    var rows = [
+      ["Endpoint ID", String(endpoint.id)],
+      ["URL", endpoint.url],
+      ["Description", text(endpoint.description)],
+      [
+        "State",
+        [
+          enabledBadge(endpoint),
+          endpoint.enabled
+            ? null
+            : " " + text(endpoint.disabled_reason) + (endpoint.disabled_at ? ", " : ""),
+          endpoint.enabled || !endpoint.disabled_at ? null : timeNode(endpoint.disabled_at),
+        ],
+      ],
+      ["Event types", (endpoint.event_types || []).join(", ")],
+      ["Retry schedule", schedule ? schedule + source : "—"],
+      ["Timeout", endpoint.timeout_ms ? formatMs(endpoint.timeout_ms) : "default"],
+      ["Rate limit", endpoint.rate_limit_per_s ? endpoint.rate_limit_per_s + " per second" : "none"],
+      ["Previous secret valid until", timeNode(endpoint.previous_secret_expires_at)],
+      ["Created", timeNode(endpoint.created_at)],
+      ["Updated", timeNode(endpoint.updated_at)],
+    ];
+    rows.forEach(function (row) {
+      facts.appendChild(h("dt", null, row[0]));
+      facts.appendChild(h("dd", { testid: "fact-" + row[0].toLowerCase().replace(/ /g, "-") }, row[1]));
+    });
+    $("endpoint-toggle").textContent = endpoint.enabled ? "Disable" : "Enable";
+    if (fillForm) {
+      $("edit-endpoint-url").value = endpoint.url;
+      $("edit-endpoint-description").value = endpoint.description || "";
+      $("edit-endpoint-event-types").value = (endpoint.event_types || []).join(", ");
+    }
+  }
+
+  async function saveEndpoint(event) {
+    event.preventDefault();
+    var endpoint = state.endpoint;
+    if (!endpoint) return;
+    clearFieldErrors("edit-endpoint", ["url", "description", "event-types"]);
+    var url = $("edit-endpoint-url").value.trim();
+    if (!url) {
+      showFieldError("edit-endpoint", { field: "url", message: "Enter the endpoint's URL." });
+      return;
+    }
+    var changes = {
+      url: url,
+      description: $("edit-endpoint-description").value,
+      event_types: splitEventTypes($("edit-endpoint-event-types").value),
+    };
+    var button = $("edit-endpoint-submit");
+    button.disabled = true;
+    try {
+      var updated = await api("PATCH", "/endpoints/" + endpoint.id, changes);
+      renderEndpoint(updated, true);
+      say("Changes saved.", "ok");
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 422) {
+        showFieldError("edit-endpoint", error);
+      } else {
+        report(error, "The changes were not saved");
+      }
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  async function toggleEndpoint() {
+    var endpoint = state.endpoint;
+    if (!endpoint) return;
+    var button = $("endpoint-toggle");
+    button.disabled = true;
+    try {
+      var updated = await api("PATCH", "/endpoints/" + endpoint.id, { enabled: !endpoint.enabled });
+      renderEndpoint(updated, false);
+      say(updated.enabled ? "Endpoint enabled." : "Endpoint disabled.", "ok");
+    } catch (error) {
+      report(error, "The endpoint was not changed");
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  async function deleteEndpoint() {
+    var endpoint = state.endpoint;
+    if (!endpoint) return;
+    try {
+      await api("DELETE", "/endpoints/" + endpoint.id);
+      $("endpoint-delete-confirm").hidden = true;
+      showEndpointList();
+      say("Endpoint deleted.", "ok");
+      await loadEndpoints(true);
+      $("add-endpoint").focus();
+    } catch (error) {
+      report(error, "The endpoint was not deleted");
+    }
+  }
+
+  function showSecret(secret, label, note) {
+    $("secret-value-label").textContent = label;
+    $("secret-value").value = secret;
+    $("secret-note").textContent = note;
+    $("secret-shown").hidden = false;
+  }
+
+  function hideSecret() {
+    $("secret-value").value = "";
+    $("secret-note").textContent = "";
+    $("secret-shown").hidden = true;
+  }
+
+  async function revealSecret() {
+    var endpoint = state.endpoint;
+    if (!endpoint) return;
+    try {
+      var answer = await api("GET", "/endpoints/" + endpoint.id + "/secret");
+      $("rotate-confirm").hidden = true;
+      showSecret(answer.secret, "Signing secret", "Keep it private: anyone with it can sign webhooks.");
+      $("secret-value").focus();
+      say("Secret revealed.", "info");
+    } catch (error) {
+      report(error, "The secret could not be revealed");
+    }
+  }
+
+  async function rotateSecret() {
+    var endpoint = state.endpoint;
+    if (!endpoint) return;
+    var button = $("rotate-yes");
+    button.disabled = true;
+    try {
+      var answer = await api("POST", "/endpoints/" + endpoint.id + "/rotate-secret", {});
+      $("rotate-confirm").hidden = true;
+      var note = answer.previous_secret_expires_at
+        ? "The previous secret stays valid until " +
+          formatTime(answer.previous_secret_expires_at) +
+          "."
+        : "The previous secret is no longer valid.";
+      showSecret(answer.secret, "New signing secret", note);
+      $("secret-value").focus();
+      say("Secret rotated. Update your receiver with the new secret.", "ok");
+      try {
+        renderEndpoint(await api("GET", "/endpoints/" + endpoint.id), false);
+      } catch (error) {
+        report(error, "The endpoint could not be refreshed");
+      }
+    } catch (error) {
+      report(error, "The secret was not rotated");
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  async function copyFrom(input) {
+    var value = input.value;
+    if (!value) return;
+    if (navigator.clipboard && window.isSecureContext) {
+      try {
+        await Promise.race([
+          navigator.clipboard.writeText(value),
+          new Promise(function (_resolve, reject) {
+            setTimeout(reject, 1500);
+          }),
+        ]);
+        say("Copied to the clipboard.", "ok");
+        return;
+      } catch (_denied) {
+        // Fall back to selecting the text.
+      }
+    }
+    input.focus();
+    input.select();
+    input.setSelectionRange(0, value.length);
+    say("The text is selected: press Ctrl+C (⌘C on a Mac) to copy it.", "info");
+  }
+
+  async function recover(event) {
+    event.preventDefault();
+    var endpoint = state.endpoint;
+    if (!endpoint) return;
+    clearFieldErrors("recover", ["since", "until"]);
+    $("recover-result").textContent = "";
+    var since = localToRfc3339($("recover-since").value);
+    var until = localToRfc3339($("recover-until").value);
+    if (!since || since !== since) {
+      showFieldError("recover", { field: "since", message: "Choose when the window starts." });
+      return;
+    }
+    if (until !== null && until !== until) {
+      showFieldError("recover", { field: "until", message: "Enter a valid date and time." });
+      return;
+    }
+    var body = { since: since };
+    if (until) body.until = until;
+    var button = $("recover-submit");
+    button.disabled = true;
+    try {
+      var answer = await api("POST", "/endpoints/" + endpoint.id + "/recover", body);
+      var message = answer.requeued + " requeued";
+      if (answer.complete === false) message += " (not finished: recover again to continue)";
+      $("recover-result").textContent = message;
+      say(message, "ok");
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 422) showFieldError("recover", error);
+      else report(error, "Nothing was recovered");
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  // -- deliveries ---------------------------------------------------------------------------
+
+  function readDeliveryFilter() {
+    var filter = {};
+    var endpointId = $("filter-endpoint").value;
+    var status = $("filter-status").value;
+    var eventType = $("filter-event-type").value.trim();
+    var since = localToRfc3339($("filter-since").value);
+    var until = localToRfc3339($("filter-until").value);
+    if (since !== since || until !== until) return null;
+    if (endpointId) filter.endpoint_id = endpointId;
+    if (status) filter.status = status;
+    if (eventType) filter.event_type = eventType;
+    if (since) filter.since = since;
+    if (until) filter.until = until;
+    return filter;
+  }
+
+  async function loadDeliveries(reset) {
+    if (reset) state.deliveries.cursor = null;
+    var query = new URLSearchParams(state.deliveries.filter);
+    query.set("limit", String(MESSAGE_PAGE));
+    if (state.deliveries.cursor) query.set("cursor", state.deliveries.cursor);
+    var page = await api("GET", "/messages?" + query.toString());
+    var body = $("deliveries-body");
+    if (reset) clear(body);
+    (page.items || []).forEach(function (message) {
+      body.appendChild(deliveryRow(message));
+    });
+    state.deliveries.cursor = page.next_cursor || null;
+    state.deliveries.loaded = true;
+    $("deliveries-empty").hidden = body.children.length > 0;
+    $("deliveries-more").hidden = !state.deliveries.cursor;
+  }
+
+  function lastAnswer(message) {
+    if (message.last_status_code) {
+      return "HTTP " + message.last_status_code + " · " + formatMs(message.last_response_ms);
+    }
+    return text(message.last_error);
+  }
+
+  function messageButton(message) {
+    return h(
+      "button",
+      {
+        type: "button",
+        class: "linkish",
+        testid: "message-open",
+        "data-message-id": message.id,
+        "aria-label": "Message " + message.id + ", " + message.event_type,
+        onclick: function () {
+          openMessage(message.id);
+        },
+      },
+      "#" + message.id
+    );
+  }
+
+  function deliveryRow(message) {
+    return h(
+      "tr",
+      { testid: "delivery-row", "data-message-id": message.id, "data-status": message.status },
+      [
+        h("td", { class: "nowrap" }, messageButton(message)),
+        h("td", { class: "break" }, message.event_type),
+        h("td", null, statusBadge(message.status)),
+        h(
+          "td",
+          { class: "nowrap" },
+          String(message.attempts) + (message.max_attempts ? " / " + message.max_attempts : "")
+        ),
+        h("td", { class: "url-cell" }, endpointLabel(message.endpoint_id)),
+        h("td", { class: "nowrap" }, timeNode(message.created_at)),
+        h("td", { class: "break" }, lastAnswer(message)),
+      ]
+    );
+  }
+
+  function showDeliveryList() {
+    $("message-detail").hidden = true;
+    $("deliveries-list-view").hidden = false;
+    state.message = null;
+  }
+
+  async function openMessage(id) {
+    try {
+      var message = await api("GET", "/messages/" + encodeURIComponent(id));
+      if (state.tab !== "deliveries") {
+        $("deliveries-list-view").hidden = true;
+        selectTab("deliveries", false);
+      }
+      $("deliveries-list-view").hidden = true;
+      $("message-detail").hidden = false;
+      renderMessage(message);
+      $("message-title").focus();
+    } catch (error) {
+      report(error, "The message could not be opened");
+    }
+  }
+
+  function renderMessage(message) {
+    state.message = message;
+    $("message-title").textContent = "Message #" + message.id;
+    $("message-title").tabIndex = -1;
+    var facts = $("message-facts");
+    clear(facts);
+    var rows = [
+      ["Status", statusBadge(message.status)],
+      ["Event type", message.event_type],
+      ["Event ID", message.event_id],
+      ["Endpoint", endpointLabel(message.endpoint_id)],
+      [
+        "Attempts",
+        String(message.attempts) + (message.max_attempts ? " of " + message.max_attempts : ""),
+      ],
+      ["Created", timeNode(message.created_at)],
+      ["Next attempt", message.status === "delivered" || message.status === "dead_letter" ? "—" : timeNode(message.next_attempt_at)],
+      ["Delivered", timeNode(message.delivered_at)],
+      ["Dead-lettered", timeNode(message.dead_lettered_at)],
+      ["Last error", text(message.last_error)],
+    ];
+    rows.forEach(function (row) {
+      facts.appendChild(h("dt", null, row[0]));
+      facts.appendChild(h("dd", { testid: "fact-" + row[0].toLowerCase().replace(/[ -]/g, "-") }, row[1]));
+    });
+    var waiting = message.waiting_for;
+    $("message-waiting").textContent = waiting && waiting.explanation ? waiting.explanation : "";
+
+    var body = $("attempts-body");
+    clear(body);
+    (message.attempt_history || []).forEach(function (attempt) {
+      body.appendChild(
+        h("tr", { testid: "attempt-row", "data-attempt": attempt.attempt_number }, [
+          h("td", null, String(attempt.attempt_number)),
+          h("td", { class: "nowrap" }, timeNode(attempt.attempted_at)),
+          h("td", { testid: "attempt-status-code" }, text(attempt.status_code)),
+          h("td", { class: "nowrap" }, formatMs(attempt.response_ms)),
+          h("td", null, text(attempt.error_class)),
+          h("td", { class: "excerpt" }, text(attempt.response_excerpt)),
+        ])
+      );
+    });
+    $("attempts-empty").hidden = body.children.length > 0;
+    var payload;
+    try {
+      payload = JSON.stringify(message.payload, null, 2);
+    } catch (_cycle) {
+      payload = String(message.payload);
+    }
+    $("message-payload").textContent = payload === undefined ? "" : payload;
+  }
+
+  async function resendMessage() {
+    var message = state.message;
+    if (!message) return;
+    var button = $("message-resend");
+    button.disabled = true;
+    try {
+      await api("POST", "/messages/" + message.id + "/resend");
+      say("Message #" + message.id + " will be sent again.", "ok");
+      renderMessage(await api("GET", "/messages/" + message.id));
+    } catch (error) {
+      report(error, "The message was not sent again");
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  // -- dead letters -------------------------------------------------------------------------
+
+  async function loadDead(reset) {
+    var dead = state.dead;
+    if (reset) {
+      dead.cursor = null;
+      dead.items = [];
+      dead.selected.clear();
+    }
+    var query = new URLSearchParams({ status: "dead_letter", limit: String(MESSAGE_PAGE) });
+    if (dead.endpointId) query.set("endpoint_id", dead.endpointId);
+    if (dead.cursor) query.set("cursor", dead.cursor);
+    var page = await api("GET", "/messages?" + query.toString());
+    dead.items = dead.items.concat(page.items || []);
+    dead.cursor = page.next_cursor || null;
+    renderDead();
+  }
+
+  function renderDead() {
+    var dead = state.dead;
+    var body = $("dead-body");
+    clear(body);
+    dead.items.forEach(function (message) {
+      var cells = [];
+      if (!state.readOnly) {
+        cells.push(
+          h(
+            "td",
+            { class: "check-col" },
+            h("input", {
+              type: "checkbox",
+              class: "dead-check",
+              testid: "dead-check",
+              "data-message-id": message.id,
+              "aria-label": "Select message " + message.id,
+              checked: dead.selected.has(message.id),
+              onchange: function (event) {
+                if (event.target.checked) dead.selected.add(message.id);
+                else dead.selected.delete(message.id);
+                updateSelection();
+              },
+            })
+          )
+        );
+      }
+      cells.push(
+        h("td", { class: "nowrap" }, messageButton(message)),
+        h("td", { class: "break" }, message.event_type),
+        h("td", { class: "url-cell" }, endpointLabel(message.endpoint_id)),
+        h("td", { class: "nowrap" }, timeNode(message.dead_lettered_at)),
+        h("td", null, String(message.attempts)),
+        h("td", { class: "break" }, lastAnswer(message))
+      );
+      if (!state.readOnly) {
+        cells.push(
+          h(
+            "td",
+            null,
+            h(
+              "button",
+              {
+                type: "button",
+                class: "btn btn-small",
+                testid: "dead-replay",
+                "data-message-id": message.id,
+                "aria-label": "Replay message " + message.id,
+                onclick: function () {
+                  replay({ message_ids: [message.id] });
+                },
+              },
+              "Replay"
+            )
+          )
+        );
+      }
+      body.appendChild(
+        h("tr", { testid: "dead-row", "data-message-id": message.id }, cells)
+      );
+    });
+    $("dead-empty").hidden = dead.items.length > 0;
+    $("dead-more").hidden = !dead.cursor;
+    updateSelection();
+  }
+
+  function updateSelection() {
+    var count = state.dead.selected.size;
+    var button = $("replay-selected");
+    button.disabled = count === 0;
+    button.textContent = count ? "Replay selected (" + count + ")" : "Replay selected";
+    var all = $("dead-select-all");
+    all.checked = count > 0 && count === state.dead.items.length;
+    all.indeterminate = count > 0 && count < state.dead.items.length;
+  }
+
+  async function replay(body) {
+    var result = $("dead-letters-result");
+    result.textContent = "";
+    try {
+      var answer = await api("POST", "/dead-letters/replay", body);
+      var message = answer.requeued + " requeued";
+      result.textContent = message;
+      say(message, "ok");
+      await loadDead(true);
+      return true;
+    } catch (error) {
+      report(error, "Nothing was replayed");
+      return false;
+    }
+  }
+
+  async function replayWindow(event) {
+    event.preventDefault();
+    var box = $("replay-window-error");
+    box.hidden = true;
+    box.textContent = "";
+    var body = {};
+    var endpointId = $("replay-endpoint").value;
+    var since = localToRfc3339($("replay-since").value);
+    var until = localToRfc3339($("replay-until").value);
+    if (since !== since || until !== until) {
+      box.textContent = "Enter valid dates and times.";
+      box.hidden = false;
+      return;
+    }
+    if (endpointId) body.endpoint_id = Number(endpointId);
+    if (since) body.since = since;
+    if (until) body.until = until;
+    if (!Object.keys(body).length) {
+      box.textContent = "Choose an endpoint or a time window.";
+      box.hidden = false;
+      return;
+    }
+    var button = $("replay-window-submit");
+    button.disabled = true;
+    try {
+      await replay(body);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  // -- health -------------------------------------------------------------------------------
+
+  async function loadHealth() {
+    var cards = $("health-cards");
+    var endpoints = state.endpoints.slice();
+    $("health-empty").hidden = endpoints.length > 0;
+    var built = [];
+    for (var i = 0; i < endpoints.length; i++) {
+      var endpoint = endpoints[i];
+      var health = await api("GET", "/endpoints/" + endpoint.id + "/health");
+      built.push(
+        h("article", { class: "card health-card", testid: "health-card", "data-endpoint-id": endpoint.id }, [
+          h("h3", null, endpoint.url),
+          endpoint.description ? h("p", { class: "hint" }, endpoint.description) : null,
+          healthBody(endpoint, health),
+        ])
+      );
+    }
+    clear(cards);
+    appendAll(cards, built);
+  }
+
+  async function loadEndpointHealth(endpoint) {
+    var box = $("endpoint-health");
+    clear(box);
+    var health = await api("GET", "/endpoints/" + endpoint.id + "/health");
+    if (state.endpoint && state.endpoint.id === endpoint.id) box.appendChild(healthBody(endpoint, health));
+  }
+
+  function healthTotals(hourly) {
+    var delivered = 0;
+    var failed = 0;
+    (hourly || []).forEach(function (bucket) {
+      delivered += Number(bucket.delivered) || 0;
+      failed += Number(bucket.failed) || 0;
+    });
+    return { delivered: delivered, failed: failed };
+  }
+
+  function successRate(totals) {
+    var all = totals.delivered + totals.failed;
+    if (!all) return "—";
+    var rate = (totals.delivered / all) * 100;
+    return (rate === 100 || rate === 0 ? rate.toFixed(0) : rate.toFixed(1)) + " %";
+  }
+
+  function metric(label, value, testid) {
+    return h("div", { class: "metric" }, [
+      h("span", { class: "metric-label" }, label),
+      h("span", { class: "metric-value", testid: testid }, value),
+    ]);
+  }
+
+  function healthBody(endpoint, health) {
+    var circuit = CIRCUIT[health.circuit_state] || [text(health.circuit_state), "badge-neutral"];
+    var totals = healthTotals(health.hourly);
+    var counts = health.counts || {};
+    var countText = Object.keys(counts)
+      .filter(function (key) {
+        return counts[key];
+      })
+      .map(function (key) {
+        return (STATUS_LABELS[key] || key).toLowerCase() + " " + counts[key];
+      })
+      .join(" · ");
+    return h("div", { class: "health-body" }, [
+      h("p", { class: "app-meta" }, [
+        h("span", { class: "badge " + circuit[1], testid: "circuit-state", "data-circuit": health.circuit_state }, circuit[0]),
+        endpoint.enabled ? null : h("span", { class: "badge badge-neutral" }, "Disabled"),
+      ]),
+      h("div", { class: "metrics" }, [
+        metric("Success", successRate(totals), "success-rate"),
+        metric("p50", formatMs(health.p50_ms), "p50"),
+        metric("p95", formatMs(health.p95_ms), "p95"),
+        metric("p99", formatMs(health.p99_ms), "p99"),
+      ]),
+      hourlyChart(health.hourly, totals),
+      h("p", { class: "health-foot" }, [
+        "Failures in a row: " + health.consecutive_failures + " of " + health.failure_threshold,
+        " · Last success: ",
+        timeNode(health.last_success_at),
+        " · Last failure: ",
+        timeNode(health.last_failure_at),
+      ]),
+      countText ? h("p", { class: "health-foot" }, "Messages now: " + countText) : null,
+    ]);
+  }
+
+  function hourlyChart(hourly, totals) {
+    if (!Array.isArray(hourly) || !hourly.length) {
+      return h("p", { class: "hint", testid: "hourly-chart-missing" }, "No hourly figures.");
+    }
+    var width = 240;
+    var height = 60;
+    var slot = width / hourly.length;
+    var max = 1;
+    var busiest = null;
+    hourly.forEach(function (bucket) {
+      var total = (Number(bucket.delivered) || 0) + (Number(bucket.failed) || 0);
+      if (total > max) max = total;
+      if (total > 0 && (!busiest || total > busiest.total)) busiest = { hour: bucket.hour, total: total };
+    });
+    var summary =
+      "Last 24 hours: " + totals.delivered + " delivered, " + totals.failed + " failed" +
+      (busiest ? "; busiest hour " + hourLabel(busiest.hour) + " with " + busiest.total : "") +
+      ".";
+    var chart = svg(
+      "svg",
+      {
+        class: "chart",
+        viewBox: "0 0 " + width + " " + height,
+        preserveAspectRatio: "none",
+        role: "img",
+        "aria-label": summary,
+        focusable: "false",
+        testid: "hourly-chart",
+      },
+      svg("title", null, summary)
+    );
+    hourly.forEach(function (bucket, index) {
+      var delivered = Number(bucket.delivered) || 0;
+      var failed = Number(bucket.failed) || 0;
+      var x = index * slot + slot * 0.1;
+      var w = slot * 0.8;
+      var group = svg("g", { "data-hour": bucket.hour }, [
+        svg("title", null, hourLabel(bucket.hour) + ": " + delivered + " delivered, " + failed + " failed"),
+      ]);
+      if (!delivered && !failed) {
+        group.appendChild(svg("rect", { class: "bar-empty", x: x, y: height - 1, width: w, height: 1 }));
+      }
+      var hd = (delivered / max) * (height - 2);
+      var hf = (failed / max) * (height - 2);
+      if (delivered) {
+        group.appendChild(svg("rect", { class: "bar-delivered", x: x, y: height - hd, width: w, height: hd }));
+      }
+      if (failed) {
+        group.appendChild(svg("rect", { class: "bar-failed", x: x, y: height - hd - hf, width: w, height: hf }));
+      }
+      chart.appendChild(group);
+    });
+    return h("figure", { class: "chart-figure" }, [
+      chart,
+      h("figcaption", { class: "chart-legend" }, [
+        h("span", null, [h("span", { class: "swatch swatch-delivered", "aria-hidden": "true" }), "Delivered " + totals.delivered]),
+        h("span", null, [h("span", { class: "swatch swatch-failed", "aria-hidden": "true" }), "Failed " + totals.failed]),
+        h("span", null, "per hour, last 24 hours"),
+      ]),
+    ]);
+  }
+
+  // -- wiring -------------------------------------------------------------------------------
+
+  function wire() {
+    $("tablist").addEventListener("keydown", onTabKey);
+    tabs().forEach(function (tab) {
+      tab.addEventListener("click", function () {
+        selectTab(tab.getAttribute("data-tab"), true);
+      });
+    });
+
+    $("add-endpoint").addEventListener("click", function () {
+      toggleNewEndpointForm($("new-endpoint-form").hidden);
+    });
+    $("new-endpoint-cancel").addEventListener("click", function () {
+      toggleNewEndpointForm(false);
+      $("add-endpoint").focus();
+    });
+    $("new-endpoint-form").addEventListener("submit", createEndpoint);
+    $("created-secret-done").addEventListener("click", function () {
+      $("created-secret-value").value = "";
+      $("created-secret").hidden = true;
+      say("");
+      $("add-endpoint").focus();
+    });
+    $("endpoints-more").addEventListener("click", function () {
+      loadEndpoints(false).catch(reportAs("Endpoints"));
+    });
+
+    $("endpoint-back").addEventListener("click", function () {
+      showEndpointList();
+      loadEndpoints(true).catch(reportAs("Endpoints"));
+    });
+    $("endpoint-toggle").addEventListener("click", toggleEndpoint);
+    $("endpoint-delete").addEventListener("click", function () {
+      $("endpoint-delete-confirm").hidden = false;
+      $("endpoint-delete-no").focus();
+    });
+    $("endpoint-delete-no").addEventListener("click", function () {
+      $("endpoint-delete-confirm").hidden = true;
+      $("endpoint-delete").focus();
+    });
+    $("endpoint-delete-yes").addEventListener("click", deleteEndpoint);
+    $("endpoint-show-deliveries").addEventListener("click", function () {
+      if (!state.endpoint) return;
+      $("deliveries-filter").reset();
+      $("filter-endpoint").value = String(state.endpoint.id);
+      state.deliveries.filter = { endpoint_id: String(state.endpoint.id) };
+      showDeliveryList();
+      selectTab("deliveries", true);
+    });
+    $("reveal-secret").addEventListener("click", revealSecret);
+    $("rotate-secret").addEventListener("click", function () {
+      $("rotate-confirm").hidden = false;
+      $("rotate-no").focus();
+    });
+    $("rotate-no").addEventListener("click", function () {
+      $("rotate-confirm").hidden = true;
+      $("rotate-secret").focus();
+    });
+    $("rotate-yes").addEventListener("click", rotateSecret);
+    $("secret-hide").addEventListener("click", function () {
+      hideSecret();
+      $("reveal-secret").focus();
+    });
+    document.querySelectorAll("[data-copy]").forEach(function (button) {
+      button.addEventListener("click", function () {
+        copyFrom($(button.getAttribute("data-copy")));
+      });
+    });
+    $("edit-endpoint-form").addEventListener("submit", saveEndpoint);
+    $("recover-form").addEventListener("submit", recover);
+
+    $("deliveries-filter").addEventListener("submit", function (event) {
+      event.preventDefault();
+      var filter = readDeliveryFilter();
+      if (filter === null) {
+        say("Enter valid dates and times.", "error");
+        return;
+      }
+      state.deliveries.filter = filter;
+      loadDeliveries(true).catch(reportAs("Deliveries"));
+    });
+    $("filter-reset").addEventListener("click", function () {
+      $("deliveries-filter").reset();
+      state.deliveries.filter = {};
+      loadDeliveries(true).catch(reportAs("Deliveries"));
+    });
+    $("deliveries-refresh").addEventListener("click", function () {
+      loadDeliveries(true).catch(reportAs("Deliveries"));
+    });
+    $("deliveries-more").addEventListener("click", function () {
+      loadDeliveries(false).catch(reportAs("Deliveries"));
+    });
+    $("message-back").addEventListener("click", function () {
+      showDeliveryList();
+      loadDeliveries(true).catch(reportAs("Deliveries"));
+    });
+    $("message-refresh").addEventListener("click", function () {
+      if (!state.message) return;
+      api("GET", "/messages/" + state.message.id)
+        .then(renderMessage)
+        .catch(reportAs("The message could not be refreshed"));
+    });
+    $("message-resend").addEventListener("click", resendMessage);
+
+    $("dead-filter").addEventListener("submit", function (event) {
+      event.preventDefault();
+      state.dead.endpointId = $("dead-filter-endpoint").value;
+      loadDead(true).catch(reportAs("Dead letters"));
+    });
+    $("dead-letters-refresh").addEventListener("click", function () {
+      loadDead(true).catch(reportAs("Dead letters"));
+    });
+    $("dead-more").addEventListener("click", function () {
+      loadDead(false).catch(reportAs("Dead letters"));
+    });
+    $("dead-select-all").addEventListener("change", function (event) {
+      var dead = state.dead;
+      dead.selected.clear();
+      if (event.target.checked) {
+        dead.items.forEach(function (message) {
+          dead.selected.add(message.id);
+        });
+      }
+      document.querySelectorAll(".dead-check").forEach(function (box) {
+        box.checked = event.target.checked;
+      });
+      updateSelection();
+    });
+    $("replay-selected").addEventListener("click", function () {
+      var ids = Array.from(state.dead.selected);
+      if (ids.length) replay({ message_ids: ids });
+    });
+    $("replay-window-form").addEventListener("submit", replayWindow);
+
+    $("health-refresh").addEventListener("click", function () {
+      loadEndpoints(true).then(loadHealth).catch(reportAs("Health"));
+    });
+
+    // A new link opened in this tab (the fragment changes, the page does not reload).
+    window.addEventListener("hashchange", function () {
+      if (linkFromHash() !== null) location.reload();
+    });
+  }
+
+  function main() {
+    wire();
+    boot().catch(function (error) {
+      showEnded("The portal could not be opened: " + (error && error.message ? error.message : error));
+    });
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", main);
+  } else {
+    main();
+  }
+})();
