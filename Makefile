@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION ?= 20
 
-.PHONY: install test test-unit test-integration test-infra test-e2e lint typecheck check demo synth bench clean
+.PHONY: install browser test test-unit test-integration test-infra test-e2e lint typecheck check demo synth bench clean
 
 install: $(STAMP)
 
@@ -16,7 +16,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m infra.build_layers
 	touch $(STAMP)
 
-test: $(STAMP)
+# The portal's browser tests drive the distribution's Chromium and its driver (never a browser
+# downloaded at run time); installed here when missing.
+CHROMIUM := /usr/bin/chromium
+CHROMEDRIVER := /usr/bin/chromedriver
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+browser:
+	@if [ ! -x $(CHROMIUM) ] || [ ! -x $(CHROMEDRIVER) ]; then \
+		echo "installing chromium and chromium-driver (apt-get)"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends chromium chromium-driver >/dev/null; \
+	fi
+
+test: $(STAMP) browser
 	$(BIN)/pytest
 
 test-unit: $(STAMP)
@@ -28,7 +42,7 @@ test-integration: $(STAMP)
 test-infra: $(STAMP)
 	$(BIN)/pytest tests/infra
 
-test-e2e: $(STAMP)
+test-e2e: $(STAMP) browser
 	$(BIN)/pytest tests/e2e
 
 lint: $(STAMP)

@@ -14,6 +14,7 @@ from typing import Any
 
 from constructs import Node
 
+from tidings.config import FRAME_ANCESTOR, PORTAL_URL
 from tidings.deployment import (
     DEFAULT_SCHEDULES,
     MAX_RECEIVE_COUNT,
@@ -71,6 +72,10 @@ class StageConfig:
     # Applications (uids, at most 20) whose queue figures carry an Application dimension in the
     # health monitor's metrics: each is a CloudWatch metric per figure, so the list is bounded.
     metrics_applications: tuple[str, ...]
+    # Portal: the origins whose pages may embed it in a frame (none by default), and its address
+    # when the API is reached through a custom domain (empty: the API's own execute-api URL).
+    portal_frame_ancestors: tuple[str, ...]
+    portal_url: str
     # Alerts
     alarm_email: str
     oldest_message_alarm_s: int
@@ -143,6 +148,8 @@ def stage_config(lookup: Callable[[str], Any]) -> StageConfig:
         api_rate_limit=_integer(setting, "apiRateLimit", minimum=1),
         api_burst_limit=_integer(setting, "apiBurstLimit", minimum=1),
         metrics_applications=_id_list(lambda name: setting(name, []), "metricsApplications"),
+        portal_frame_ancestors=_portal_frame_ancestors(setting("portalFrameAncestors", [])),
+        portal_url=_portal_url(setting("portalUrl", "")),
         alarm_email=str(setting("alarmEmail") or ""),
         oldest_message_alarm_s=_integer(setting, "oldestMessageAlarmS", minimum=60),
         free_storage_alarm_gib=_integer(setting, "freeStorageAlarmGiB", minimum=1),
@@ -184,6 +191,23 @@ def _validate(config: StageConfig) -> None:
                 f"schedule for {name!r} is {expression!r}; "
                 "expected 'rate(N minutes)' or 'cron(...)'"
             )
+
+
+def _portal_frame_ancestors(origins: Any) -> tuple[str, ...]:
+    if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins):
+        raise StageConfigError("portalFrameAncestors must be a list of origins")
+    for origin in origins:
+        if not FRAME_ANCESTOR.fullmatch(origin):
+            raise StageConfigError(
+                f"portalFrameAncestors: {origin!r} is not an origin such as https://app.example.com"
+            )
+    return tuple(origins)
+
+
+def _portal_url(url: Any) -> str:
+    if not isinstance(url, str) or (url and not PORTAL_URL.fullmatch(url)):
+        raise StageConfigError(f"portalUrl {url!r} is not an https URL without query or fragment")
+    return url
 
 
 def _validate_metrics_applications(uids: tuple[str, ...]) -> None:

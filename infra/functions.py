@@ -279,6 +279,9 @@ class Functions(Construct):
             environment["TIDINGS_ALERTS_TOPIC_ARN"] = self._topic.topic_arn
         if spec.reaches_endpoints:
             environment["TIDINGS_HTTP_TIMEOUT_S"] = str(self._config.http_timeout_s)
+        if spec.manages_endpoints and self._config.portal_url:
+            # Portal links point here rather than at the API's own execute-api address.
+            environment["TIDINGS_PORTAL_URL"] = self._config.portal_url
         if spec.manages_endpoints:
             # The ports the sender's security group opens: an endpoint elsewhere is refused.
             environment["TIDINGS_ENDPOINT_PORTS"] = ",".join(

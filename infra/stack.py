@@ -19,6 +19,7 @@ from infra.delivery_queue import DeliveryQueue
 from infra.functions import Functions
 from infra.migrations import SchemaMigrations
 from infra.network import Network
+from infra.portal import PortalPage
 from infra.schedules import Schedules
 from infra.signing_keys import SigningSecretsKey
 from infra.tokens import AdminToken
@@ -133,6 +134,13 @@ class TidingsStack(Stack):
             rate_limit=config.api_rate_limit,
             burst_limit=config.api_burst_limit,
             log_retention_days=config.log_retention_days,
+        )
+        self.portal = PortalPage(
+            self,
+            "Portal",
+            api=self.api.api,
+            layers=[self.functions.dependencies_layer, self.functions.tidings_layer],
+            config=config,
         )
         monitored = {name: deployed.function for name, deployed in self.functions.by_name.items()}
         self.alarms = Alarms(

@@ -23,13 +23,17 @@ def test_api_proxies_v1_to_ingest_behind_the_token_authorizer_with_validation(
     api_id, api = _single(dev, "AWS::ApiGateway::RestApi")
     resources = dev.resources("AWS::ApiGateway::Resource")
     paths = {logical_id: r["Properties"]["PathPart"] for logical_id, r in resources.items()}
-    assert sorted(paths.values()) == ["v1", "{proxy+}"]
+    assert sorted(paths.values()) == ["portal", "v1", "{asset}", "{proxy+}"]
     (proxy_id,) = [logical_id for logical_id, part in paths.items() if part == "{proxy+}"]
     validator_id, validator = _single(dev, "AWS::ApiGateway::RequestValidator")
     assert validator["Properties"]["ValidateRequestParameters"] is True
     assert validator["Properties"]["ValidateRequestBody"] is True
     authorizer_id, _ = _single(dev, "AWS::ApiGateway::Authorizer")
-    _, method = _single(dev, "AWS::ApiGateway::Method")
+    (method,) = [
+        m
+        for m in dev.resources("AWS::ApiGateway::Method").values()
+        if m["Properties"]["ResourceId"] == {"Ref": proxy_id}
+    ]
     properties = method["Properties"]
     assert properties["ResourceId"] == {"Ref": proxy_id}
     assert properties["HttpMethod"] == "ANY"
@@ -235,3 +239,43 @@ def test_dashboard_shows_throughput_depth_age_dead_letters_and_latency(dev: Synt
     dev.template.has_resource_properties(
         "AWS::CloudWatch::Dashboard", {"DashboardName": Match.string_like_regexp("Tidings-dev")}
     )
+
+
+def test_the_portal_page_is_public_and_its_function_reaches_nothing(dev: Synthesized) -> None:
+    resources = dev.resources("AWS::ApiGateway::Resource")
+    portal_ids = {
+        logical_id
+        for logical_id, r in resources.items()
+        if r["Properties"]["PathPart"] in ("portal", "{asset}")
+    }
+    methods = [
+        m["Properties"]
+        for m in dev.resources("AWS::ApiGateway::Method").values()
+        if m["Properties"]["ResourceId"].get("Ref") in portal_ids
+    ]
+    assert len(methods) == 2
+    function_id = dev.logical_id(dev.stack.portal.function)
+    for properties in methods:
+        # GET only, no authorizer or API key: the page holds nothing of any application.
+        assert (properties["HttpMethod"], properties["AuthorizationType"]) == ("GET", "NONE")
+        assert not properties.get("ApiKeyRequired", False)
+        assert properties["Integration"]["Type"] == "AWS_PROXY"
+        assert function_id in json.dumps(properties["Integration"]["Uri"])
+    function = dev.resources("AWS::Lambda::Function")[function_id]["Properties"]
+    # Outside the VPC, no database host or secret, frame ancestors from the stage.
+    assert "VpcConfig" not in function
+    environment = function["Environment"]["Variables"]
+    assert environment["TIDINGS_PORTAL_FRAME_ANCESTORS"] == ""
+    assert not any("DATABASE" in name or "SECRET" in name for name in environment)
+    role_id = function["Role"]["Fn::GetAtt"][0]
+    role = dev.resources("AWS::IAM::Role")[role_id]["Properties"]
+    assert "ManagedPolicyArns" not in role
+    (policy,) = role["Policies"]
+    actions = [a for s in policy["PolicyDocument"]["Statement"] for a in s["Action"]]
+    assert actions == ["logs:CreateLogStream", "logs:PutLogEvents"]
+    attached = [
+        p
+        for p in dev.resources("AWS::IAM::Policy").values()
+        if {"Ref": role_id} in p["Properties"]["Roles"]
+    ]
+    assert attached == []

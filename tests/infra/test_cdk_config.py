@@ -138,3 +138,33 @@ def test_the_app_refuses_a_context_argument_without_a_value(
         main(["-c", "stage"])
     assert exit_info.value.code == 2
     assert "context 'stage' is not KEY=VALUE" in capsys.readouterr().err
+
+
+def test_the_portal_may_be_framed_only_by_listed_origins_and_links_may_name_a_domain() -> None:
+    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+    default = stage_config(_lookup(context))
+    assert (default.portal_frame_ancestors, default.portal_url) == ((), "")
+    chosen = stage_config(
+        _lookup(
+            {
+                **context,
+                "portalFrameAncestors": ["https://dashboard.example.com", "https://*.example.org"],
+                "portalUrl": "https://hooks.example.com/portal",
+            }
+        )
+    )
+    assert chosen.portal_frame_ancestors == (
+        "https://dashboard.example.com",
+        "https://*.example.org",
+    )
+    assert chosen.portal_url == "https://hooks.example.com/portal"
+    for origins in (
+        ["https://a.example.com; script-src *"],
+        ["http://dashboard.example.com"],
+        ["*"],
+        "https://a.example.com",
+    ):
+        with pytest.raises(StageConfigError, match="portalFrameAncestors"):
+            stage_config(_lookup({**context, "portalFrameAncestors": origins}))
+    with pytest.raises(StageConfigError, match="portalUrl"):
+        stage_config(_lookup({**context, "portalUrl": "https://x.example/portal#frag"}))

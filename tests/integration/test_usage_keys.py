@@ -39,8 +39,8 @@ def _plan_keys(client: Any) -> list[str]:
 
 def test_each_token_gets_its_own_key_in_the_plan_once(apigateway: Any) -> None:
     keys = ApiGatewayUsageKeys(PLAN, apigateway)
-    first = keys.ensure(7)
-    assert keys.value_for(7) == "tidings-test-token-7"
+    first = keys.ensure("token-7")
+    assert keys.value_for("token-7") == "tidings-test-token-7"
     (made,) = apigateway.get_api_keys(includeValues=True)["items"]
     assert (made["id"], made["name"], made["value"], made["enabled"]) == (
         first,
@@ -49,8 +49,8 @@ def test_each_token_gets_its_own_key_in_the_plan_once(apigateway: Any) -> None:
         True,
     )
     # Again (another invocation made it meanwhile): the same key, nothing added.
-    assert ApiGatewayUsageKeys(PLAN, apigateway).ensure(7) == first
-    keys.ensure(8)
+    assert ApiGatewayUsageKeys(PLAN, apigateway).ensure("token-7") == first
+    keys.ensure("token-8")
     assert len(apigateway.get_api_keys()["items"]) == 2
     assert _plan_keys(apigateway) == ["tidings-test-token-7", "tidings-test-token-8"]
 
@@ -59,15 +59,15 @@ def test_a_key_made_but_not_added_to_the_plan_is_added(apigateway: Any) -> None:
     apigateway.create_api_key(
         name="tidings-test-token-3", value="tidings-test-token-3", enabled=True
     )
-    ApiGatewayUsageKeys(PLAN, apigateway).ensure(3)
+    ApiGatewayUsageKeys(PLAN, apigateway).ensure("token-3")
     assert _plan_keys(apigateway) == ["tidings-test-token-3"]
 
 
 def test_a_missing_usage_plan_is_named(apigateway: Any) -> None:
     with pytest.raises(LookupError, match="no usage plan named tidings-nowhere"):
-        ApiGatewayUsageKeys("tidings-nowhere", apigateway).ensure(1)
+        ApiGatewayUsageKeys("tidings-nowhere", apigateway).ensure("token-1")
 
 
 def test_without_a_usage_plan_no_key_is_named() -> None:
-    assert NoUsageKeys().ensure(1) is None
-    assert NoUsageKeys().value_for(1) is None
+    assert NoUsageKeys().ensure("token-1") is None
+    assert NoUsageKeys().value_for("token-1") is None

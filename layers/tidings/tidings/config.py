@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,15 @@ MAX_RETRY_DELAYS = 50
 
 class ConfigError(ValueError):
     """A setting in the environment cannot be used; the message names it."""
+
+
+# An origin allowed to frame the portal, as it goes into the Content-Security-Policy: nothing
+# that could end the directive (no space, no ';') gets in.
+FRAME_ANCESTOR = re.compile(
+    r"https://(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:[0-9]{1,5})?"
+    r"|http://(localhost|127\.0\.0\.1)(:[0-9]{1,5})?"
+)
+PORTAL_URL = re.compile(r"https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._~/-]*)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +130,15 @@ class Settings:
     # The same (event_type, event_id) within this long of its first recording creates nothing:
     # the pruner forgets an event once this has passed and no message of it is kept any more.
     idempotency_window_s: float = 7 * 86400.0
+
+    # Portal: where links point (empty: the API's own address, as the request that makes the link
+    # reached it; the CLI, which has no request, then needs --base-url), how long a session lasts
+    # once a link is opened, the longest a link may stay unused, and the origins whose pages may
+    # embed the portal in a frame (comma-separated https origins; empty: none may).
+    portal_url: str = ""
+    portal_session_s: float = 3600.0
+    portal_link_max_s: float = 7 * 86400.0
+    portal_frame_ancestors: tuple[str, ...] = field(default_factory=tuple)
 
     # Measuring, alerting, pruning
     latency_window_s: float = 86400.0
@@ -218,6 +237,8 @@ class Settings:
             "migration_lock_timeout_ms",
             "migration_lock_attempts",
             "secrets_data_key_max_age_s",
+            "portal_session_s",
+            "portal_link_max_s",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -239,10 +260,24 @@ class Settings:
             port_ranges(self.endpoint_ports)
         except ValueError as exc:
             raise ConfigError(f"{_env_name('endpoint_ports')}: {exc}") from None
+        self._validate_portal()
         if len(self.metrics_applications) > 20:
             raise ConfigError(
                 f"{_env_name('metrics_applications')} names more than 20 applications "
                 "(each one is a CloudWatch metric per figure)"
+            )
+
+    def _validate_portal(self) -> None:
+        for origin in self.portal_frame_ancestors:
+            if not FRAME_ANCESTOR.fullmatch(origin):
+                raise ConfigError(
+                    f"{_env_name('portal_frame_ancestors')}: {origin!r} is not an origin such as "
+                    "https://app.example.com (https, a host or *.domain, an optional port; "
+                    "http only for localhost)"
+                )
+        if self.portal_url and not PORTAL_URL.fullmatch(self.portal_url):
+            raise ConfigError(
+                f"{_env_name('portal_url')} must be an http(s) URL without query or fragment"
             )
 
     def _validate_retry_schedule(self) -> None:

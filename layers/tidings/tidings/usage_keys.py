@@ -1,12 +1,15 @@
-"""Per-caller throttling on AWS: one API Gateway API key per token.
+"""Per-caller throttling on AWS: one API Gateway API key per token (and one per application for
+all its portal links and sessions, which are made per page view and would otherwise exhaust the
+account's API keys).
 
 API Gateway's usage plan throttles each API key on its own. With the API's key source set to
 AUTHORIZER, the key is not something a caller sends: the Lambda authorizer names it
 (``usageIdentifierKey``) for each token it accepts, so every token gets its own throttle. The key
 is made on the token's first request (tokens are also made from the command line, which has no
 AWS credentials), its id remembered in the database, and its value derived from the usage plan's
-name and the token's id: a value API Gateway knows only after the key exists, and that a caller
-cannot use, since API Gateway ignores ``x-api-key`` headers with this key source.
+name and its owner (``token-<id>``, or ``portal-app-<application id>``): a value API Gateway
+knows only after the key exists, and that a caller cannot use, since API Gateway ignores
+``x-api-key`` headers with this key source.
 
 Locally there is no usage plan: ``NoUsageKeys`` names none.
 """
@@ -20,22 +23,22 @@ from tidings.observability import logger
 
 
 class UsageKeys(Protocol):
-    def value_for(self, token_id: int) -> str | None:
-        """The usage identifier key of a token whose API key exists (None: no throttling)."""
+    def value_for(self, owner: str) -> str | None:
+        """The usage identifier key of an owner whose API key exists (None: no throttling)."""
         ...
 
-    def ensure(self, token_id: int) -> str | None:
-        """Make the token's API key and add it to the usage plan (both idempotent); its id."""
+    def ensure(self, owner: str) -> str | None:
+        """Make the owner's API key and add it to the usage plan (both idempotent); its id."""
         ...
 
 
 class NoUsageKeys:
     """No usage plan (the local runtime): no key names any caller."""
 
-    def value_for(self, token_id: int) -> str | None:
+    def value_for(self, owner: str) -> str | None:
         return None
 
-    def ensure(self, token_id: int) -> str | None:
+    def ensure(self, owner: str) -> str | None:
         return None
 
 
@@ -48,12 +51,12 @@ class ApiGatewayUsageKeys:
         self._client = client
         self._plan_id: str | None = None
 
-    def value_for(self, token_id: int) -> str:
+    def value_for(self, owner: str) -> str:
         # At least 20 characters, as API Gateway requires; unique per stack (the plan's name is).
-        return f"{self._plan_name}-token-{token_id}"
+        return f"{self._plan_name}-{owner}"
 
-    def ensure(self, token_id: int) -> str:
-        value = self.value_for(token_id)
+    def ensure(self, owner: str) -> str:
+        value = self.value_for(owner)
         errors = self._client.exceptions
         try:
             key_id = str(
@@ -61,7 +64,7 @@ class ApiGatewayUsageKeys:
                     name=value,
                     value=value,
                     enabled=True,
-                    description=f"Throttles the requests of Tidings token {token_id}",
+                    description=f"Throttles the requests of Tidings {owner}",
                 )["id"]
             )
         except errors.ConflictException:
@@ -72,7 +75,7 @@ class ApiGatewayUsageKeys:
             self._client.create_usage_plan_key(
                 usagePlanId=self._usage_plan_id(), keyId=key_id, keyType="API_KEY"
             )
-        logger.info("usage key ready", extra={"token_id": token_id, "api_key_id": key_id})
+        logger.info("usage key ready", extra={"owner": owner, "api_key_id": key_id})
         return key_id
 
     def _key_id_named(self, name: str) -> str:

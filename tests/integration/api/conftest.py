@@ -171,6 +171,14 @@ class Gateway:
         raw = response.body.decode()
         return Reply(response.status, json.loads(raw) if raw else None, raw)
 
+    def page(self, method: str, path: str) -> Any:
+        """The raw answer (status, headers, body) to a request without a token."""
+        from tidings.local.lambda_env import HttpRequest
+
+        return self._gateway.answer(
+            HttpRequest(method=method, target=path, headers=(), body=b"", source_ip="203.0.113.9")
+        )
+
 
 @pytest.fixture
 def gateway(database_url: str, settings: Settings) -> Iterator[Gateway]:
@@ -178,4 +186,8 @@ def gateway(database_url: str, settings: Settings) -> Iterator[Gateway]:
     from tidings.local.lambda_env import load_handler
 
     with wiring.overridden(settings=settings, database_factory=lambda: Database(database_url)):
-        yield Gateway(LocalGateway(load_handler("ingest"), load_handler("authorizer")))
+        yield Gateway(
+            LocalGateway(
+                load_handler("ingest"), load_handler("authorizer"), portal=load_handler("portal")
+            )
+        )

@@ -125,6 +125,8 @@ def body_for(method: str, template: str, world: World) -> Any:  # noqa: PLR0911 
         return {"name": "taken over"}
     if template == "/v1/tokens":
         return {"scope": "admin"}
+    if template.endswith(("/portal-links", "/portal/sessions")):
+        return {}
     raise AssertionError(f"no body for {method} {template}")
 
 
@@ -151,6 +153,8 @@ ADMIN_ROUTES = {
     ("GET", "/v1/tokens"),
     ("GET", "/v1/tokens/{token_id}"),
     ("DELETE", "/v1/tokens/{token_id}"),
+    # Only a portal link opens a session.
+    ("POST", "/v1/portal/sessions"),
 }
 
 
@@ -264,7 +268,9 @@ def test_no_list_shows_another_applications_rows(gateway: Gateway, world: World)
 def test_a_producer_token_is_refused_every_endpoint_route(gateway: Gateway, world: World) -> None:
     refused = 0
     for method, template in OPERATIONS:
-        if not ("/endpoints" in template or "/dead-letters" in template or "/resend" in template):
+        if not any(
+            part in template for part in ("/endpoints", "/dead-letters", "/resend", "/portal-links")
+        ):
             continue
         for app in ("acme", "globex"):
             path = path_for(template, app, world.acme_endpoint, world.acme_messages[0])
@@ -273,8 +279,8 @@ def test_a_producer_token_is_refused_every_endpoint_route(gateway: Gateway, worl
             )
             assert (reply.status, reply.error["code"]) == (403, "forbidden"), (method, path)
             refused += 1
-    # Two applications, each route with and without /apps/{app}, ten routes.
-    assert refused == 2 * 2 * 10
+    # Two applications, each route with and without /apps/{app}, twelve routes.
+    assert refused == 2 * 2 * 12
 
 
 def test_expired_revoked_and_forged_tokens_are_401_on_every_route(

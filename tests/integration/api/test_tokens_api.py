@@ -159,14 +159,14 @@ class RecordingKeys:
     """Usage keys as API Gateway would keep them, in memory."""
 
     def __init__(self) -> None:
-        self.made: list[int] = []
+        self.made: list[str] = []
 
-    def value_for(self, token_id: int) -> str:
-        return f"tidings-test-token-{token_id}"
+    def value_for(self, owner: str) -> str:
+        return f"tidings-test-{owner}"
 
-    def ensure(self, token_id: int) -> str:
-        self.made.append(token_id)
-        return f"key-{token_id}"
+    def ensure(self, owner: str) -> str:
+        self.made.append(owner)
+        return f"key-{owner}"
 
 
 def test_the_authorizer_names_each_tokens_own_usage_key_made_once(db: Database) -> None:
@@ -191,7 +191,7 @@ def test_the_authorizer_names_each_tokens_own_usage_key_made_once(db: Database) 
         "Allow",
         ["arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/*/*"],
     )
-    assert keys.made == [token.id]
+    assert keys.made == [f"token-{token.id}"]
     with db.cursor() as cur:
         cur.execute("SELECT usage_key_id FROM tidings.tokens WHERE id = %s", (token.id,))
-        assert cur.fetchone() == (f"key-{token.id}",)
+        assert cur.fetchone() == (f"key-token-{token.id}",)

@@ -360,11 +360,12 @@ def test_a_producer_may_enqueue_and_nothing_else(
 
 
 @pytest.mark.parametrize("role", [role.name for role in ROLES])
-def test_only_the_sender_reads_signing_secrets_and_only_through_its_leases(
+def test_signing_secrets_leave_the_database_only_through_their_two_functions(
     role: str, members: Members, database_url: str
 ) -> None:
     """No role may select a secret's ciphertext or the columns that held secrets in clear; only
-    the sender may call the function that returns a leased row's secrets."""
+    the sender may call the function that returns a leased row's secrets, and only the API and
+    operators the one that reveals an endpoint's current secret on request."""
     conn = members.connect(database_url, role)
     try:
         with conn.cursor() as cur:
@@ -373,6 +374,7 @@ def test_only_the_sender_reads_signing_secrets_and_only_through_its_leases(
                 "SELECT secret FROM tidings.endpoints",
                 "SELECT previous_secret FROM tidings.endpoints",
                 "SELECT * FROM tidings.begin_attempts_v1('{1}', '{}', '{1}', '{t}', 60, 1)",
+                "SELECT * FROM tidings.endpoint_signing_secret_v1(1, 1)",
             ):
                 cur.execute("SAVEPOINT probe")
                 try:
@@ -381,8 +383,11 @@ def test_only_the_sender_reads_signing_secrets_and_only_through_its_leases(
                 except psycopg2.Error as exc:
                     code = exc.pgcode
                 cur.execute("ROLLBACK TO SAVEPOINT probe")
-                reads_leased = role == "tidings_sender" and "begin_attempts_v1" in sql
-                assert (code is None) == reads_leased, (role, sql, code)
+                allowed = (role == "tidings_sender" and "begin_attempts_v1" in sql) or (
+                    role in ("tidings_ingest", "tidings_operator")
+                    and "endpoint_signing_secret_v1" in sql
+                )
+                assert (code is None) == allowed, (role, sql, code)
     finally:
         conn.close()
 

@@ -31,9 +31,11 @@ IN_AN_APPLICATION = {
     ("/endpoints/{endpoint_id}", "patch"),
     ("/endpoints/{endpoint_id}", "delete"),
     ("/endpoints/{endpoint_id}/rotate-secret", "post"),
+    ("/endpoints/{endpoint_id}/secret", "get"),
     ("/endpoints/{endpoint_id}/health", "get"),
     ("/endpoints/{endpoint_id}/recover", "post"),
     ("/dead-letters/replay", "post"),
+    ("/portal-links", "post"),
 }
 MANAGEMENT = {
     ("/v1/apps", "post"),
@@ -45,6 +47,7 @@ MANAGEMENT = {
     ("/v1/tokens", "get"),
     ("/v1/tokens/{token_id}", "get"),
     ("/v1/tokens/{token_id}", "delete"),
+    ("/v1/portal/sessions", "post"),
 }
 
 

@@ -10,19 +10,40 @@ from hypothesis import strategies as st
 from tidings.logic.access import Action, Principal, Scope, permits, require, sees
 from tidings.logic.errors import Forbidden
 
-ENDPOINT_WORK = {Action.MANAGE_ENDPOINTS, Action.REPLAY}
+ENDPOINT_WORK = {
+    Action.READ_ENDPOINTS,
+    Action.MANAGE_ENDPOINTS,
+    Action.REVEAL_SECRETS,
+    Action.REPLAY,
+    Action.MAKE_PORTAL_LINKS,
+}
 ADMIN_ONLY = {Action.MANAGE_APPLICATIONS, Action.MANAGE_TOKENS}
+# What only a portal link does: open its session.
+LINK_ONLY = {Action.OPEN_PORTAL_SESSION}
+CHANGES = {
+    Action.SEND_EVENTS,
+    Action.MANAGE_ENDPOINTS,
+    Action.REVEAL_SECRETS,
+    Action.REPLAY,
+    Action.MAKE_PORTAL_LINKS,
+}
 
 ids = st.integers(1, 2**63 - 1)
 principals = st.one_of(
     st.builds(Principal, st.just(Scope.ADMIN), st.none(), st.one_of(st.none(), ids)),
     st.builds(Principal, st.just(Scope.PRODUCER), st.none(), st.one_of(st.none(), ids)),
-    st.builds(Principal, st.just(Scope.APP), ids, st.one_of(st.none(), ids)),
+    st.builds(
+        Principal,
+        st.sampled_from([Scope.APP, Scope.APP_READ, Scope.PORTAL_LINK]),
+        ids,
+        st.one_of(st.none(), ids),
+    ),
 )
 
 
-def test_admin_may_do_everything() -> None:
-    assert all(permits(Principal(Scope.ADMIN), action) for action in Action)
+def test_admin_may_do_everything_but_open_a_portal_session() -> None:
+    allowed = {a for a in Action if permits(Principal(Scope.ADMIN), a)}
+    assert allowed == set(Action) - LINK_ONLY
 
 
 def test_producer_sends_and_reads_messages_only() -> None:
@@ -37,15 +58,33 @@ def test_producer_sends_and_reads_messages_only() -> None:
 
 def test_an_application_token_does_everything_inside_its_application_only() -> None:
     app = Principal(Scope.APP, app_id=5)
-    assert {a for a in Action if permits(app, a)} == set(Action) - ADMIN_ONLY
+    assert {a for a in Action if permits(app, a)} == set(Action) - ADMIN_ONLY - LINK_ONLY
     assert sees(app, 5)
     assert not sees(app, 6)
     assert not sees(app, 1)
 
 
+def test_a_read_only_token_reads_its_application_and_changes_nothing() -> None:
+    reader = Principal(Scope.APP_READ, app_id=5)
+    allowed = {a for a in Action if permits(reader, a)}
+    assert allowed == {Action.READ_MESSAGES, Action.READ_ENDPOINTS, Action.READ_APPLICATION}
+    assert not allowed & (CHANGES | ADMIN_ONLY | LINK_ONLY)
+    assert sees(reader, 5) and not sees(reader, 6)
+
+
+def test_a_portal_link_only_opens_a_session_of_its_application() -> None:
+    link = Principal(Scope.PORTAL_LINK, app_id=5)
+    assert {a for a in Action if permits(link, a)} == LINK_ONLY
+    assert sees(link, 5) and not sees(link, 6)
+    with pytest.raises(ValueError):
+        Principal(Scope.PORTAL_LINK)
+    with pytest.raises(ValueError):
+        Principal(Scope.APP_READ)
+
+
 @given(principals, ids)
 def test_only_application_tokens_are_confined(principal: Principal, app_id: int) -> None:
-    if principal.scope is Scope.APP:
+    if principal.scope in (Scope.APP, Scope.APP_READ, Scope.PORTAL_LINK):
         assert sees(principal, app_id) is (app_id == principal.app_id)
     else:
         assert sees(principal, app_id)

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+)
 
 from tidings.logic.applications import UID_PATTERN, Application, ApplicationPage
 from tidings.logic.endpoints import (
@@ -14,10 +23,12 @@ from tidings.logic.endpoints import (
     Endpoint,
     EndpointHealth,
     EndpointPage,
+    RevealedSecret,
     RotatedSecret,
 )
 from tidings.logic.events import SendResult
 from tidings.logic.messages import Attempt, Message, MessageDetail, MessagePage, MessageStatus
+from tidings.logic.portal import DEFAULT_LINK_S, PortalLink, PortalSession
 from tidings.logic.replay import ReplayResult
 from tidings.logic.resend import RecoverResult
 from tidings.logic.tokens import CreatedToken, Token, TokenPage, TokenScope
@@ -29,10 +40,17 @@ def _not_null(value: Any) -> Any:
     return value
 
 
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+    r"([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+
+
 def _text_only(value: Any) -> Any:
     # A time is an RFC 3339 string, as documented; pydantic would also take a number of
-    # seconds since 1970, which the document does not allow.
-    if not isinstance(value, str):
+    # seconds since 1970 (or a string of one, as a query parameter always is), which the
+    # document does not allow.
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
         raise ValueError("a time is an RFC 3339 string with its zone")
     return value
 
@@ -81,6 +99,7 @@ __all__ = [
     "BatchResult",
     "CreateApplication",
     "CreateEndpoint",
+    "CreatePortalLink",
     "CreateToken",
     "CreatedEndpoint",
     "CreatedToken",
@@ -94,10 +113,14 @@ __all__ = [
     "MessageDetail",
     "MessagePage",
     "MessageStatus",
+    "Moment",
+    "PortalLink",
+    "PortalSession",
     "RecoverRequest",
     "RecoverResult",
     "ReplayRequest",
     "ReplayResult",
+    "RevealedSecret",
     "RotatedSecret",
     "SendEvent",
     "SendResult",
@@ -211,14 +234,28 @@ class UpdateApplication(_Strict):
 class CreateToken(_Strict):
     scope: TokenScope = Field(
         description="admin: everything; producer: send events, read messages; "
-        "app: everything inside one application"
+        "app: everything inside one application; app_read: read everything inside one "
+        "application, change nothing, reveal no secret"
     )
     application: Uid | None = Field(
-        default=None, description="The application (uid or id) of an app token; only for scope app"
+        default=None,
+        description="The application (uid or id) of an app or app_read token; only for those",
     )
     description: str = Field(default="", max_length=200)
     expires_at: Moment | None = Field(
         default=None, description="When the token stops working (never, when absent)"
+    )
+
+
+class CreatePortalLink(_Strict):
+    read_only: StrictBool = Field(
+        default=False, description="Open a session that reads everything and changes nothing"
+    )
+    expires_in_s: int = Field(
+        default=DEFAULT_LINK_S,
+        ge=1,
+        description="Seconds until the link expires unused (at most the deployment's "
+        "portalLinkMaxSeconds, 7 days by default)",
     )
 
 

@@ -23,6 +23,7 @@ from tidings.api.models import (
     CreatedEndpoint,
     CreatedToken,
     CreateEndpoint,
+    CreatePortalLink,
     CreateToken,
     Endpoint,
     EndpointHealth,
@@ -33,10 +34,14 @@ from tidings.api.models import (
     MessageDetail,
     MessagePage,
     MessageStatus,
+    Moment,
+    PortalLink,
+    PortalSession,
     RecoverRequest,
     RecoverResult,
     ReplayRequest,
     ReplayResult,
+    RevealedSecret,
     RotatedSecret,
     SendEvent,
     SendResult,
@@ -52,6 +57,7 @@ from tidings.logic import (
     endpoints,
     events,
     messages,
+    portal,
     replay,
     resend,
     tokens,
@@ -200,7 +206,7 @@ def resend_message(app: AppScope, message_id: MessageIdPath) -> Response[Message
     "GET",
     "/messages",
     action=Action.READ_MESSAGES,
-    summary="Messages, newest first, filtered by status, endpoint and event type",
+    summary="Messages, newest first, filtered by status, endpoint, event type and creation time",
     responses={**_ok(200, MessagePage, "A page of messages"), **_errors(404)},
     tags=["messages"],
 )
@@ -210,6 +216,8 @@ def list_messages(
     status: Annotated[MessageStatus | None, Query()] = None,
     endpoint_id: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
     event_type: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    since: Annotated[Moment | None, Query(description="created at or after")] = None,
+    until: Annotated[Moment | None, Query(description="created before")] = None,
     cursor: Cursor = None,
     limit: Limit = 50,
 ) -> MessagePage:
@@ -218,6 +226,8 @@ def list_messages(
         status=status,
         endpoint_id=endpoint_id,
         event_type=event_type,
+        since=since,
+        until=until,
         cursor=cursor,
         limit=limit,
         app_id=app.id,
@@ -259,7 +269,7 @@ def create_endpoint(
     router,
     "GET",
     "/endpoints",
-    action=Action.MANAGE_ENDPOINTS,
+    action=Action.READ_ENDPOINTS,
     summary="Endpoints by ascending id",
     responses={**_ok(200, EndpointPage, "A page of endpoints"), **_errors(403, 404)},
     tags=["endpoints"],
@@ -274,7 +284,7 @@ def list_endpoints(app: AppScope, cursor: Cursor = None, limit: Limit = 50) -> E
     router,
     "GET",
     "/endpoints/<endpoint_id>",
-    action=Action.MANAGE_ENDPOINTS,
+    action=Action.READ_ENDPOINTS,
     summary="One endpoint (never its secret), with the retry schedule its messages follow",
     responses={**_ok(200, Endpoint, "The endpoint"), **_errors(403, 404)},
     tags=["endpoints"],
@@ -342,9 +352,25 @@ def rotate_secret(app: AppScope, endpoint_id: EndpointIdPath) -> RotatedSecret:
 @app_routes(
     router,
     "GET",
+    "/endpoints/<endpoint_id>/secret",
+    action=Action.REVEAL_SECRETS,
+    summary="The endpoint's current signing secret, revealed on request",
+    responses={**_ok(200, RevealedSecret, "The current secret"), **_errors(403, 404)},
+    tags=["endpoints"],
+)
+def reveal_secret(app: AppScope, endpoint_id: EndpointIdPath) -> RevealedSecret:
+    return endpoints.reveal_secret(
+        wiring.database(), endpoint_id, keyring=wiring.keyring(), app_id=app.id
+    )
+
+
+@app_routes(
+    router,
+    "GET",
     "/endpoints/<endpoint_id>/health",
-    action=Action.MANAGE_ENDPOINTS,
-    summary="Circuit state, consecutive failures, latency percentiles and message counts",
+    action=Action.READ_ENDPOINTS,
+    summary="Circuit state, consecutive failures, latency percentiles, message counts and the "
+    "last 24 hours' attempts by hour",
     responses={**_ok(200, EndpointHealth, "The endpoint's health"), **_errors(403, 404)},
     tags=["endpoints"],
 )
@@ -399,6 +425,53 @@ def replay_dead_letters(app: AppScope, body: Annotated[ReplayRequest, Body()]) -
         until=body.until,
         app_id=app.id,
     )
+
+
+# -- portal ---------------------------------------------------------------------------------
+
+
+@app_routes(
+    router,
+    "POST",
+    "/portal-links",
+    action=Action.MAKE_PORTAL_LINKS,
+    summary="A link that opens the consumer portal for the application, once, before it expires",
+    responses={**_ok(201, PortalLink, "The link"), **_errors(403, 404, body=True)},
+    tags=["portal"],
+)
+def create_portal_link(
+    app: AppScope, body: Annotated[CreatePortalLink, Body()]
+) -> Response[PortalLink]:
+    settings = wiring.settings()
+    link = portal.create_link(
+        wiring.database(),
+        app.uid,
+        base_url=settings.portal_url or _own_portal_url(),
+        read_only=body.read_only,
+        expires_in_s=body.expires_in_s,
+        settings=settings,
+    )
+    return _json(201, link)
+
+
+@route(
+    router,
+    "POST",
+    "/v1/portal/sessions",
+    summary="Exchange a portal link (its credential as the bearer token) for a session, once",
+    responses={**_ok(201, PortalSession, "The session"), **_errors(403, body=True)},
+    tags=["portal"],
+)
+def open_portal_session() -> Response[PortalSession]:
+    who = principal(router)
+    access.require(who, Action.OPEN_PORTAL_SESSION)
+    return _json(201, portal.open_session(wiring.database(), who, settings=wiring.settings()))
+
+
+def _own_portal_url() -> str:
+    """The portal's address on the API's own domain and stage, as this request reached it."""
+    context = router.current_event.raw_event.get("requestContext") or {}
+    return f"https://{context.get('domainName')}/{context.get('stage')}/portal"
 
 
 # -- applications ---------------------------------------------------------------------------

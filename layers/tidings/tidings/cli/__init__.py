@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "tidings.cli.status",
     "tidings.cli.apps",
     "tidings.cli.tokens",
+    "tidings.cli.portal",
     "tidings.cli.endpoints",
     "tidings.cli.send",
     "tidings.cli.messages",

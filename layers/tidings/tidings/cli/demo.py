@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidings.cli import CommandError
 from tidings.cli.dev import positive_float, positive_int
 from tidings.config import ConfigError
 from tidings.local.lambda_env import HandlerNotFound
+
+if TYPE_CHECKING:
+    from tidings.local.demo import DemoOutcome
 
 
 def register(subparsers: Any) -> None:
@@ -39,6 +43,13 @@ def register(subparsers: Any) -> None:
         "--senders", type=positive_int, default=8, help="sender execution environments (8)"
     )
     parser.add_argument("--seed", type=int, default=None, help="make the run repeatable")
+    parser.add_argument(
+        "--serve",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="at the end, print a link to the consumer portal of the demo's application and keep "
+        "serving until Ctrl-C (default: when the output is a terminal)",
+    )
     parser.add_argument("--functions-dir", type=Path, default=None, help=argparse.SUPPRESS)
     parser.set_defaults(handler=run)
 
@@ -57,10 +68,47 @@ def run(args: argparse.Namespace) -> int:
         sender_environments=args.senders,
         seed=args.seed,
     )
+    serving = sys.stdout.isatty() if args.serve is None else args.serve
     try:
-        outcome = run_demo(options, sys.stdout, report_text, functions_dir=args.functions_dir)
+        outcome = run_demo(
+            options,
+            sys.stdout,
+            report_text,
+            functions_dir=args.functions_dir,
+            serve=serve_portal if serving else None,
+        )
     except (ConfigError, ValueError, HandlerNotFound) as exc:
         raise CommandError(str(exc)) from exc
+    if not serving:
+        print_outcome(outcome)
+        print(
+            "\n`tidings demo --serve` ends with a link to the consumer portal, and keeps serving."
+        )
+    if not outcome.settled:
+        print(
+            f"tidings demo: messages were still in progress after {args.timeout:.0f}s",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def serve_portal(outcome: DemoOutcome, link: str) -> None:
+    """The demo's results, then a link to the portal while the runtime keeps serving."""
+    print_outcome(outcome)
+    print(
+        "\nConsumer portal of the demo's application (the link opens once, within an hour):\n"
+        f"  {link}\nServing until Ctrl-C."
+    )
+    sys.stdout.flush()
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("\nstopping")
+
+
+def print_outcome(outcome: DemoOutcome) -> None:
     delivered = sum(e.delivered for e in outcome.endpoints)
     dead = sum(e.dead_letter for e in outcome.endpoints)
     print("\nDead-letter report\n------------------")
@@ -73,10 +121,4 @@ def run(args: argparse.Namespace) -> int:
         f"\ndemo {'finished' if outcome.settled else 'stopped'} after {outcome.elapsed_s:.0f}s: "
         f"{delivered:,} delivered, {dead:,} dead letters"
     )
-    if not outcome.settled:
-        print(
-            f"tidings demo: messages were still in progress after {args.timeout:.0f}s",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    sys.stdout.flush()

@@ -38,10 +38,13 @@ def register(subparsers: Any) -> None:
     create.add_argument(
         "--scope",
         required=True,
-        choices=("admin", "producer", "app"),
-        help="admin: everything; producer: send events, read messages; app: one application",
+        choices=("admin", "producer", "app", "app_read"),
+        help="admin: everything; producer: send events, read messages; app: one application; "
+        "app_read: read one application, change nothing",
     )
-    create.add_argument("--app", metavar="UID", default=None, help="the application of scope app")
+    create.add_argument(
+        "--app", metavar="UID", default=None, help="the application of scope app or app_read"
+    )
     create.add_argument(
         "--expires", type=duration, default=None, metavar="AGE", help="valid for AGE (30d, 12h)"
     )

@@ -42,6 +42,8 @@ _ENDPOINTS = (
     "update_endpoint",
     "soft_delete_endpoint",
     "endpoint_health",
+    "endpoint_hourly_attempts",
+    "endpoint_signing_secret",
 )
 _MESSAGES = (
     "get_message",
@@ -62,7 +64,7 @@ _APPLICATIONS = (
     "mark_application_deleted",
     "retire_application_endpoints",
 )
-_TOKENS = ("insert_token", "list_tokens", "get_token", "revoke_token")
+_TOKENS = ("insert_token", "list_tokens", "get_token", "revoke_token", "exchange_portal_link")
 
 PRODUCER = _role(
     "tidings_producer",
@@ -87,9 +89,10 @@ SENDER = _role(
 )
 INGEST = _role(
     "tidings_ingest",
-    "The ingest API: applications, tokens, and in an application events, endpoints (creating "
-    "and rotating their secrets, never reading one), messages and their attempts, replay, "
-    "resend and recovery",
+    "The ingest API: applications, tokens and portal links, and in an application events, "
+    "endpoints (creating and rotating their secrets, revealing the current one through "
+    "tidings.endpoint_signing_secret_v1), messages and their attempts, replay, resend and "
+    "recovery",
     "enqueue_event",
     "enqueue_batch",
     "list_messages",
@@ -236,6 +239,7 @@ SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
         "record_outcomes_v1",
         "release_leases_v1",
         "set_endpoint_secret_v1",
+        "endpoint_signing_secret_v1",
         "ensure_attempt_partitions",
         "drop_oldest_attempt_partition",
         "keep_live_attempts",

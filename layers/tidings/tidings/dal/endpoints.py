@@ -8,6 +8,7 @@ from typing import Any
 
 from tidings.dal.connection import Cursor, fetch_dicts
 from tidings.dal.queries import sql
+from tidings.dal.secrets import SealedSecret
 
 # Fields that an update may change; each has a set_<field> flag in the update statement.
 UPDATABLE_FIELDS = (
@@ -93,6 +94,20 @@ def endpoint_health(cur: Cursor, app_id: int, endpoint_id: int) -> dict[str, Any
     cur.execute(sql("endpoint_health"), {"app_id": app_id, "endpoint_id": endpoint_id})
     rows = fetch_dicts(cur)
     return rows[0] if rows else None
+
+
+def endpoint_hourly_attempts(cur: Cursor, app_id: int, endpoint_id: int) -> list[dict[str, Any]]:
+    """The last 24 hours' attempts by hour (only hours that have some), each row also naming the
+    database's current hour."""
+    cur.execute(sql("endpoint_hourly_attempts"), {"app_id": app_id, "endpoint_id": endpoint_id})
+    return fetch_dicts(cur)
+
+
+def endpoint_signing_secret(cur: Cursor, app_id: int, endpoint_id: int) -> SealedSecret | None:
+    """The endpoint's current signing secret, still sealed."""
+    cur.execute(sql("endpoint_signing_secret"), {"app_id": app_id, "endpoint_id": endpoint_id})
+    row = cur.fetchone()
+    return None if row is None else SealedSecret(int(row[0]), bytes(row[1]))
 
 
 def _seconds(schedule: Sequence[float] | None) -> list[int] | None:

@@ -31,6 +31,8 @@ def list_messages(
     status: str | None = None,
     endpoint_id: int | None = None,
     event_type: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Up to ``limit + 1`` messages, newest first (the extra row means more follow)."""
     cur.execute(
@@ -42,6 +44,8 @@ def list_messages(
             "status": status,
             "endpoint_id": endpoint_id,
             "event_type": event_type,
+            "since": since,
+            "until": until,
         },
     )
     return fetch_dicts(cur)

@@ -19,6 +19,7 @@ def insert_token(
     app_id: int | None,
     description: str,
     expires_at: datetime | None,
+    session_scope: str | None,
 ) -> dict[str, Any] | None:
     """The stored token, or None when its application is not there (any more)."""
     cur.execute(
@@ -30,6 +31,7 @@ def insert_token(
             "app_id": app_id,
             "description": description,
             "expires_at": expires_at,
+            "session_scope": session_scope,
         },
     )
     rows = fetch_dicts(cur)
@@ -77,3 +79,15 @@ def any_token(cur: Cursor) -> bool:
     cur.execute(sql("any_token"))
     row = cur.fetchone()
     return bool(row and row[0])
+
+
+def exchange_portal_link(
+    cur: Cursor, *, link_id: int, prefix: str, token_hash: bytes, session_s: float
+) -> dict[str, Any] | None:
+    """The session a usable portal link opens (the link marked used), or None."""
+    cur.execute(
+        sql("exchange_portal_link"),
+        {"link_id": link_id, "prefix": prefix, "hash": token_hash, "session_s": session_s},
+    )
+    rows = fetch_dicts(cur)
+    return rows[0] if rows else None

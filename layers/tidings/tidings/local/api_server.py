@@ -8,6 +8,9 @@ For each request, as API Gateway does on AWS (``infra/api.py``):
    (nothing is cached), so a revoked token is refused at once here;
 3. the ingest handler gets the proxy event, and its reply becomes the HTTP response.
 
+``GET /portal`` and ``GET /portal/<file>`` go to the portal function instead, without the
+authorizer (the page and its scripts are public; what it shows comes from the API with a token).
+
 The one local difference: while no token exists at all (a fresh ``tidings dev``), a request from
 a loopback address without an ``Authorization`` header is let through as an admin's, so that the
 API can be tried before the first token is made. The first token ends that for good.
@@ -160,8 +163,9 @@ class ApiServer:
         *,
         authorizer: Handler | None = None,
         open_access: OpenAccess = lambda: False,
+        portal: Handler | None = None,
     ) -> None:
-        self.gateway = Gateway(handler, authorizer, open_access)
+        self.gateway = Gateway(handler, authorizer, open_access, portal)
         self._server = ThreadingHTTPServer((host, port), _request_class(self.gateway))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -194,13 +198,25 @@ class Gateway:
         handler: Handler,
         authorizer: Handler | None = None,
         open_access: OpenAccess = lambda: False,
+        portal: Handler | None = None,
     ) -> None:
         self._handler = handler
         self._authorizer = authorizer
         self._open_access = open_access
+        self._portal = portal
         self._one_at_a_time = threading.Lock()
 
     def answer(self, request: HttpRequest) -> HttpResponse:
+        path = _path(request)
+        if self._portal is not None and (path == "/portal" or path.startswith("/portal/")):
+            if request.method not in ("GET", "HEAD"):
+                return _error(
+                    405,
+                    "method_not_allowed",
+                    f"{request.method} is not allowed here",
+                    (("Allow", "GET, HEAD"),),
+                )
+            return invoke(self._portal, request, {})
         if request.method not in ROUTED_METHODS:
             from tidings.api.app import allowed_methods
 

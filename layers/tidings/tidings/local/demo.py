@@ -39,6 +39,8 @@ from tidings.dal.operator import (
 from tidings.local.progress import LiveDisplay, render
 from tidings.local.receivers import Kind, Receivers
 from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
+from tidings.logic.applications import DEFAULT_APP_UID
+from tidings.logic.portal import create_link
 from tidings.observability import logger
 from tidings.secrets.keyring import Keyring
 
@@ -169,9 +171,12 @@ def run_demo(
     out: TextIO,
     report: Callable[[Database, Settings], str],
     functions_dir: Path | None = None,
+    serve: Callable[[DemoOutcome, str], None] | None = None,
 ) -> DemoOutcome:
     """Run the demo, drawing progress on ``out``; ``report`` renders the dead-letter report
-    from the demo's database before it goes away. Returns how it ended."""
+    from the demo's database before it goes away. Returns how it ended. With ``serve``, the
+    runtime is still up when it is called with the outcome and a portal link for the demo's
+    application, and stops when it returns."""
     workdir = Path(tempfile.mkdtemp(prefix="tidings-demo-"))
     log_stream = (workdir / "runtime.log").open("a", encoding="utf-8")
     quiet_handlers(log_stream)
@@ -216,6 +221,14 @@ def run_demo(
         )
         elapsed = time.monotonic() - started
         report_text = report(db, runtime.settings)
+        if serve is not None:
+            link = create_link(db, DEFAULT_APP_UID, base_url=runtime.settings.portal_url)
+            outcome = DemoOutcome(settled, elapsed, endpoints, names, [], report_text)
+            redirect.__exit__(None, None, None)
+            try:
+                serve(outcome, link.url)
+            finally:
+                redirect.__enter__()
         db.close()
     finally:
         runtime.stop()

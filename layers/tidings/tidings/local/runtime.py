@@ -231,6 +231,19 @@ class DevRuntime:
         if config.serve_api:
             handlers["ingest"] = load_handler("ingest", config.functions_dir)
             handlers["authorizer"] = load_handler("authorizer", config.functions_dir)
+            handlers["portal"] = load_handler("portal", config.functions_dir)
+            # Bound now (port 0 picks one), so that portal links can name the address.
+            self.api = ApiServer(
+                handlers["ingest"],
+                config.host,
+                config.port,
+                authorizer=handlers["authorizer"],
+                open_access=self.open_access,
+                portal=handlers["portal"],
+            )
+            if not settings.portal_url:
+                settings = settings.replace(portal_url=f"{self.api.url}/portal")
+            self.settings = settings
         self._wire(settings)
         self.scheduler = Scheduler(
             [
@@ -243,14 +256,7 @@ class DevRuntime:
             self._spawn(f"sender-{index + 1}", self._sender_loop, sender)
         self._spawn("claimer", self._claimer_loop, handlers["claimer"])
         self.scheduler.start()
-        if config.serve_api:
-            self.api = ApiServer(
-                handlers["ingest"],
-                config.host,
-                config.port,
-                authorizer=handlers["authorizer"],
-                open_access=self.open_access,
-            )
+        if self.api is not None:
             self.api.start()
 
     def _wire(self, settings: Settings) -> None:

@@ -22,31 +22,49 @@ class Scope(enum.StrEnum):
     PRODUCER = "producer"
     # Everything inside one application: its endpoints and secrets, its messages, replay.
     APP = "app"
+    # Read everything inside one application, change nothing, reveal no secret.
+    APP_READ = "app_read"
+    # A portal link: nothing but opening one portal session (app or app_read) of its application.
+    PORTAL_LINK = "portal_link"
 
 
 class Action(enum.StrEnum):
     SEND_EVENTS = "send_events"
     READ_MESSAGES = "read_messages"
+    READ_ENDPOINTS = "read_endpoints"
     MANAGE_ENDPOINTS = "manage_endpoints"
+    REVEAL_SECRETS = "reveal_secrets"
     REPLAY = "replay"
     READ_APPLICATION = "read_application"
     MANAGE_APPLICATIONS = "manage_applications"
     MANAGE_TOKENS = "manage_tokens"
+    MAKE_PORTAL_LINKS = "make_portal_links"
+    OPEN_PORTAL_SESSION = "open_portal_session"
 
 
 ALLOWED: Mapping[Scope, frozenset[Action]] = {
-    Scope.ADMIN: frozenset(Action),
+    # Opening a portal session is what a link does; no other token does it.
+    Scope.ADMIN: frozenset(Action) - {Action.OPEN_PORTAL_SESSION},
     Scope.PRODUCER: frozenset({Action.SEND_EVENTS, Action.READ_MESSAGES}),
     Scope.APP: frozenset(
         {
             Action.SEND_EVENTS,
             Action.READ_MESSAGES,
+            Action.READ_ENDPOINTS,
             Action.MANAGE_ENDPOINTS,
+            Action.REVEAL_SECRETS,
             Action.REPLAY,
             Action.READ_APPLICATION,
+            Action.MAKE_PORTAL_LINKS,
         }
     ),
+    Scope.APP_READ: frozenset(
+        {Action.READ_MESSAGES, Action.READ_ENDPOINTS, Action.READ_APPLICATION}
+    ),
+    Scope.PORTAL_LINK: frozenset({Action.OPEN_PORTAL_SESSION}),
 }
+# The scopes that belong to one application.
+APPLICATION_SCOPES = frozenset({Scope.APP, Scope.APP_READ, Scope.PORTAL_LINK})
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +77,7 @@ class Principal:
     token_id: int | None = None
 
     def __post_init__(self) -> None:
-        if (self.scope is Scope.APP) != (self.app_id is not None):
+        if (self.scope in APPLICATION_SCOPES) != (self.app_id is not None):
             raise ValueError("an application is named by app-scoped principals, and only them")
 
     def context(self) -> dict[str, str]:
@@ -109,4 +127,4 @@ def require(principal: Principal, action: Action) -> None:
 
 def sees(principal: Principal, app_id: int) -> bool:
     """Whether the principal may know the application exists."""
-    return principal.scope is not Scope.APP or principal.app_id == app_id
+    return principal.scope not in APPLICATION_SCOPES or principal.app_id == app_id

@@ -1,14 +1,16 @@
-"""Endpoint use cases: create, read, page, change, delete, rotate the secret, read health.
+"""Endpoint use cases: create, read, page, change, delete, rotate and reveal the secret, read
+health.
 
-Secrets leave this module only in the results of ``create_endpoint`` and ``rotate_secret``; they
-are stored encrypted (``tidings.secrets``), sealed for the endpoint's id in the transaction that
-installs them, and never read back.
+Secrets leave this module only in the results of ``create_endpoint``, ``rotate_secret`` and
+``reveal_secret`` (asked for on purpose, by a token that may manage the application's endpoints);
+they are stored encrypted (``tidings.secrets``), sealed for the endpoint's id in the transaction
+that installs them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, PlainSerializer
@@ -29,7 +31,7 @@ from tidings.logic.validation import (
     encode_cursor,
 )
 from tidings.observability import logger
-from tidings.secrets.envelope import DataKey, seal_secret
+from tidings.secrets.envelope import DataKey, open_secret, seal_secret
 from tidings.secrets.keyring import Keyring
 from tidings.secrets.master_keys import KeyUnavailable
 
@@ -96,6 +98,12 @@ class EndpointPage(BaseModel):
     next_cursor: str | None
 
 
+class HourOfAttempts(BaseModel):
+    hour: datetime
+    delivered: int = Field(description="attempts answered with a 2xx status")
+    failed: int = Field(description="attempts that were not")
+
+
 class EndpointHealth(BaseModel):
     endpoint_id: int
     circuit_state: str
@@ -112,6 +120,15 @@ class EndpointHealth(BaseModel):
     percentiles_at: datetime | None
     # Messages of this endpoint per status (pending, in_flight, delivered, failed, dead_letter).
     counts: dict[str, int]
+    hourly: list[HourOfAttempts] = Field(
+        description="The last 24 hours' attempts, an hour each, oldest first (the current hour "
+        "last, so far)"
+    )
+
+
+class RevealedSecret(BaseModel):
+    endpoint_id: int
+    secret: str = Field(description="The current signing secret (whsec_…)")
 
 
 def create_endpoint(
@@ -309,7 +326,54 @@ def endpoint_health(
     if row is None:
         raise NotFound("endpoint", endpoint_id)
     row["circuit_state"] = row.pop("state")
-    return EndpointHealth(**row)
+    now = row.pop("db_now")
+    hours = db.run(lambda cur: dal.endpoint_hourly_attempts(cur, app_id, endpoint_id))
+    return EndpointHealth(**row, hourly=day_by_hour(hours, now))
+
+
+def day_by_hour(rows: Sequence[Mapping[str, Any]], now: datetime) -> list[HourOfAttempts]:
+    """The 24 hours up to ``now``'s, oldest first, with the counts of the hours ``rows`` has and
+    zeros for the others."""
+    current = now.replace(minute=0, second=0, microsecond=0)
+    found = {row["hour"]: row for row in rows}
+    day = []
+    for back in range(23, -1, -1):
+        hour = current - timedelta(hours=back)
+        row = found.get(hour)
+        day.append(
+            HourOfAttempts(
+                hour=hour,
+                delivered=int(row["delivered"]) if row else 0,
+                failed=int(row["failed"]) if row else 0,
+            )
+        )
+    return day
+
+
+def reveal_secret(
+    db: Database, endpoint_id: int, *, keyring: Keyring, app_id: int = DEFAULT_APP_ID
+) -> RevealedSecret:
+    """The endpoint's current signing secret, opened."""
+    check_id(endpoint_id, "endpoint_id")
+
+    def read(cur: Cursor) -> str | None:
+        sealed = dal.endpoint_signing_secret(cur, app_id, endpoint_id)
+        if sealed is None:
+            return None
+        try:
+            keys = keyring.data_keys(cur, [sealed.data_key_id])
+        except KeyUnavailable as exc:
+            logger.error("no data key to open a signing secret with", extra={"reason": str(exc)})
+            raise Unavailable(
+                "secrets_key_unavailable",
+                "the key that encrypts signing secrets is unavailable; retry later",
+            ) from None
+        return open_secret(keys[sealed.data_key_id], endpoint_id, sealed)
+
+    secret = db.run(read)
+    if secret is None:
+        raise NotFound("endpoint", endpoint_id)
+    return RevealedSecret(endpoint_id=endpoint_id, secret=secret)
 
 
 def check_target_url(url: str, settings: Settings, resolver: ssrf.Resolver | None = None) -> str:

@@ -116,12 +116,14 @@ def list_messages(
     status: str | None = None,
     endpoint_id: int | None = None,
     event_type: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
     cursor: str | None = None,
     limit: int = 50,
     app_id: int = DEFAULT_APP_ID,
 ) -> MessagePage:
-    """An application's messages newest first, filtered by any of status, endpoint and event
-    type."""
+    """An application's messages newest first, filtered by any of status, endpoint, event type
+    and the time they were created (``since`` inclusive, ``until`` exclusive)."""
     check_limit(limit)
     if status is not None and status not in STATUSES:
         raise InvalidInput(
@@ -131,6 +133,9 @@ def list_messages(
         check_id(endpoint_id, "endpoint_id")
     if event_type is not None:
         clean_text(event_type, "event_type", max_length=MAX_TEXT)
+    for name, moment in (("since", since), ("until", until)):
+        if moment is not None and moment.tzinfo is None:
+            raise InvalidInput("invalid_value", f"{name} must be a time with its zone", name)
     before_id = None if cursor is None else decode_cursor(cursor)
     rows = db.run(
         lambda cur: dal.list_messages(
@@ -141,6 +146,8 @@ def list_messages(
             status=status,
             endpoint_id=endpoint_id,
             event_type=event_type,
+            since=since,
+            until=until,
         )
     )
     items = [Message(**row) for row in rows[:limit]]

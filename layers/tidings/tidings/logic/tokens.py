@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tidings.dal import tokens as dal
 from tidings.dal.connection import Database
 from tidings.logic import applications
-from tidings.logic.access import Principal, Scope
+from tidings.logic.access import APPLICATION_SCOPES, Principal, Scope
 from tidings.logic.errors import InvalidInput, NotFound
 from tidings.logic.validation import check_id, check_limit, clean_text, decode_cursor, encode_cursor
 from tidings.usage_keys import UsageKeys
@@ -37,7 +37,9 @@ PREFIX_LENGTH = 12
 MAX_DESCRIPTION = 200
 FIRST_ADMIN_TOKEN = "first admin token (made on deploy)"  # noqa: S105 - a description
 
-TokenScope = Literal["admin", "producer", "app"]
+# The scopes a token can be made with (portal links are made as links: tidings.logic.portal).
+TokenScope = Literal["admin", "producer", "app", "app_read"]
+ListedScope = Literal["admin", "producer", "app", "app_read", "portal_link"]
 
 
 class Token(BaseModel):
@@ -45,12 +47,15 @@ class Token(BaseModel):
 
     id: int
     prefix: str
-    scope: TokenScope
+    scope: ListedScope
     application: str | None
     description: str
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
+    exchanged_at: datetime | None = Field(
+        default=None, description="A portal link: when it was used to open a session"
+    )
 
 
 class CreatedToken(Token):
@@ -97,8 +102,17 @@ def token_state(row: Mapping[str, Any], now: datetime) -> TokenState:
 @dataclass(frozen=True, slots=True)
 class Authenticated:
     principal: Principal
+    # Whose throttle the token's requests count against (see tidings.usage_keys).
+    usage_owner: str
     # The API Gateway API key made for this token's requests (AWS only), if made yet.
     usage_key_id: str | None
+
+
+def usage_owner(row: Mapping[str, Any]) -> str:
+    """A token's own throttle, except for portal links and sessions: one per application."""
+    if row["scope"] == Scope.PORTAL_LINK.value or row.get("portal_link_id") is not None:
+        return f"portal-app-{row['app_id']}"
+    return f"token-{row['id']}"
 
 
 def authenticate(db: Database, presented: str) -> Authenticated | None:
@@ -117,6 +131,7 @@ def authenticate(db: Database, presented: str) -> Authenticated | None:
         return None
     return Authenticated(
         Principal(Scope(match["scope"]), match["app_id"], int(match["id"])),
+        usage_owner(match),
         match["usage_key_id"],
     )
 
@@ -128,11 +143,11 @@ def usage_key(db: Database, who: Authenticated, keys: UsageKeys) -> str | None:
     if token_id is None:
         return None
     if who.usage_key_id is None:
-        made = keys.ensure(token_id)
+        made = keys.ensure(who.usage_owner)
         if made is None:
             return None
         db.run(lambda cur: dal.set_usage_key(cur, token_id, made))
-    return keys.value_for(token_id)
+    return keys.value_for(who.usage_owner)
 
 
 def create_token(
@@ -148,13 +163,15 @@ def create_token(
     try:
         checked_scope = Scope(scope)
     except ValueError:
+        checked_scope = None
+    if checked_scope is None or checked_scope is Scope.PORTAL_LINK:
         raise InvalidInput(
-            "invalid_value", "scope must be one of admin, producer, app", "scope"
-        ) from None
-    if (checked_scope is Scope.APP) != (application is not None):
+            "invalid_value", "scope must be one of admin, producer, app, app_read", "scope"
+        )
+    if (checked_scope in APPLICATION_SCOPES) != (application is not None):
         raise InvalidInput(
             "invalid_value",
-            "an application is named for scope app, and only for it",
+            "an application is named for scopes app and app_read, and only for them",
             "application",
         )
     app = None
@@ -180,6 +197,7 @@ def create_token(
             app_id=None if app is None else app.id,
             description=description,
             expires_at=expires_at,
+            session_scope=None,
         ),
         transaction=True,
     )
@@ -207,6 +225,7 @@ def register_token(db: Database, token: str, *, description: str) -> bool:
             app_id=None,
             description=description,
             expires_at=None,
+            session_scope=None,
         )
         return True
 
@@ -249,6 +268,7 @@ def _listed(row: Mapping[str, Any], app_uid: str | None) -> dict[str, Any]:
         "created_at": row["created_at"],
         "expires_at": row["expires_at"],
         "revoked_at": row["revoked_at"],
+        "exchanged_at": row.get("exchanged_at"),
     }
 
 

@@ -148,7 +148,29 @@ SELECT h.endpoint_id, h.state, h.consecutive_failures, h.failure_threshold, h.co
                  FROM (SELECT m.status, count(*) AS n
                        FROM tidings.messages m
                        WHERE m.endpoint_id = h.endpoint_id
-                       GROUP BY m.status) c), '{}') AS counts
+                       GROUP BY m.status) c), '{}') AS counts,
+       now() AS db_now
 FROM tidings.endpoint_health h
 JOIN tidings.endpoints e ON e.id = h.endpoint_id
 WHERE h.endpoint_id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL
+
+-- name: endpoint_hourly_attempts
+-- An application's endpoint's attempts of the last 24 hours by the hour they were made in
+-- (through attempts_by_endpoint_time): how many succeeded (a 2xx answer) and how many did not.
+-- Only the hours with attempts; the hours are those of the database's clock, as now() gives it.
+SELECT date_trunc('hour', a.attempted_at) AS hour,
+       count(*) FILTER (WHERE a.status_code BETWEEN 200 AND 299) AS delivered,
+       count(*) FILTER (WHERE NOT coalesce(a.status_code BETWEEN 200 AND 299, false)) AS failed,
+       date_trunc('hour', now()) AS current_hour
+FROM tidings.attempts a
+JOIN tidings.endpoints e ON e.id = a.endpoint_id
+WHERE a.endpoint_id = %(endpoint_id)s AND e.app_id = %(app_id)s
+  AND a.attempted_at >= date_trunc('hour', now()) - interval '23 hours'
+GROUP BY 1
+ORDER BY 1
+
+-- name: endpoint_signing_secret
+-- The current signing secret of an application's endpoint, sealed (see
+-- tidings.endpoint_signing_secret_v1); no row when there is none.
+SELECT s.data_key_id, s.ciphertext
+FROM tidings.endpoint_signing_secret_v1(%(app_id)s, %(endpoint_id)s) s

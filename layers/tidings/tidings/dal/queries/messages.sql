@@ -41,8 +41,8 @@ ORDER BY h.attempted_at, h.attempt_number, h.id
 
 -- name: list_messages
 -- A page of the messages of an application's endpoints, newest first, before the cursor id (NULL
--- for the first page), optionally filtered by status, endpoint and event type; one extra row
--- tells whether a next page exists.
+-- for the first page), optionally filtered by status, endpoint, event type and creation time
+-- (since inclusive, until exclusive); one extra row tells whether a next page exists.
 SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status, m.attempts,
        m.max_attempts, m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at,
        m.last_error, m.last_status_code, m.last_response_ms
@@ -54,6 +54,8 @@ WHERE e.app_id = %(app_id)s
   AND (%(status)s::text IS NULL OR m.status = %(status)s::tidings.message_status)
   AND (%(endpoint_id)s::bigint IS NULL OR m.endpoint_id = %(endpoint_id)s::bigint)
   AND (%(event_type)s::text IS NULL OR m.event_type = %(event_type)s::text)
+  AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR m.created_at < %(until)s::timestamptz)
 ORDER BY m.id DESC
 LIMIT %(limit)s + 1
 
