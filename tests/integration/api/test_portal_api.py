@@ -73,10 +73,17 @@ def test_a_link_opens_one_session_of_its_application_once(
 
     again = open_link(gateway, made.body["url"])
     assert (again.status, again.error["code"]) == (401, "portal_link_unusable")
-    # A session cannot open sessions, nor make links for another application.
-    assert gateway.call("POST", "/v1/portal/sessions", {}, token=token).status == 403
-    other = gateway.call("POST", "/v1/apps/globex/portal-links", {}, token=token)
-    assert other.status == 404
+    # A session opens no session, makes no link (it would renew itself for ever), not even for
+    # another application, and sends no event: the producer sends them.
+    for path, body in (
+        ("/v1/portal/sessions", {}),
+        ("/v1/apps/acme/portal-links", {}),
+        ("/v1/apps/globex/portal-links", {}),
+        ("/v1/apps/acme/events", {"event_type": "t", "payload": {}}),
+        ("/v1/apps/acme/events/batch", {"events": [{"event_type": "t", "payload": {}}]}),
+    ):
+        answer = gateway.call("POST", path, body, token=token)
+        assert (answer.status, answer.error["code"]) == (403, "forbidden"), path
     # Links and sessions are listed with the tokens; the link says when it was used.
     listed = gateway.call("GET", "/v1/tokens", token=admin).body["items"]
     link_row = next(t for t in listed if t["id"] == made.body["token_id"])

@@ -79,6 +79,15 @@ def test_200_delivers_and_keeps_the_response_excerpt(
     assert attempt["response_ms"] is not None
     # Only the retry path sends anything back to the queue.
     assert len(pipeline.queue.sent) == 1
+    # The endpoint's first success is remembered (it has none before to compare with).
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT h.state, now() - h.last_success_at < interval '1 minute'"
+            " FROM tidings.endpoint_health h"
+            " JOIN tidings.messages m ON m.endpoint_id = h.endpoint_id WHERE m.id = %s",
+            (row["id"],),
+        )
+        assert cur.fetchone() == ("closed", True)
 
 
 def test_500_retries_through_the_queue_with_the_backoff_delay_and_keeps_the_lease(

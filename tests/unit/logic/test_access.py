@@ -38,6 +38,13 @@ principals = st.one_of(
         ids,
         st.one_of(st.none(), ids),
     ),
+    st.builds(
+        Principal,
+        st.sampled_from([Scope.APP, Scope.APP_READ]),
+        ids,
+        ids,
+        st.just(True),
+    ),
 )
 
 
@@ -70,6 +77,22 @@ def test_a_read_only_token_reads_its_application_and_changes_nothing() -> None:
     assert allowed == {Action.READ_MESSAGES, Action.READ_ENDPOINTS, Action.READ_APPLICATION}
     assert not allowed & (CHANGES | ADMIN_ONLY | LINK_ONLY)
     assert sees(reader, 5) and not sees(reader, 6)
+
+
+@pytest.mark.parametrize("scope", [Scope.APP, Scope.APP_READ])
+def test_a_portal_session_neither_sends_events_nor_makes_links(scope: Scope) -> None:
+    session = Principal(scope, app_id=5, token_id=9, portal_session=True)
+    token = Principal(scope, app_id=5, token_id=9)
+    allowed = {a for a in Action if permits(session, a)}
+    assert allowed == {a for a in Action if permits(token, a)} - {
+        Action.SEND_EVENTS,
+        Action.MAKE_PORTAL_LINKS,
+    }
+    with pytest.raises(Forbidden, match="a portal session of scope"):
+        require(session, Action.MAKE_PORTAL_LINKS)
+    assert Principal.from_context(session.context()) == session
+    with pytest.raises(ValueError):
+        Principal(Scope.ADMIN, portal_session=True)
 
 
 def test_a_portal_link_only_opens_a_session_of_its_application() -> None:

@@ -15,7 +15,6 @@ from tidings.portal import answer, content_security_policy
     ("path", "kind"),
     [
         ("/portal", "text/html"),
-        ("/portal/", "text/html"),
         ("/portal/portal.js", "text/javascript"),
         ("/portal/portal.css", "text/css"),
     ],
@@ -27,6 +26,11 @@ def test_the_three_files_are_served_with_their_type_and_headers(path: str, kind:
     assert found.headers["X-Content-Type-Options"] == "nosniff"
     assert found.headers["X-Frame-Options"] == "DENY"
     assert "frame-ancestors 'none'" in found.headers["Content-Security-Policy"]
+
+
+def test_the_page_with_a_slash_sends_the_browser_to_the_page_without() -> None:
+    found = answer("/portal/", ())
+    assert (found.status, found.headers["Location"]) == (308, "../portal")
 
 
 @pytest.mark.parametrize(

@@ -108,8 +108,14 @@ def _ok(code: int, model: type, description: str) -> dict[int, Any]:
     return {code: {"description": description, "content": {JSON: {"model": model}}}}
 
 
-def _json(status: int, body: Any) -> Response[Any]:
-    return Response(status_code=status, content_type=JSON, body=body.model_dump(mode="json"))
+def _json(status: int, body: Any, *, secret: bool = False) -> Response[Any]:
+    """``body`` as JSON; one that holds a credential is never to be stored by a cache."""
+    return Response(
+        status_code=status,
+        content_type=JSON,
+        body=body.model_dump(mode="json"),
+        headers={"Cache-Control": "no-store"} if secret else None,
+    )
 
 
 # -- events ---------------------------------------------------------------------------------
@@ -451,7 +457,7 @@ def create_portal_link(
         expires_in_s=body.expires_in_s,
         settings=settings,
     )
-    return _json(201, link)
+    return _json(201, link, secret=True)
 
 
 @route(
@@ -465,7 +471,8 @@ def create_portal_link(
 def open_portal_session() -> Response[PortalSession]:
     who = principal(router)
     access.require(who, Action.OPEN_PORTAL_SESSION)
-    return _json(201, portal.open_session(wiring.database(), who, settings=wiring.settings()))
+    session = portal.open_session(wiring.database(), who, settings=wiring.settings())
+    return _json(201, session, secret=True)
 
 
 def _own_portal_url() -> str:

@@ -65,20 +65,27 @@ ALLOWED: Mapping[Scope, frozenset[Action]] = {
 }
 # The scopes that belong to one application.
 APPLICATION_SCOPES = frozenset({Scope.APP, Scope.APP_READ, Scope.PORTAL_LINK})
+# What a portal session may not do, whatever its scope: the customer's page neither makes links
+# (a one-hour session would renew itself for ever) nor sends events (the producer sends them).
+NOT_IN_PORTAL_SESSIONS = frozenset({Action.MAKE_PORTAL_LINKS, Action.SEND_EVENTS})
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who a request comes from: a token's scope, its application (app scope only) and id
-    (None for the local runtime's loopback access while no token exists)."""
+    """Who a request comes from: a token's scope, its application (application scopes only), its
+    id (None for the local runtime's loopback access while no token exists), and whether it is a
+    session a portal link opened."""
 
     scope: Scope
     app_id: int | None = None
     token_id: int | None = None
+    portal_session: bool = False
 
     def __post_init__(self) -> None:
         if (self.scope in APPLICATION_SCOPES) != (self.app_id is not None):
             raise ValueError("an application is named by app-scoped principals, and only them")
+        if self.portal_session and self.scope not in (Scope.APP, Scope.APP_READ):
+            raise ValueError("a portal session is of scope app or app_read")
 
     def context(self) -> dict[str, str]:
         """The principal as an API Gateway authorizer context (string values only)."""
@@ -87,6 +94,8 @@ class Principal:
             found["app_id"] = str(self.app_id)
         if self.token_id is not None:
             found["token_id"] = str(self.token_id)
+        if self.portal_session:
+            found["portal_session"] = "true"
         return found
 
     @classmethod
@@ -98,7 +107,8 @@ class Principal:
             scope = Scope(str(context.get("scope")))
             app_id = _optional_id(context.get("app_id"))
             token_id = _optional_id(context.get("token_id"))
-            return cls(scope, app_id, token_id)
+            portal_session = context.get("portal_session") in ("true", True)
+            return cls(scope, app_id, token_id, portal_session)
         except ValueError:
             return None
 
@@ -113,15 +123,18 @@ def _optional_id(value: object) -> int | None:
 
 
 def permits(principal: Principal, action: Action) -> bool:
+    if principal.portal_session and action in NOT_IN_PORTAL_SESSIONS:
+        return False
     return action in ALLOWED[principal.scope]
 
 
 def require(principal: Principal, action: Action) -> None:
     """Refuse (403) an action the principal's scope does not allow, whatever it is done to."""
     if not permits(principal, action):
+        who = "a portal session" if principal.portal_session else "a token"
         raise Forbidden(
             "forbidden",
-            f"a token of scope {principal.scope.value} may not {action.value.replace('_', ' ')}",
+            f"{who} of scope {principal.scope.value} may not {action.value.replace('_', ' ')}",
         )
 
 

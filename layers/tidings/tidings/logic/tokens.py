@@ -130,7 +130,12 @@ def authenticate(db: Database, presented: str) -> Authenticated | None:
     if match is None or token_state(match, match["db_now"]) != "valid":
         return None
     return Authenticated(
-        Principal(Scope(match["scope"]), match["app_id"], int(match["id"])),
+        Principal(
+            Scope(match["scope"]),
+            match["app_id"],
+            int(match["id"]),
+            portal_session=match["portal_link_id"] is not None,
+        ),
         usage_owner(match),
         match["usage_key_id"],
     )

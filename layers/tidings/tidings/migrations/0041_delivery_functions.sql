@@ -477,6 +477,7 @@ BEGIN
         -- whose attempts were new), and a batch of successes against a closed circuit without
         -- failures, whose last success is already known to the second, changes nothing. Read
         -- without a lock: another sender's uncommitted failure is then simply ordered after it.
+        -- (An endpoint that never succeeded has no last success: NULL must not skip it.)
         SELECT s.*
         FROM summary s
         JOIN tidings.endpoint_health h ON h.endpoint_id = s.endpoint_id
@@ -484,6 +485,7 @@ BEGIN
                OR NOT EXISTS (SELECT 1 FROM outcome))
           AND NOT (s.trailing_failures = 0 AND h.state = 'closed'
                    AND h.consecutive_failures = 0
+                   AND h.last_success_at IS NOT NULL
                    AND h.last_success_at >= s.last_success_at - interval '1 second')
     ),
     before AS (

@@ -76,7 +76,13 @@ def _read(name: str) -> bytes:
 def answer(path: str, frame_ancestors: Sequence[str]) -> Answer:
     """The answer to ``GET <path>`` (``/portal`` or ``/portal/<file>``)."""
     headers = security_headers(frame_ancestors)
-    rest = path.removeprefix("/portal").lstrip("/") if path.startswith("/portal") else None
+    if path == "/portal/":
+        # The page's relative references resolve from /portal only.
+        headers["Location"] = "../portal"
+        return Answer(308, headers, b"")
+    rest = path.removeprefix("/portal/") if path.startswith("/portal/") else None
+    if path == "/portal":
+        rest = ""
     found = ASSETS.get(rest) if rest is not None else None
     if found is None:
         headers["Content-Type"] = "text/plain; charset=utf-8"
