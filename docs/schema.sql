@@ -265,14 +265,16 @@ CREATE TABLE tidings.tokens (
     session_scope text,
     exchanged_at timestamp with time zone,
     portal_link_id bigint,
+    created_by bigint,
     CONSTRAINT tokens_app_id_fkey FOREIGN KEY (app_id) REFERENCES tidings.applications(id),
     CONSTRAINT tokens_application_check CHECK (((scope = ANY (ARRAY['app'::text, 'app_read'::text, 'portal_link'::text])) = (app_id IS NOT NULL))),
     CONSTRAINT tokens_check1 CHECK (((expires_at IS NULL) OR (expires_at > created_at))),
+    CONSTRAINT tokens_created_by_fkey FOREIGN KEY (created_by) REFERENCES tidings.tokens(id),
     CONSTRAINT tokens_description_check CHECK ((length(description) <= 200)),
     CONSTRAINT tokens_hash_check CHECK ((length(hash) = 32)),
     CONSTRAINT tokens_hash_key UNIQUE (hash),
     CONSTRAINT tokens_pkey PRIMARY KEY (id),
-    CONSTRAINT tokens_portal_link_check CHECK ((((scope = 'portal_link'::text) = (session_scope IS NOT NULL)) AND ((scope <> 'portal_link'::text) OR (expires_at IS NOT NULL)) AND ((exchanged_at IS NULL) OR (scope = 'portal_link'::text)) AND ((portal_link_id IS NULL) OR (scope = ANY (ARRAY['app'::text, 'app_read'::text]))))),
+    CONSTRAINT tokens_portal_link_check CHECK ((((scope = 'portal_link'::text) = (session_scope IS NOT NULL)) AND ((scope <> 'portal_link'::text) OR (expires_at IS NOT NULL)) AND ((exchanged_at IS NULL) OR (scope = 'portal_link'::text)) AND ((portal_link_id IS NULL) OR (scope = ANY (ARRAY['app'::text, 'app_read'::text]))) AND ((created_by IS NULL) OR (scope = 'portal_link'::text)))),
     CONSTRAINT tokens_portal_link_id_fkey FOREIGN KEY (portal_link_id) REFERENCES tidings.tokens(id),
     CONSTRAINT tokens_prefix_check CHECK ((prefix ~ '^tdg_[A-Za-z0-9_-]{8}$'::text)),
     CONSTRAINT tokens_scope_check CHECK ((scope = ANY (ARRAY['admin'::text, 'producer'::text, 'app'::text, 'app_read'::text, 'portal_link'::text]))),
@@ -1242,7 +1244,6 @@ GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v1(p_ids bigint[], p_tokens uui
 GRANT EXECUTE ON FUNCTION tidings.claim_due_v1(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.drop_attempt_partition(partition text, lock_timeout_ms integer) TO tidings_pruner;
 GRANT EXECUTE ON FUNCTION tidings.endpoint_signing_secret_v1(p_app_id bigint, p_endpoint_id bigint) TO tidings_ingest;
-GRANT EXECUTE ON FUNCTION tidings.endpoint_signing_secret_v1(p_app_id bigint, p_endpoint_id bigint) TO tidings_operator;
 GRANT EXECUTE ON FUNCTION tidings.enqueue(event_type text, payload jsonb, event_id text, endpoint_ids bigint[], application text) TO tidings_operator;
 GRANT EXECUTE ON FUNCTION tidings.enqueue(event_type text, payload jsonb, event_id text, endpoint_ids bigint[], application text) TO tidings_producer;
 GRANT EXECUTE ON FUNCTION tidings.enqueue_batch(events jsonb, application text) TO tidings_ingest;
@@ -1339,11 +1340,11 @@ GRANT SELECT (dead_letter_reported_at, dead_lettered_at, delivered_at, event_ref
 GRANT UPDATE (dead_letter_reported_at) ON TABLE tidings.messages TO tidings_pruner;
 GRANT DELETE, INSERT, SELECT ON TABLE tidings.subscriptions TO tidings_ingest;
 GRANT DELETE, INSERT, SELECT ON TABLE tidings.subscriptions TO tidings_operator;
-GRANT SELECT (app_id, expires_at, hash, id, portal_link_id, prefix, revoked_at, scope, usage_key_id) ON TABLE tidings.tokens TO tidings_authorizer;
+GRANT SELECT (app_id, created_by, expires_at, hash, id, portal_link_id, prefix, revoked_at, scope, usage_key_id) ON TABLE tidings.tokens TO tidings_authorizer;
 GRANT UPDATE (usage_key_id) ON TABLE tidings.tokens TO tidings_authorizer;
-GRANT INSERT (app_id, description, expires_at, hash, portal_link_id, prefix, scope, session_scope) ON TABLE tidings.tokens TO tidings_ingest;
-GRANT SELECT (app_id, created_at, description, exchanged_at, expires_at, id, prefix, revoked_at, scope, session_scope) ON TABLE tidings.tokens TO tidings_ingest;
+GRANT INSERT (app_id, created_by, description, expires_at, hash, portal_link_id, prefix, scope, session_scope) ON TABLE tidings.tokens TO tidings_ingest;
+GRANT SELECT (app_id, created_at, created_by, description, exchanged_at, expires_at, id, portal_link_id, prefix, revoked_at, scope, session_scope) ON TABLE tidings.tokens TO tidings_ingest;
 GRANT UPDATE (exchanged_at, revoked_at) ON TABLE tidings.tokens TO tidings_ingest;
-GRANT INSERT (app_id, description, expires_at, hash, portal_link_id, prefix, scope, session_scope) ON TABLE tidings.tokens TO tidings_operator;
-GRANT SELECT (app_id, created_at, description, exchanged_at, expires_at, id, prefix, revoked_at, scope, session_scope) ON TABLE tidings.tokens TO tidings_operator;
-GRANT UPDATE (exchanged_at, revoked_at) ON TABLE tidings.tokens TO tidings_operator;
+GRANT INSERT (app_id, created_by, description, expires_at, hash, prefix, scope, session_scope) ON TABLE tidings.tokens TO tidings_operator;
+GRANT SELECT (app_id, created_at, description, exchanged_at, expires_at, id, portal_link_id, prefix, revoked_at, scope, session_scope) ON TABLE tidings.tokens TO tidings_operator;
+GRANT UPDATE (revoked_at) ON TABLE tidings.tokens TO tidings_operator;

@@ -171,6 +171,23 @@ class Gateway:
         raw = response.body.decode()
         return Reply(response.status, json.loads(raw) if raw else None, raw)
 
+    def raw(self, method: str, path: str, body: Any = None, *, token: str) -> Any:
+        """The raw answer (status, headers, body) to a JSON request with a token."""
+        from tidings.local.lambda_env import HttpRequest
+
+        return self._gateway.answer(
+            HttpRequest(
+                method=method,
+                target=path,
+                headers=(
+                    ("Content-Type", "application/json"),
+                    ("Authorization", f"Bearer {token}"),
+                ),
+                body=b"" if body is None else json.dumps(body).encode(),
+                source_ip="203.0.113.9",
+            )
+        )
+
     def page(self, method: str, path: str) -> Any:
         """The raw answer (status, headers, body) to a request without a token."""
         from tidings.local.lambda_env import HttpRequest

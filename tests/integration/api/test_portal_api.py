@@ -99,7 +99,7 @@ def test_a_session_sees_nothing_of_another_application(
         globex = cur.fetchone()[0]
         theirs = make_endpoint(cur, "https://globex.example/hook", app_id=globex)
         default_endpoint = make_endpoint(cur, "https://default.example/hook")
-    link = create_link(db, "acme", base_url="https://tidings.example/prod/portal")
+    link = create_link(db, acme, "acme", base_url="https://tidings.example/prod/portal")
     token = open_link(gateway, link.url).body["token"]
     for path in (
         "/v1/apps/globex/endpoints",
@@ -163,6 +163,97 @@ def test_a_read_only_session_reads_and_changes_nothing(
         assert cur.fetchone() == (True,)
 
 
+def test_revoking_the_token_that_made_a_link_voids_the_link(
+    gateway: Gateway, db: Database, acme: int
+) -> None:
+    admin = admin_token(db)
+    leaked = tokens.create_token(db, scope="app", application="acme")
+    link = gateway.call(
+        "POST", "/v1/apps/acme/portal-links", {"expires_in_s": 7 * 86400}, token=leaked.token
+    )
+    assert link.status == 201, link.raw
+    # The leak is noticed: the app token is revoked, and refused from now on.
+    assert gateway.call("DELETE", f"/v1/tokens/{leaked.id}", token=admin).status == 200
+    assert gateway.call("GET", "/v1/apps/acme/endpoints", token=leaked.token).status == 401
+    # Yet the link it made a moment before still opens a full session of the application.
+    session = open_link(gateway, link.body["url"])
+    assert session.status == 401, "a link made by a revoked token opened a session: " + session.raw
+
+
+def test_a_link_never_outlives_the_token_that_made_it(
+    gateway: Gateway, db: Database, acme: int
+) -> None:
+    short = tokens.create_token(
+        db,
+        scope="app",
+        application="acme",
+        expires_at=datetime.now(UTC) + timedelta(minutes=5),
+    )
+    link = gateway.call(
+        "POST", "/v1/apps/acme/portal-links", {"expires_in_s": 7 * 86400}, token=short.token
+    )
+    if link.status == 201:
+        expires = datetime.fromisoformat(link.body["expires_at"])
+        assert short.expires_at is not None
+        assert expires <= short.expires_at, (
+            f"a token valid until {short.expires_at} made a link valid until {expires}"
+        )
+    else:
+        assert link.status == 422, link.raw
+    # Once that token has expired, the link opens nothing.
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.tokens SET created_at = now() - interval '1 hour',"
+            " expires_at = now() - interval '1 second' WHERE id = %s",
+            (short.id,),
+        )
+    assert open_link(gateway, link.body["url"]).status == 401
+
+
+def test_revoking_a_link_ends_the_session_it_opened(
+    gateway: Gateway, db: Database, acme: int
+) -> None:
+    admin = admin_token(db)
+    made = gateway.call("POST", "/v1/apps/acme/portal-links", {}, token=admin)
+    session = open_link(gateway, made.body["url"]).body["token"]
+    # The link leaked and was opened by someone else: the admin revokes the link (the only id
+    # the producer was given, "revoke it with DELETE /v1/tokens/…").
+    listed = gateway.call("GET", "/v1/tokens", token=admin).body["items"]
+    assert [t["portal_link_id"] for t in listed if t["description"] == "portal session"] == [
+        made.body["token_id"]
+    ]
+    assert gateway.call("DELETE", f"/v1/tokens/{made.body['token_id']}", token=admin).status == 200
+    answer = gateway.call("POST", "/v1/apps/acme/endpoints", {"url": PUBLIC_URL}, token=session)
+    assert answer.status == 401, "the session of a revoked link still works: " + answer.raw
+
+
+def test_no_answer_that_holds_a_credential_may_be_stored_by_a_cache(
+    gateway: Gateway, db: Database, acme: int
+) -> None:
+    admin = admin_token(db)
+    token = tokens.create_token(db, scope="app", application="acme").token
+
+    def cache_control(method: str, path: str, body: Any, bearer: str) -> str:
+        answer = gateway.raw(method, path, body, token=bearer)
+        assert answer.status in (200, 201), (path, answer.body)
+        return dict(answer.headers).get("Cache-Control", "")
+
+    endpoint = gateway.call("POST", "/v1/apps/acme/endpoints", {"url": PUBLIC_URL}, token=token)
+    link = gateway.call("POST", "/v1/apps/acme/portal-links", {}, token=admin)
+    for method, path, body, bearer in (
+        ("POST", "/v1/apps/acme/endpoints", {"url": PUBLIC_URL}, token),
+        ("GET", f"/v1/apps/acme/endpoints/{endpoint.body['id']}/secret", None, token),
+        ("POST", f"/v1/apps/acme/endpoints/{endpoint.body['id']}/rotate-secret", {}, token),
+        ("POST", "/v1/tokens", {"scope": "producer"}, admin),
+        ("POST", "/v1/apps/acme/portal-links", {}, admin),
+        ("POST", "/v1/portal/sessions", {}, link_credential(link.body["url"])),
+    ):
+        assert cache_control(method, path, body, bearer) == "no-store", path
+    assert "Cache-Control" not in dict(
+        gateway.raw("GET", "/v1/apps/acme", None, token=token).headers
+    )
+
+
 def test_expired_revoked_and_forged_links_open_nothing(
     gateway: Gateway, db: Database, acme: int
 ) -> None:
@@ -188,7 +279,7 @@ def test_expired_revoked_and_forged_links_open_nothing(
         answer = gateway.call("POST", "/v1/apps/acme/portal-links", body, token=admin)
         assert (answer.status, answer.error["field"]) == (422, field), body
     # A deleted application's links open nothing.
-    link = create_link(db, "acme", base_url="https://tidings.example/prod/portal")
+    link = create_link(db, acme, "acme", base_url="https://tidings.example/prod/portal")
     assert gateway.call("DELETE", "/v1/apps/acme", token=admin).status == 204
     assert open_link(gateway, link.url).status == 401
 

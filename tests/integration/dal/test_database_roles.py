@@ -364,8 +364,8 @@ def test_signing_secrets_leave_the_database_only_through_their_two_functions(
     role: str, members: Members, database_url: str
 ) -> None:
     """No role may select a secret's ciphertext or the columns that held secrets in clear; only
-    the sender may call the function that returns a leased row's secrets, and only the API and
-    operators the one that reveals an endpoint's current secret on request."""
+    the sender may call the function that returns a leased row's secrets, and only the API the
+    one that reveals an endpoint's current secret on request."""
     conn = members.connect(database_url, role)
     try:
         with conn.cursor() as cur:
@@ -384,8 +384,7 @@ def test_signing_secrets_leave_the_database_only_through_their_two_functions(
                     code = exc.pgcode
                 cur.execute("ROLLBACK TO SAVEPOINT probe")
                 allowed = (role == "tidings_sender" and "begin_attempts_v1" in sql) or (
-                    role in ("tidings_ingest", "tidings_operator")
-                    and "endpoint_signing_secret_v1" in sql
+                    role == "tidings_ingest" and "endpoint_signing_secret_v1" in sql
                 )
                 assert (code is None) == allowed, (role, sql, code)
     finally:

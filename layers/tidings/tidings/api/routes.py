@@ -268,7 +268,7 @@ def create_endpoint(
         settings=wiring.settings(),
         app_id=app.id,
     )
-    return _json(201, created)
+    return _json(201, created, secret=True)
 
 
 @app_routes(
@@ -345,14 +345,15 @@ def delete_endpoint(app: AppScope, endpoint_id: EndpointIdPath) -> Response[None
     responses={**_ok(200, RotatedSecret, "The new secret, shown once"), **_errors(403, 404)},
     tags=["endpoints"],
 )
-def rotate_secret(app: AppScope, endpoint_id: EndpointIdPath) -> RotatedSecret:
-    return endpoints.rotate_secret(
+def rotate_secret(app: AppScope, endpoint_id: EndpointIdPath) -> Response[RotatedSecret]:
+    rotated = endpoints.rotate_secret(
         wiring.database(),
         endpoint_id,
         keyring=wiring.keyring(),
         settings=wiring.settings(),
         app_id=app.id,
     )
+    return _json(200, rotated, secret=True)
 
 
 @app_routes(
@@ -364,10 +365,11 @@ def rotate_secret(app: AppScope, endpoint_id: EndpointIdPath) -> RotatedSecret:
     responses={**_ok(200, RevealedSecret, "The current secret"), **_errors(403, 404)},
     tags=["endpoints"],
 )
-def reveal_secret(app: AppScope, endpoint_id: EndpointIdPath) -> RevealedSecret:
-    return endpoints.reveal_secret(
+def reveal_secret(app: AppScope, endpoint_id: EndpointIdPath) -> Response[RevealedSecret]:
+    revealed = endpoints.reveal_secret(
         wiring.database(), endpoint_id, keyring=wiring.keyring(), app_id=app.id
     )
+    return _json(200, revealed, secret=True)
 
 
 @app_routes(
@@ -451,10 +453,12 @@ def create_portal_link(
     settings = wiring.settings()
     link = portal.create_link(
         wiring.database(),
+        app.id,
         app.uid,
         base_url=settings.portal_url or _own_portal_url(),
         read_only=body.read_only,
         expires_in_s=body.expires_in_s,
+        made_by=principal(router).token_id,
         settings=settings,
     )
     return _json(201, link, secret=True)
@@ -581,7 +585,7 @@ def create_token(body: Annotated[CreateToken, Body()]) -> Response[CreatedToken]
         description=body.description,
         expires_at=body.expires_at,
     )
-    return _json(201, created)
+    return _json(201, created, secret=True)
 
 
 @route(

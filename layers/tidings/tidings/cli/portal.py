@@ -54,9 +54,13 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tidings.logic import portal
+    from tidings.logic import applications, portal
+    from tidings.logic.errors import NotFound
 
     with target() as where, use_case_errors():
+        app = applications.find(where.db, args.app)
+        if app is None:
+            raise NotFound("application", args.app)
         base = args.base_url or where.settings.portal_url
         if not base:
             if where.description == "DATABASE_URL":
@@ -67,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
             base = DEV_PORTAL_URL
         link = portal.create_link(
             where.db,
-            args.app,
+            app.id,
+            app.uid,
             base_url=base,
             read_only=args.read_only,
             expires_in_s=(

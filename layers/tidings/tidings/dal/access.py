@@ -43,7 +43,6 @@ _ENDPOINTS = (
     "soft_delete_endpoint",
     "endpoint_health",
     "endpoint_hourly_attempts",
-    "endpoint_signing_secret",
 )
 _MESSAGES = (
     "get_message",
@@ -64,7 +63,7 @@ _APPLICATIONS = (
     "mark_application_deleted",
     "retire_application_endpoints",
 )
-_TOKENS = ("insert_token", "list_tokens", "get_token", "revoke_token", "exchange_portal_link")
+_TOKENS = ("insert_token", "list_tokens", "get_token", "revoke_token")
 
 PRODUCER = _role(
     "tidings_producer",
@@ -101,6 +100,9 @@ INGEST = _role(
     *_SECRETS_WRITER,
     *_APPLICATIONS,
     *_TOKENS,
+    # The API alone opens portal sessions and reveals a secret a person asks for.
+    "exchange_portal_link",
+    "endpoint_signing_secret",
 )
 AUTHORIZER = _role(
     "tidings_authorizer",
@@ -164,9 +166,9 @@ PRUNER = _role(
 )
 OPERATOR = _role(
     "tidings_operator",
-    "People with the tidings CLI: status, applications, tokens, endpoints (creating and rotating "
-    "secrets), sending, messages, dead letters, replay, resend and recovery, the dev runtime and "
-    "the demo",
+    "People with the tidings CLI: status, applications, tokens and portal links, endpoints "
+    "(creating and rotating secrets, never revealing one), sending, messages, dead letters, "
+    "replay, resend and recovery, the dev runtime and the demo",
     "enqueue_event",
     "enqueue_events",
     "health_summary",

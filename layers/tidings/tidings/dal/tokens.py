@@ -20,6 +20,7 @@ def insert_token(
     description: str,
     expires_at: datetime | None,
     session_scope: str | None,
+    created_by: int | None = None,
 ) -> dict[str, Any] | None:
     """The stored token, or None when its application is not there (any more)."""
     cur.execute(
@@ -32,6 +33,7 @@ def insert_token(
             "description": description,
             "expires_at": expires_at,
             "session_scope": session_scope,
+            "created_by": created_by,
         },
     )
     rows = fetch_dicts(cur)

@@ -39,7 +39,7 @@ from tidings.dal.operator import (
 from tidings.local.progress import LiveDisplay, render
 from tidings.local.receivers import Kind, Receivers
 from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
-from tidings.logic.applications import DEFAULT_APP_UID
+from tidings.logic.applications import DEFAULT_APP_ID, DEFAULT_APP_UID
 from tidings.logic.portal import create_link
 from tidings.observability import logger
 from tidings.secrets.keyring import Keyring
@@ -222,7 +222,9 @@ def run_demo(
         elapsed = time.monotonic() - started
         report_text = report(db, runtime.settings)
         if serve is not None:
-            link = create_link(db, DEFAULT_APP_UID, base_url=runtime.settings.portal_url)
+            link = create_link(
+                db, DEFAULT_APP_ID, DEFAULT_APP_UID, base_url=runtime.settings.portal_url
+            )
             outcome = DemoOutcome(settled, elapsed, endpoints, names, [], report_text)
             redirect.__exit__(None, None, None)
             try:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from tidings.config import Settings, get_settings
 from tidings.dal import tokens as dal
 from tidings.dal.connection import Database
-from tidings.logic import applications, tokens
+from tidings.logic import tokens
 from tidings.logic.access import Principal, Scope
 from tidings.logic.errors import InvalidInput, NotFound, Unauthorized
 
@@ -58,15 +58,20 @@ def link_url(base_url: str, credential: str) -> str:
 
 def create_link(
     db: Database,
-    application: str,
+    app_id: int,
+    app_uid: str,
     *,
     base_url: str,
     read_only: bool = False,
     expires_in_s: float = DEFAULT_LINK_S,
+    made_by: int | None = None,
     settings: Settings | None = None,
     now: datetime | None = None,
 ) -> PortalLink:
-    """A link that opens the portal of ``application`` (uid or id) once, before it expires."""
+    """A link that opens the portal of the application ``app_id`` (uid ``app_uid``) once, before
+    it expires. ``made_by`` is the token
+    that asks for it (None: an operator): the link expires no later than that token, and is
+    refused once that token is revoked."""
     cfg = settings or get_settings()
     if not MIN_LINK_S <= expires_in_s <= cfg.portal_link_max_s:
         raise InvalidInput(
@@ -74,9 +79,6 @@ def create_link(
             f"a link expires within {MIN_LINK_S} s to {cfg.portal_link_max_s:g} s",
             "expires_in_s",
         )
-    app = applications.find(db, application)
-    if app is None:
-        raise NotFound("application", application)
     credential = tokens.generate()
     expires_at = (now or datetime.now(UTC)) + timedelta(seconds=expires_in_s)
     row = db.run(
@@ -85,19 +87,20 @@ def create_link(
             prefix=tokens.prefix_of(credential),
             token_hash=tokens.digest(credential),
             scope=Scope.PORTAL_LINK.value,
-            app_id=app.id,
+            app_id=app_id,
             description="portal link (read-only)" if read_only else "portal link",
             expires_at=expires_at,
             session_scope=(Scope.APP_READ if read_only else Scope.APP).value,
+            created_by=made_by,
         ),
         transaction=True,
     )
     if row is None:
         # Deleted meanwhile.
-        raise NotFound("application", application)
+        raise NotFound("application", app_uid)
     return PortalLink(
         url=link_url(base_url, credential),
-        application=app.uid,
+        application=app_uid,
         read_only=read_only,
         expires_at=row["expires_at"],
         token_id=row["id"],

@@ -56,6 +56,9 @@ class Token(BaseModel):
     exchanged_at: datetime | None = Field(
         default=None, description="A portal link: when it was used to open a session"
     )
+    portal_link_id: int | None = Field(
+        default=None, description="A portal session: the link that opened it"
+    )
 
 
 class CreatedToken(Token):
@@ -90,7 +93,9 @@ TokenState = Literal["valid", "expired", "revoked", "application_deleted"]
 
 def token_state(row: Mapping[str, Any], now: datetime) -> TokenState:
     """Whether a stored token may be used at ``now`` (the database's clock)."""
-    if row["revoked_at"] is not None:
+    if row["revoked_at"] is not None or row.get("origin_revoked"):
+        # Revoking (or the expiry of) a token ends the links it made and their sessions, and
+        # revoking a link ends its session.
         return "revoked"
     if row["expires_at"] is not None and row["expires_at"] <= now:
         return "expired"
@@ -274,6 +279,7 @@ def _listed(row: Mapping[str, Any], app_uid: str | None) -> dict[str, Any]:
         "expires_at": row["expires_at"],
         "revoked_at": row["revoked_at"],
         "exchanged_at": row.get("exchanged_at"),
+        "portal_link_id": row.get("portal_link_id"),
     }
 
 

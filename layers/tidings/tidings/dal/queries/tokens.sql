@@ -1,22 +1,26 @@
 -- name: insert_token
 -- Stores a new token's prefix and hash. An application token is made only for a live application,
 -- held FOR KEY SHARE until the commit (so a concurrent deletion either waits for this token or
--- is seen); nothing is returned when that application is not there.
-INSERT INTO tidings.tokens (prefix, hash, scope, app_id, description, expires_at, session_scope)
-SELECT %(prefix)s, %(hash)s, %(scope)s, %(app_id)s, %(description)s, %(expires_at)s,
-       %(session_scope)s
+-- is seen); nothing is returned when that application is not there. A portal link made by a
+-- token (created_by) expires no later than that token.
+INSERT INTO tidings.tokens (prefix, hash, scope, app_id, description, expires_at, session_scope,
+                            created_by)
+SELECT %(prefix)s, %(hash)s, %(scope)s, %(app_id)s, %(description)s,
+       least(%(expires_at)s::timestamptz,
+             (SELECT m.expires_at FROM tidings.tokens m WHERE m.id = %(created_by)s::bigint)),
+       %(session_scope)s, %(created_by)s
 WHERE %(app_id)s::bigint IS NULL
    OR EXISTS (SELECT 1 FROM tidings.applications a
               WHERE a.id = %(app_id)s::bigint AND a.deleted_at IS NULL
               FOR KEY SHARE)
 RETURNING id, prefix, scope, app_id, description, created_at, expires_at, revoked_at,
-          session_scope, exchanged_at
+          session_scope, exchanged_at, portal_link_id
 
 -- name: exchange_portal_link
 -- Uses a portal link, once: marks it exchanged and makes the session it opens, an app or app_read
 -- token of the link's application that expires session_s from now, in one statement. Nothing
--- (no row) when the link is not a portal link, is used already, revoked or expired, or its
--- application is deleted; the application is held FOR KEY SHARE until the commit, as for any
+-- (no row) when the link is not a portal link, is used already, revoked or expired, the token
+-- that made it is revoked or expired, or its application is deleted; the application is held FOR KEY SHARE until the commit, as for any
 -- new token.
 WITH used AS (
     UPDATE tidings.tokens l
@@ -26,6 +30,9 @@ WITH used AS (
       AND l.exchanged_at IS NULL
       AND l.revoked_at IS NULL
       AND l.expires_at > now()
+      AND NOT EXISTS (SELECT 1 FROM tidings.tokens m
+                      WHERE m.id = l.created_by
+                        AND (m.revoked_at IS NOT NULL OR m.expires_at <= now()))
       AND EXISTS (SELECT 1 FROM tidings.applications a
                   WHERE a.id = l.app_id AND a.deleted_at IS NULL
                   FOR KEY SHARE)
@@ -45,12 +52,18 @@ JOIN tidings.applications a ON a.id = made.app_id
 
 -- name: tokens_with_prefix
 -- The tokens whose prefix is the one presented (almost always one or none), with their hashes to
--- compare, their state, and their application's uid and whether it is deleted, read at one
--- moment (now() is that moment).
+-- compare, their state, their application's uid and whether it is deleted, and whether what they
+-- came from is revoked or expired (a session's link; the token that made a link or its
+-- session's link), read at one moment (now() is that moment).
 SELECT t.id, t.hash, t.scope, t.app_id, a.uid AS app_uid, a.deleted_at IS NOT NULL AS app_deleted,
-       t.expires_at, t.revoked_at, t.usage_key_id, t.portal_link_id, now() AS db_now
+       t.expires_at, t.revoked_at, t.usage_key_id, t.portal_link_id,
+       coalesce(l.revoked_at IS NOT NULL OR m.revoked_at IS NOT NULL OR m.expires_at <= now(),
+                false) AS origin_revoked,
+       now() AS db_now
 FROM tidings.tokens t
 LEFT JOIN tidings.applications a ON a.id = t.app_id
+LEFT JOIN tidings.tokens l ON l.id = t.portal_link_id
+LEFT JOIN tidings.tokens m ON m.id = coalesce(l.created_by, t.created_by)
 WHERE t.prefix = %(prefix)s
 ORDER BY t.id
 
@@ -66,7 +79,7 @@ WHERE t.hash = %(hash)s
 -- expired ones included, never their hashes; one more row than the page size tells whether
 -- another page follows.
 SELECT t.id, t.prefix, t.scope, t.app_id, a.uid AS app_uid, t.description, t.created_at,
-       t.expires_at, t.revoked_at, t.session_scope, t.exchanged_at
+       t.expires_at, t.revoked_at, t.session_scope, t.exchanged_at, t.portal_link_id
 FROM tidings.tokens t
 LEFT JOIN tidings.applications a ON a.id = t.app_id
 WHERE t.id > %(after_id)s
@@ -76,7 +89,7 @@ LIMIT %(limit)s + 1
 -- name: get_token
 -- One token (never its hash).
 SELECT t.id, t.prefix, t.scope, t.app_id, a.uid AS app_uid, t.description, t.created_at,
-       t.expires_at, t.revoked_at, t.session_scope, t.exchanged_at
+       t.expires_at, t.revoked_at, t.session_scope, t.exchanged_at, t.portal_link_id
 FROM tidings.tokens t
 LEFT JOIN tidings.applications a ON a.id = t.app_id
 WHERE t.id = %(token_id)s
