@@ -11,8 +11,9 @@ The last line is JSON: e2e_per_s, baseline_per_s, ratio, and where each side's C
 milliseconds of CPU per delivery (Linux only, read from /proc): ``*_own_cpu_ms`` (the runtime
 process, or the three baseline workers), ``*_receiver_cpu_ms``, ``*_pg_cpu_ms`` (every process of
 the PostgreSQL server, when it runs on this machine) and ``*_machine_cpu_ms`` (every process on the
-machine). When a side keeps the machine's cores busy, its rate
-is the cores divided by its machine CPU per delivery; ``ratio_ceiling`` is the ratio the runtime
+machine); and ``*_pg_wal_bytes``, the write-ahead log the server wrote per delivery (what its
+storage and any replica absorb). When a side keeps the machine's cores busy, its rate is the
+cores divided by its machine CPU per delivery; ``ratio_ceiling`` is the ratio the runtime
 would reach if its own CPU cost nothing and everything else (receiver, PostgreSQL) stayed as
 measured: ``cores / (e2e_machine_cpu_ms - e2e_own_cpu_ms) / baseline_per_s``.
 Run: ``python bench/e2e.py`` (embedded PostgreSQL) or with ``DATABASE_URL`` set.
@@ -27,10 +28,12 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg2
 from support import ServerCpu, fresh_database, give_secret, server_dsn
 
 from tidings.dal.connection import Database
@@ -148,13 +151,30 @@ def measured(
 ) -> tuple[float, dict[str, float]]:
     """``run()``'s deliveries per second, and where the CPU went while it ran."""
     server = ServerCpu.of(url)
+    wal_before = wal_position(url)
     pg_before = server.seconds()
     before = CpuClock.read(receiver_pid)
     per_s = run()
     after = CpuClock.read(receiver_pid)
     pg_after = server.seconds()
     pg_s = None if pg_before is None or pg_after is None else pg_after - pg_before
-    return per_s, cpu_per_delivery(side, before, after, pg_s, events)
+    figures = cpu_per_delivery(side, before, after, pg_s, events)
+    # Write-ahead log per delivery: what the database's storage (and a replica) must absorb.
+    figures[f"{side}_pg_wal_bytes"] = round(wal_since(url, wal_before) / events)
+    return per_s, figures
+
+
+def wal_position(url: str) -> str:
+    with closing(psycopg2.connect(url)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_lsn()::text")
+        return str(cur.fetchone()[0])
+
+
+def wal_since(url: str, position: str) -> int:
+    """Bytes of write-ahead log the whole server wrote since ``position``."""
+    with closing(psycopg2.connect(url)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)", (position,))
+        return int(cur.fetchone()[0])
 
 
 def runtime_process(url: str, senders: int, stop: Any) -> None:
