@@ -69,9 +69,8 @@ def create_link(
     now: datetime | None = None,
 ) -> PortalLink:
     """A link that opens the portal of the application ``app_id`` (uid ``app_uid``) once, before
-    it expires. ``made_by`` is the token
-    that asks for it (None: an operator): the link expires no later than that token, and is
-    refused once that token is revoked."""
+    it expires. ``made_by`` is the token that asks for it (None: an operator): the link expires
+    no later than that token, and is refused once that token is revoked."""
     cfg = settings or get_settings()
     if not MIN_LINK_S <= expires_in_s <= cfg.portal_link_max_s:
         raise InvalidInput(
