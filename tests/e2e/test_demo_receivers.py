@@ -23,13 +23,13 @@ from tidings.local.demo import DEMO_SETTINGS
 from tidings.local.receivers import Kind, Receivers
 from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
 
-EVENTS = 2000
+EVENTS = 1004
 MIX = {
-    Kind.HEALTHY: 942,
-    Kind.SLOW: 200,
-    Kind.FLAKY: 400,
-    Kind.RATE_LIMITED: 400,
-    Kind.GONE: 50,
+    Kind.HEALTHY: 471,
+    Kind.SLOW: 100,
+    Kind.FLAKY: 200,
+    Kind.RATE_LIMITED: 200,
+    Kind.GONE: 25,
     # Once its circuit opens, a dead endpoint fails one probe at a time: few messages, few tries.
     Kind.DEAD: 8,
 }

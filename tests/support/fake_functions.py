@@ -3,7 +3,8 @@
 ``write_fake_functions(folder)`` writes ``<name>/app.py`` files: the claimer puts one message on
 the wired queue per invocation and then waits out its slice, the sender answers every record and
 reports those whose body says "fail", the ingest echoes its event, the authorizer accepts the
-token "good" (and refuses anything else), the scheduled ones count runs. Each one appends what it
+token "good" (and refuses anything else), the portal answers every page, the scheduled ones
+count runs. Each one appends what it
 saw to ``calls.jsonl`` in the folder.
 """
 
@@ -87,6 +88,15 @@ def handler(event, context):
 """
 )
 
+_PORTAL = (
+    _RECORD
+    + """
+def handler(event, context):
+    record(function="portal", path=event["path"])
+    return {"statusCode": 200, "headers": {"Content-Type": "text/html"}, "body": "portal"}
+"""
+)
+
 _SCHEDULED = (
     _RECORD
     + """
@@ -102,6 +112,7 @@ def write_fake_functions(folder: Path) -> Path:
         "sender": _SENDER,
         "ingest": _INGEST,
         "authorizer": _AUTHORIZER,
+        "portal": _PORTAL,
         "percentiles": _SCHEDULED,
         "health_monitor": _SCHEDULED,
         "dead_letter_report": _SCHEDULED,

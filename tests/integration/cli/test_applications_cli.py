@@ -55,9 +55,10 @@ def test_apps_create_and_list(cli: Any) -> None:
         ),
         (("endpoints", "list", "--app", "nobody"), "application nobody does not exist"),
         (("send", "t", "{}", "--app", "nobody"), "application nobody does not exist"),
-        (("tokens", "create", "--scope", "app"), "an application is named for scope app"),
+        (("tokens", "create", "--scope", "app"), "an application is named for scopes app"),
         (("tokens", "create", "--scope", "app", "--app", "nobody"), "application nobody"),
-        (("tokens", "create", "--scope", "admin", "--app", "acme"), "only for it"),
+        (("tokens", "create", "--scope", "admin", "--app", "acme"), "only for them"),
+        (("tokens", "create", "--scope", "app_read"), "an application is named for scopes"),
         (("tokens", "revoke", "99"), "token 99 does not exist"),
     ],
 )

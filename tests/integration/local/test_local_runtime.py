@@ -127,6 +127,18 @@ def test_api_requests_reach_the_ingest_handler_as_proxy_events(
         traced = requests.request("TRACE", runtime.api.url + "/v1/x", timeout=10)
         assert traced.status_code == 405
         assert traced.json()["error"]["code"] == "method_not_allowed"
+        # The portal's page goes to its own function, past the authorizer, even with a bad token;
+        # links made here point at this address.
+        page = requests.get(
+            runtime.api.url + "/portal/portal.js",
+            headers={"Authorization": "Bearer bad"},
+            timeout=10,
+        )
+        assert (page.status_code, page.text) == (200, "portal")
+        portal_calls = [c for c in _calls(tmp_path / "functions") if c["function"] == "portal"]
+        assert [c["path"] for c in portal_calls] == ["/portal/portal.js"]
+        assert runtime.settings.portal_url == runtime.api.url + "/portal"
+        assert requests.post(runtime.api.url + "/portal", timeout=10).status_code == 405
     finally:
         runtime.stop()
 
