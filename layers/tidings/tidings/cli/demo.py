@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-import time
+import threading
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tidings.cli import CommandError
 from tidings.cli.dev import positive_float, positive_int
@@ -93,32 +94,36 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def serve_portal(outcome: DemoOutcome, link: str) -> None:
-    """The demo's results, then a link to the portal while the runtime keeps serving."""
-    print_outcome(outcome)
+def serve_portal(outcome: DemoOutcome, link: str, out: TextIO) -> None:
+    """The demo's results, then a link to the portal while the runtime keeps serving, until
+    SIGINT (Ctrl-C) or SIGTERM."""
+    print_outcome(outcome, out)
     print(
         "\nConsumer portal of the demo's application (the link opens once, within an hour):\n"
-        f"  {link}\nServing until Ctrl-C."
+        f"  {link}\nServing until Ctrl-C.",
+        file=out,
+        flush=True,
     )
-    sys.stdout.flush()
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        print("\nstopping")
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+    print("\nstopping", file=out, flush=True)
 
 
-def print_outcome(outcome: DemoOutcome) -> None:
+def print_outcome(outcome: DemoOutcome, out: TextIO | None = None) -> None:
+    stream = out or sys.stdout
     delivered = sum(e.delivered for e in outcome.endpoints)
     dead = sum(e.dead_letter for e in outcome.endpoints)
-    print("\nDead-letter report\n------------------")
-    print(outcome.report)
+    print("\nDead-letter report\n------------------", file=stream)
+    print(outcome.report, file=stream)
     if outcome.alerts:
-        print(f"\nAlerts published ({len(outcome.alerts)}):")
+        print(f"\nAlerts published ({len(outcome.alerts)}):", file=stream)
         for subject in outcome.alerts:
-            print(f"  - {subject}")
+            print(f"  - {subject}", file=stream)
     print(
         f"\ndemo {'finished' if outcome.settled else 'stopped'} after {outcome.elapsed_s:.0f}s: "
-        f"{delivered:,} delivered, {dead:,} dead letters"
+        f"{delivered:,} delivered, {dead:,} dead letters",
+        file=stream,
+        flush=True,
     )
-    sys.stdout.flush()

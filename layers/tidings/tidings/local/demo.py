@@ -171,12 +171,13 @@ def run_demo(
     out: TextIO,
     report: Callable[[Database, Settings], str],
     functions_dir: Path | None = None,
-    serve: Callable[[DemoOutcome, str], None] | None = None,
+    serve: Callable[[DemoOutcome, str, TextIO], None] | None = None,
 ) -> DemoOutcome:
     """Run the demo, drawing progress on ``out``; ``report`` renders the dead-letter report
     from the demo's database before it goes away. Returns how it ended. With ``serve``, the
     runtime is still up when it is called with the outcome and a portal link for the demo's
-    application, and stops when it returns."""
+    application (and ``out``, to write to: the handlers' own output stays in the log), and stops
+    when it returns."""
     workdir = Path(tempfile.mkdtemp(prefix="tidings-demo-"))
     log_stream = (workdir / "runtime.log").open("a", encoding="utf-8")
     quiet_handlers(log_stream)
@@ -225,12 +226,12 @@ def run_demo(
             link = create_link(
                 db, DEFAULT_APP_ID, DEFAULT_APP_UID, base_url=runtime.settings.portal_url
             )
-            outcome = DemoOutcome(settled, elapsed, endpoints, names, [], report_text)
-            redirect.__exit__(None, None, None)
-            try:
-                serve(outcome, link.url)
-            finally:
-                redirect.__enter__()
+            alerts_so_far = read_alerts(runtime.config.alerts_path)
+            serve(
+                DemoOutcome(settled, elapsed, endpoints, names, alerts_so_far, report_text),
+                link.url,
+                out,
+            )
         db.close()
     finally:
         runtime.stop()
