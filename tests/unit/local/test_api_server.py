@@ -167,3 +167,15 @@ def test_requests_are_handled_one_at_a_time() -> None:
     for thread in threads:
         thread.join()
     assert overlaps == []
+
+
+def test_a_server_bound_but_never_started_stops_at_once() -> None:
+    import threading
+
+    from tidings.local.api_server import ApiServer
+
+    server = ApiServer(lambda event, context: {}, port=0)
+    stopper = threading.Thread(target=server.stop, daemon=True)
+    stopper.start()
+    stopper.join(5)
+    assert not stopper.is_alive()

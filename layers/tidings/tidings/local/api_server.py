@@ -182,8 +182,11 @@ class ApiServer:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop accepting requests; requests already being handled finish on their threads."""
-        self._server.shutdown()
+        """Stop accepting requests; requests already being handled finish on their threads.
+        A server bound but never started just closes its socket (``shutdown`` would wait for a
+        loop that never ran)."""
+        if self._thread is not None:
+            self._server.shutdown()
         self._server.server_close()
         if self._thread is not None:
             self._thread.join()
