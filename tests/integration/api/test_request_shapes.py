@@ -62,3 +62,21 @@ def test_a_multipart_patch_through_the_gateway_is_415(gateway: Gateway, db: Data
         raw_body=b"--x\r\n\r\n",
     )
     assert (reply.status, reply.error["code"]) == (415, "unsupported_media_type")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/dead-letters/replay", {"endpoint_id": True}, "endpoint_id"),
+        ("/v1/dead-letters/replay", {"message_ids": [True]}, "message_ids[0]"),
+        ("/v1/events", {"event_type": "t", "payload": {}, "endpoint_ids": [True]}, None),
+        ("/v1/endpoints", {"url": "https://93.184.215.14/x", "retry_schedule": [True]}, None),
+    ],
+)
+def test_true_is_not_a_number(api: Api, db: Database, path: str, body: dict, field: str) -> None:
+    """A whole number in a body must be a JSON number: true is refused, never read as 1."""
+    reply = api.post(path, body)
+    assert reply.status == 422, reply.raw
+    if field is not None:
+        assert reply.error["field"] == field
+    assert count(db, "endpoints") == 0 and count(db, "tokens") == 0

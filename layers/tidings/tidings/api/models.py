@@ -54,7 +54,16 @@ def _text_only(value: Any) -> Any:
     return value
 
 
-Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
+def _not_a_boolean(value: Any) -> Any:
+    # A whole number in a body is a JSON number, never true or false: pydantic would read true
+    # as 1 (strict ints would also refuse 5.0 and change the reasons other mistakes get).
+    if isinstance(value, bool):
+        raise ValueError("a number is required, not true or false")
+    return value
+
+
+# (The constraints come first, so that the document still states them as minimum and maximum.)
+Id = Annotated[int, Field(ge=1, le=2**63 - 1), BeforeValidator(_not_a_boolean)]
 RateLimit = Annotated[
     float,
     Field(
@@ -63,7 +72,9 @@ RateLimit = Annotated[
         description="Requests per second to this endpoint, at least one a minute (1/60).",
     ),
 ]
-RetryDelay = Annotated[int, Field(ge=1, le=86_400, description="seconds")]
+RetryDelay = Annotated[
+    int, Field(ge=1, le=86_400, description="seconds"), BeforeValidator(_not_a_boolean)
+]
 RetrySchedule = Annotated[
     list[RetryDelay],
     Field(
