@@ -103,19 +103,26 @@ def postgres_admin_dsn() -> Iterator[str]:
             admin.close()
 
 
-@pytest.fixture
-def database_url(postgres_admin_dsn: str) -> Iterator[str]:
-    """A fresh, migrated database of this test's own."""
-    name = f"tidings_test_{uuid.uuid4().hex[:12]}"
-    admin = _admin_connect(postgres_admin_dsn)
+@contextlib.contextmanager
+def migrated_database(admin_dsn: str, prefix: str = "tidings_test") -> Iterator[str]:
+    """A fresh copy of the migrated template database, dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = _admin_connect(admin_dsn)
     with admin.cursor() as cur:
         cur.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}")
     try:
-        yield _with_dbname(postgres_admin_dsn, name)
+        yield _with_dbname(admin_dsn, name)
     finally:
         with admin.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin.close()
+
+
+@pytest.fixture
+def database_url(postgres_admin_dsn: str) -> Iterator[str]:
+    """A fresh, migrated database of this test's own."""
+    with migrated_database(postgres_admin_dsn) as url:
+        yield url
 
 
 @pytest.fixture

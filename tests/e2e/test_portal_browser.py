@@ -18,7 +18,6 @@ import os
 import re
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,18 +117,11 @@ def wait_for(condition: Any, what: str, timeout_s: float = 20.0, state: Any = No
 
 @pytest.fixture(scope="module")
 def portal_database(postgres_admin_dsn: str) -> Iterator[str]:
-    from tests.conftest import TEMPLATE_DB, _admin_connect, _with_dbname
+    """One database for the module: the tests build on each other's data."""
+    from tests.conftest import migrated_database
 
-    name = f"tidings_portal_{uuid.uuid4().hex[:12]}"
-    admin = _admin_connect(postgres_admin_dsn)
-    with admin.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}")
-    try:
-        yield _with_dbname(postgres_admin_dsn, name)
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.close()
+    with migrated_database(postgres_admin_dsn, "tidings_portal") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
