@@ -234,6 +234,15 @@ CREATE TABLE tidings.messages (
     CONSTRAINT messages_pkey PRIMARY KEY (id)
 );
 
+CREATE TABLE tidings.migration_lock (
+    singleton boolean DEFAULT true NOT NULL,
+    holder_pid integer,
+    holder_started timestamp with time zone,
+    taken_at timestamp with time zone,
+    CONSTRAINT migration_lock_pkey PRIMARY KEY (singleton),
+    CONSTRAINT migration_lock_singleton_check CHECK (singleton)
+);
+
 CREATE TABLE tidings.schema_migrations (
     version integer NOT NULL,
     name text NOT NULL,
@@ -737,9 +746,12 @@ BEGIN
         -- 'default' can never be deleted (default_application_stays): no lock needed.
         v_app_id := 1;
     ELSE
-        SELECT a.id INTO v_app_id FROM tidings.applications a WHERE a.uid = application;
+        -- Read first, lock after: an application marked deleted is refused without taking its
+        -- row lock, so the deletion's FOR UPDATE waits only for the calls that came before it.
+        SELECT a.id INTO v_app_id
+        FROM tidings.applications a
+        WHERE a.uid = application AND a.deleted_at IS NULL;
         IF FOUND THEN
-            PERFORM pg_advisory_xact_lock_shared(1953064041, mod(v_app_id, 2147483648)::integer);
             SELECT a.id INTO v_app_id
             FROM tidings.applications a
             WHERE a.id = v_app_id AND a.deleted_at IS NULL

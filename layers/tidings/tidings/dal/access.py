@@ -59,8 +59,8 @@ _APPLICATIONS = (
     "find_application",
     "list_applications",
     "update_application",
-    "lock_application_for_deletion",
     "mark_application_deleted",
+    "wait_for_application_writers",
     "retire_application_endpoints",
 )
 _TOKENS = ("insert_token", "list_tokens", "get_token", "revoke_token")
@@ -133,6 +133,7 @@ HEALTH_MONITOR = _role(
     "count_dead_lettered_between",
     "track_failing_streaks",
     "disable_failing_endpoints",
+    "retire_endpoints_of_deleted_applications",
     "dead_letter_unreachable_messages",
     "monitor_checkpoint",
     "save_monitor_checkpoint",

@@ -56,15 +56,18 @@ def update_application(
     return rows[0] if rows else None
 
 
-def delete_application(cur: Cursor, app_id: int) -> tuple[int, int] | None:
-    """Delete an application: the endpoints disabled and the messages dead-lettered, or None
-    when there is no such live application (or it is 'default'). Three statements, so that the
-    last sees what was sent to the application until the first two got their locks: run them in
-    one transaction."""
-    cur.execute(sql("lock_application_for_deletion"), {"app_id": app_id})
+def mark_application_deleted(cur: Cursor, app_id: int) -> bool:
+    """The first step of deleting an application, to commit on its own: marks it deleted. False
+    when there is no such live application (or it is 'default')."""
     cur.execute(sql("mark_application_deleted"), {"app_id": app_id})
-    if cur.fetchone() is None:
-        return None
+    return cur.fetchone() is not None
+
+
+def retire_application(cur: Cursor, app_id: int) -> tuple[int, int]:
+    """The second step, in a transaction of its own after the first committed: waits for the
+    transactions that were still writing to the application, then disables its endpoints and
+    dead-letters their undelivered messages; returns how many of each. Safe to run again."""
+    cur.execute(sql("wait_for_application_writers"), {"app_id": app_id})
     cur.execute(sql("retire_application_endpoints"), {"app_id": app_id})
     row = cur.fetchone()
     assert row is not None

@@ -121,6 +121,12 @@ def disable_failing_endpoints(
     ]
 
 
+def retire_endpoints_of_deleted_applications(cur: Cursor) -> list[int]:
+    """Disable the endpoints left enabled in applications marked deleted; returns their ids."""
+    cur.execute(sql("retire_endpoints_of_deleted_applications"))
+    return [int(row[0]) for row in cur.fetchall()]
+
+
 def dead_letter_unreachable_messages(cur: Cursor, *, batch_size: int) -> int:
     """Dead-letter a batch of undelivered messages of deleted or disabled endpoints; returns
     how many."""

@@ -182,13 +182,14 @@ def delete_application(db: Database, app: Application) -> DeletedApplication:
         raise Conflict(
             "default_application", "the default application cannot be deleted", "application"
         )
-    # One transaction: the second statement must see what was sent until the first got its lock.
-    # A connection lost before COMMIT is retried; one lost during COMMIT is not (run twice after
-    # it committed, the delete would answer 404).
-    done = db.run(lambda cur: dal.delete_application(cur, app.id), transaction=True)
-    if done is None:
+    # Two transactions, so that nothing a producer can hold stalls intake or starves a deletion
+    # (see dal/queries/applications.sql): the mark commits first, and every later call refuses
+    # the application; the retirement then waits for the calls that came before. A connection
+    # lost during the first COMMIT is not retried (run twice after it committed, the delete would
+    # answer 404). Should the retirement fail, the health monitor's next run completes it.
+    if not db.run(lambda cur: dal.mark_application_deleted(cur, app.id), transaction=True):
         raise NotFound("application", app.uid)
-    endpoints, messages = done
+    endpoints, messages = db.run(lambda cur: dal.retire_application(cur, app.id), transaction=True)
     return DeletedApplication(
         id=app.id, uid=app.uid, endpoints_disabled=endpoints, messages_dead_lettered=messages
     )

@@ -1,7 +1,13 @@
 """Numbered SQL migrations, applied in order, each exactly once, without stalling the queue.
 
-``migrate`` is safe to run twice, and twice at once: it holds an advisory lock for its whole run,
-so a second migrator waits for the first and then finds nothing left to do. A migration that was
+``migrate`` is safe to run twice, and twice at once: it holds the migration lock for its whole
+run, so a second migrator waits for the first and then finds nothing left to do. The lock is a row
+of ``tidings.migration_lock`` naming the session that holds it, not an advisory lock: PostgreSQL
+lets every role take any advisory lock, so a producer's login could hold that one and stop every
+deploy, while only the migrating user may write this table. A session holds it, so that it spans
+the migrations that run outside a transaction, and it is released with the session: a holder
+whose session is gone (its process id no longer there, or there with another start time) is
+replaced by the next migrator. A migration that was
 applied and later edited is refused (its checksum no longer matches) instead of being silently
 skipped.
 
@@ -48,8 +54,8 @@ _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _NO_TRANSACTION = re.compile(r"^--\s*tidings:no-transaction\s*$", re.MULTILINE)
 # A statement of a no-transaction migration ends with a semicolon at the end of a line.
 _STATEMENT_END = re.compile(r";[ \t]*(?:--[^\n]*)?$", re.MULTILINE)
-# An arbitrary constant that identifies the migration lock among advisory locks.
-_LOCK_KEY = 7_462_839_104
+# How often a migrator waiting for the migration lock looks again.
+_LOCK_POLL_S = 0.5
 
 
 _OWNERSHIP_SQL = resources.files(__name__).joinpath("ownership.sql").read_text(encoding="utf-8")
@@ -164,8 +170,7 @@ def migrate(
     previous_autocommit = conn.autocommit
     conn.autocommit = True
     try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
+        _take_migration_lock(conn, sleep)
         try:
             for migration in _pending(conn, wanted, known):
                 _with_retries(
@@ -176,12 +181,84 @@ def migrate(
             _with_retries("ownership", partial(_finish, conn, rules, finish), rules, sleep)
         finally:
             if not conn.closed:
-                with conn.cursor() as cur:
-                    cur.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+                _release_migration_lock(conn)
     finally:
         if not conn.closed:
             conn.autocommit = previous_autocommit
     return applied_now
+
+
+_LOCK_TABLE_SQL = """
+CREATE SCHEMA IF NOT EXISTS tidings;
+CREATE TABLE IF NOT EXISTS tidings.migration_lock (
+    singleton       boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    holder_pid      integer,
+    holder_started  timestamptz,
+    taken_at        timestamptz);
+INSERT INTO tidings.migration_lock (singleton) VALUES (true) ON CONFLICT DO NOTHING;
+"""
+
+# One statement, so two migrators cannot both take it: the second waits for the first's row lock
+# and then finds a live holder. The holder is alive while a session with its process id and start
+# time exists.
+_TAKE_LOCK_SQL = """
+UPDATE tidings.migration_lock l
+SET holder_pid = me.pid, holder_started = me.backend_start, taken_at = now()
+FROM pg_stat_activity me
+WHERE me.pid = pg_backend_pid()
+  AND (l.holder_pid IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pg_stat_activity h
+                      WHERE h.pid = l.holder_pid AND h.backend_start = l.holder_started))
+RETURNING l.holder_pid
+"""
+
+_HOLDER_SQL = "SELECT holder_pid, taken_at FROM tidings.migration_lock"
+
+_RELEASE_LOCK_SQL = """
+UPDATE tidings.migration_lock
+SET holder_pid = NULL, holder_started = NULL, taken_at = NULL
+WHERE holder_pid = pg_backend_pid()
+"""
+
+
+def _take_migration_lock(
+    conn: psycopg2.extensions.connection, sleep: Callable[[float], None]
+) -> None:
+    """Wait until this session holds the migration lock (``conn`` in autocommit)."""
+    _bootstrap_lock_table(conn)
+    waited = False
+    while True:
+        with conn.cursor() as cur:
+            cur.execute(_TAKE_LOCK_SQL)
+            if cur.fetchone() is not None:
+                return
+            if not waited:
+                cur.execute(_HOLDER_SQL)
+                holder = cur.fetchone()
+                logger.info(
+                    "waiting for another migrator to finish",
+                    extra={"holder_pid": holder[0] if holder else None},
+                )
+                waited = True
+        sleep(_LOCK_POLL_S)
+
+
+def _bootstrap_lock_table(conn: psycopg2.extensions.connection) -> None:
+    """Create the lock's table and row where they are missing. Two first migrators can race to
+    create the table (PostgreSQL then reports a duplicate row type); the loser looks again."""
+    for attempt in range(3):
+        try:
+            with conn.cursor() as cur:
+                cur.execute(_LOCK_TABLE_SQL)
+            return
+        except (psycopg2.errors.UniqueViolation, psycopg2.errors.DuplicateObject):
+            if attempt == 2:
+                raise
+
+
+def _release_migration_lock(conn: psycopg2.extensions.connection) -> None:
+    with conn.cursor() as cur:
+        cur.execute(_RELEASE_LOCK_SQL)
 
 
 def _pending(

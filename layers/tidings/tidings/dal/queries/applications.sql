@@ -33,32 +33,30 @@ SET name = CASE WHEN %(set_name)s THEN %(name)s ELSE a.name END,
 WHERE a.id = %(app_id)s AND a.deleted_at IS NULL
 RETURNING a.id, a.uid, a.name, a.metadata, a.created_at, a.updated_at
 
--- name: lock_application_for_deletion
--- The deletion lock of an application, exclusively, until the deleting transaction ends: waits
--- for the transactions that are sending events to it (tidings.enqueue_batch holds it shared) and
--- makes those that come later wait in turn, so that a deletion is never starved by traffic.
-SELECT pg_advisory_xact_lock(1953064041, mod(%(app_id)s, 2147483648)::integer)
-
 -- name: mark_application_deleted
--- The next step of deleting an application (in the deleting transaction): marks it deleted,
--- after waiting, through FOR UPDATE, for every transaction that is sending events to it or
--- adding endpoints or tokens to it (they hold it FOR KEY SHARE); those that come later find it
--- deleted. 'default' is never deleted (its CHECK refuses it; excluded here).
-WITH locked AS (
-    SELECT a.id
-    FROM tidings.applications a
-    WHERE a.id = %(app_id)s AND a.id <> 1 AND a.deleted_at IS NULL
-    FOR UPDATE
-)
+-- The first step of deleting an application, committed on its own: marks it deleted (not
+-- 'default': its CHECK refuses it; excluded here). It waits for nobody: FOR KEY SHARE, which
+-- sending events, adding endpoints and adding tokens hold, does not conflict with this update.
+-- Once it commits, every later call reads the application as deleted and refuses it before it
+-- locks anything.
 UPDATE tidings.applications a
 SET deleted_at = now(), updated_at = now()
-FROM locked
-WHERE a.id = locked.id
+WHERE a.id = %(app_id)s AND a.id <> 1 AND a.deleted_at IS NULL
 RETURNING a.id
 
+-- name: wait_for_application_writers
+-- The second step of deleting an application (its own transaction, after the first committed):
+-- its row FOR UPDATE, which waits for the transactions still sending events to it or adding
+-- endpoints or tokens to it (they hold it FOR KEY SHARE). Nobody joins them once the deletion
+-- is committed, so the wait ends when they do, however steady the traffic.
+SELECT a.id
+FROM tidings.applications a
+WHERE a.id = %(app_id)s AND a.deleted_at IS NOT NULL
+FOR UPDATE
+
 -- name: retire_application_endpoints
--- The last step of deleting an application, with a snapshot taken after the others (so it sees
--- every event sent to it until then): disables its endpoints, and dead-letters their undelivered
+-- The last step of deleting an application, in the transaction of the second, with a snapshot
+-- taken after it (so it sees every event sent to the application until it was deleted): disables its endpoints, and dead-letters their undelivered
 -- messages with the reason (kept as history, replayable should the application come back),
 -- clearing leases so that an attempt in flight records nothing. Returns the endpoints disabled
 -- and the messages dead-lettered.

@@ -131,6 +131,23 @@ WHERE h.endpoint_id = e.id
   AND coalesce(h.last_success_at, '-infinity') < h.failing_since
 RETURNING e.id, e.url, h.failing_since;
 
+-- name: retire_endpoints_of_deleted_applications
+-- Disables the endpoints still enabled in applications marked deleted: what a deletion whose
+-- second step failed (a lost connection, a statement timeout behind a long transaction) left
+-- undone. Reads the applications without locking them. The next statement of the same run
+-- dead-letters their messages.
+UPDATE tidings.endpoints e
+SET enabled = false,
+    disabled_reason = 'application deleted',
+    disabled_at = now(),
+    updated_at = now()
+FROM tidings.applications a
+WHERE a.id = e.app_id
+  AND a.deleted_at IS NOT NULL
+  AND e.enabled
+  AND e.deleted_at IS NULL
+RETURNING e.id;
+
 -- name: dead_letter_unreachable_messages
 -- Dead-letters up to batch_size undelivered messages of deleted or disabled endpoints, with the
 -- reason ("endpoint deleted", "endpoint disabled: 410 Gone"), so every message still ends
