@@ -15,5 +15,10 @@ from tidings.observability import logger, metrics, tracer
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
-    claimer = Claimer(wiring.database(), wiring.delivery_queue(), wiring.settings())
+    claimer = Claimer(
+        wiring.database(),
+        wiring.delivery_queue(),
+        wiring.settings(),
+        slow_queue=wiring.slow_delivery_queue(),
+    )
     return claimer.run(context.get_remaining_time_in_millis).as_dict()

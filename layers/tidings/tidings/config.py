@@ -62,6 +62,9 @@ class Settings:
     # Runs of a transaction after a deadlock, a serialization failure or a lost connection.
     database_max_retries: int = 5
     delivery_queue_url: str = ""
+    # The slow lane's queue (its senders take one message at a time); empty: slow endpoints'
+    # rows go to the delivery queue like the others (no lanes).
+    slow_delivery_queue_url: str = ""
     alerts_topic_arn: str = ""
     aws_endpoint_url: str = ""
     # The API's usage plan (AWS): the authorizer adds one API key per token to it, so that each
@@ -82,6 +85,14 @@ class Settings:
     # At most this many rows leased and not yet answered: the queue never holds more than
     # the senders can work through before the leases expire.
     claim_max_in_flight: int = 5000
+
+    # Speed lanes: an attempt that takes at least slow_lane_threshold_ms (or times out) puts its
+    # endpoint in the slow lane for slow_lane_hold_s; there, an endpoint has at most
+    # slow_lane_max_in_flight rows in flight (unless it has a max_in_flight of its own), so it
+    # gets its messages at its own pace and cannot take every slow-lane sender.
+    slow_lane_threshold_ms: int = 1000
+    slow_lane_hold_s: float = 600.0
+    slow_lane_max_in_flight: int = 10
 
     # Attempts
     http_timeout_s: float = 15.0
@@ -214,6 +225,9 @@ class Settings:
         positive = (
             "claim_batch_size",
             "claim_max_in_flight",
+            "slow_lane_threshold_ms",
+            "slow_lane_hold_s",
+            "slow_lane_max_in_flight",
             "lease_s",
             "http_timeout_s",
             "circuit_failure_threshold",

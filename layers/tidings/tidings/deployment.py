@@ -180,6 +180,26 @@ VISIBILITY_TIMEOUT_FACTOR = 6
 QUEUE_VISIBILITY_TIMEOUT_S = VISIBILITY_TIMEOUT_FACTOR * SENDER.timeout_s
 MAX_RECEIVE_COUNT = 5
 
+
+@dataclass(frozen=True, slots=True)
+class DeliveryLane:
+    """A delivery queue and the sender event source that drains it (``tidings.delivery.lanes``):
+    the fast lane's senders take batches, the slow lane's one message at a time, so that an
+    invocation waits for one slow endpoint at most and its time is billed to that endpoint's
+    delivery alone. On AWS each lane's concurrency is the stage's (``senderMaxConcurrency``,
+    ``slowSenderMaxConcurrency``); the local runtime runs ``local_environments`` of each."""
+
+    name: str
+    # Messages per sender invocation: the event source mapping's batch size.
+    batch_size: int
+    local_environments: int
+
+
+FAST_LANE = DeliveryLane(name="fast", batch_size=10, local_environments=4)
+SLOW_LANE = DeliveryLane(name="slow", batch_size=1, local_environments=4)
+DELIVERY_LANES: tuple[DeliveryLane, ...] = (FAST_LANE, SLOW_LANE)
+
+
 # How long API Gateway keeps the authorizer's answer for one Authorization header: a revoked or
 # expired token is refused within this long.
 AUTHORIZER_CACHE_TTL_S = 60

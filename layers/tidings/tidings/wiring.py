@@ -52,6 +52,12 @@ def delivery_queue() -> DeliveryQueue:
     return queue
 
 
+def slow_delivery_queue() -> DeliveryQueue | None:
+    """The slow lane's queue, or None when the deployment has no slow lane."""
+    queue: DeliveryQueue | None = _get("slow_queue", _default_slow_queue)
+    return queue
+
+
 def notifier() -> Notifier:
     found: Notifier = _get("notifier", _default_notifier)
     return found
@@ -85,6 +91,12 @@ def _default_queue(cfg: Settings) -> DeliveryQueue:
     return SqsQueue(cfg.delivery_queue_url)
 
 
+def _default_slow_queue(cfg: Settings) -> DeliveryQueue | None:
+    from tidings.queue import SqsQueue
+
+    return SqsQueue(cfg.slow_delivery_queue_url) if cfg.slow_delivery_queue_url else None
+
+
 def _default_notifier(cfg: Settings) -> Notifier:
     from tidings.notify import SnsNotifier
 
@@ -111,10 +123,18 @@ def _default_keyring(cfg: Settings) -> Keyring:
 
 
 def override(**collaborators: Any) -> None:
-    """Replace collaborators for this process: ``settings``, ``queue``, ``notifier``,
-    ``usage_keys``, ``keyring``, and ``database_factory`` (a callable returning a new
-    ``Database``, used once per thread)."""
-    allowed = {"settings", "queue", "notifier", "usage_keys", "keyring", "database_factory"}
+    """Replace collaborators for this process: ``settings``, ``queue``, ``slow_queue``,
+    ``notifier``, ``usage_keys``, ``keyring``, and ``database_factory`` (a callable returning a
+    new ``Database``, used once per thread)."""
+    allowed = {
+        "settings",
+        "queue",
+        "slow_queue",
+        "notifier",
+        "usage_keys",
+        "keyring",
+        "database_factory",
+    }
     unknown = set(collaborators) - allowed
     if unknown:
         raise TypeError(f"unknown collaborators: {sorted(unknown)}")

@@ -27,6 +27,10 @@ def pipeline_settings(**changes: Any) -> Settings:
         http_timeout_s=5.0,
         claim_idle_poll_s=0.05,
         claim_stop_before_timeout_s=1.0,
+        # An endpoint that has never answered is claimed into the slow lane, at most
+        # slow_lane_max_in_flight rows at a time (tests/integration/delivery/test_lanes.py);
+        # the pipelines here claim new endpoints' backlogs whole.
+        slow_lane_max_in_flight=1000,
     )
     return base.replace(**changes)
 

@@ -82,6 +82,7 @@ SENDER = _role(
     "The sender: begins attempts (reading the signing secrets of the rows it holds), records "
     "outcomes, gives back leases; opens the data keys that seal the secrets",
     "begin_attempts",
+    "mark_slow",
     "record_outcomes",
     "release_leases",
     "load_data_keys",
@@ -238,6 +239,8 @@ SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
         "enqueue_batch",
         "enqueue_event",
         "claim_due_v1",
+        "claim_due_v2",
+        "mark_slow_v1",
         "begin_attempts_v1",
         "record_outcomes_v1",
         "release_leases_v1",
@@ -252,3 +255,8 @@ SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
     }
 )
 DEFINER_SEARCH_PATH = "pg_catalog, pg_temp"
+
+# Hot functions a release replaced with a new version, kept (with their grants) for one more
+# release: while a deploy runs, the functions of the release before still call them. The next
+# release drops them. Function name -> the role that keeps EXECUTE on it.
+PREVIOUS_RELEASE_FUNCTIONS: Mapping[str, str] = {"claim_due_v1": "tidings_claimer"}

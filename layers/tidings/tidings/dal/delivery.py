@@ -37,6 +37,8 @@ class ClaimedMessage:
     lease_token: uuid.UUID
     # The payload's JSON text when it is small enough to travel in the queue message.
     payload: str | None
+    # The endpoint is in the slow lane: a recent attempt was slow, or it has never answered.
+    slow: bool = False
 
     @property
     def lease(self) -> Lease:
@@ -157,15 +159,18 @@ def claim_due(
     probe_lease_s: float | None = None,
     inline_payload_bytes: int = 0,
     max_in_flight: int = 1_000_000,
+    slow_max_in_flight: int | None = None,
 ) -> list[ClaimedMessage]:
     """Lease up to ``batch_size`` due rows for ``lease_s`` seconds, fewer when that would put
-    more than ``max_in_flight`` rows in flight. A half-open circuit's probe counts as gone stale
-    once it has run ``probe_lease_s`` (default ``lease_s``) without an outcome."""
+    more than ``max_in_flight`` rows in flight, or more than ``slow_max_in_flight`` (None: no
+    limit) of a slow endpoint's. A half-open circuit's probe counts as gone stale once it has
+    run ``probe_lease_s`` (default ``lease_s``) without an outcome."""
     cur.execute(
         sql("claim_due"),
         {
             "batch_size": batch_size,
             "max_in_flight": max_in_flight,
+            "slow_max_in_flight": slow_max_in_flight,
             "lease_s": lease_s,
             "probe_lease_s": lease_s if probe_lease_s is None else probe_lease_s,
             "inline_payload_bytes": inline_payload_bytes,
@@ -180,9 +185,20 @@ def claim_due(
             attempts=row["attempts"],
             lease_token=row["lease_token"],
             payload=row["payload"],
+            slow=row["slow"],
         )
         for row in fetch_dicts(cur)
     ]
+
+
+def mark_slow(cur: Cursor, endpoint_ids: Sequence[int], *, hold_s: float) -> int:
+    """Put endpoints in the slow lane for ``hold_s`` from now (those already there for more than
+    half of it are left alone); returns how many were marked."""
+    if not endpoint_ids:
+        return 0
+    cur.execute(sql("mark_slow"), {"ids": sorted(set(endpoint_ids)), "hold_s": hold_s})
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
 
 
 def release_leases(cur: Cursor, leases: Sequence[Lease], *, delay_s: float = 0) -> list[int]:

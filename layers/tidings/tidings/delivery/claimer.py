@@ -2,7 +2,9 @@
 
 One invocation loops for most of its time budget, so rows due now reach the queue within about
 a second even though the function is scheduled once a minute. Overlapping invocations are safe:
-``claim_due`` skips rows another claimer holds.
+``claim_due`` skips rows another claimer holds. Each row goes to its lane's queue
+(``tidings.delivery.lanes``): the slow lane's when the claim says its endpoint is slow and the
+deployment has one, the delivery queue otherwise.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from tidings.dal import delivery
 from tidings.dal.connection import Database
 from tidings.delivery.envelope import INLINE_PAYLOAD_BYTES, DeliveryEnvelope
+from tidings.delivery.lanes import Lane, lane_of
 from tidings.observability import logger, metrics
 from tidings.queue import DeliveryQueue, OutgoingMessage
 
@@ -61,6 +64,8 @@ class ClaimerSettings(Protocol):
     def lease_queue_allowance_s(self) -> float: ...
     @property
     def lease_s(self) -> float: ...
+    @property
+    def slow_lane_max_in_flight(self) -> int: ...
 
 
 class Claimer:
@@ -72,10 +77,12 @@ class Claimer:
         queue: DeliveryQueue,
         settings: ClaimerSettings,
         *,
+        slow_queue: DeliveryQueue | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.db = db
-        self.queue = queue
+        # Without a slow lane, every row travels through the delivery queue.
+        self.queues = {Lane.FAST: queue, Lane.SLOW: slow_queue or queue}
         self.settings = settings
         self._sleep = sleep
 
@@ -89,28 +96,28 @@ class Claimer:
                 probe_lease_s=self.settings.lease_s,
                 inline_payload_bytes=INLINE_PAYLOAD_BYTES,
                 max_in_flight=self.settings.claim_max_in_flight,
+                slow_max_in_flight=self.settings.slow_lane_max_in_flight,
             )
         )
         if not rows:
             return ClaimRound()
-        outgoing = [
-            OutgoingMessage(
-                id=str(row.message_id),
-                body=DeliveryEnvelope(
-                    row.message_id, row.lease_token, row.attempts + 1, row.payload
-                ).to_body(),
-            )
-            for row in rows
-        ]
-        try:
-            failed_ids = set(self.queue.send_batch(outgoing))
-        except Exception:
-            # Nothing is known to have been sent: give every row back rather than wait for
-            # its lease to expire.
-            self._release([row.lease for row in rows])
-            raise
-        failed = [row.lease for row in rows if str(row.message_id) in failed_ids]
-        released = self._release(failed)
+        by_lane: dict[Lane, list[delivery.ClaimedMessage]] = {}
+        for row in rows:
+            by_lane.setdefault(lane_of(row.slow), []).append(row)
+        failed: list[delivery.Lease] = []
+        unsent: list[delivery.Lease] = []
+        error: Exception | None = None
+        for lane, lane_rows in by_lane.items():
+            try:
+                failed += self._send(self.queues[lane], lane_rows)
+            except Exception as exc:
+                # Nothing of this lane is known to have been sent: give its rows back rather
+                # than wait for their leases to expire (the other lane's went out).
+                unsent += [row.lease for row in lane_rows]
+                error = exc
+        released = self._release(failed + unsent)
+        if error is not None:
+            raise error
         sent = len(rows) - len(failed)
         if failed:
             logger.warning(
@@ -144,6 +151,21 @@ class Claimer:
         metrics.add_metric(name="Claimed", unit=MetricUnit.Count, value=claimed)
         logger.info("claimer finished", extra=summary.as_dict())
         return summary
+
+    @staticmethod
+    def _send(queue: DeliveryQueue, rows: list[delivery.ClaimedMessage]) -> list[delivery.Lease]:
+        """Send the rows as queue messages; the leases of those the queue refused."""
+        outgoing = [
+            OutgoingMessage(
+                id=str(row.message_id),
+                body=DeliveryEnvelope(
+                    row.message_id, row.lease_token, row.attempts + 1, row.payload, row.slow
+                ).to_body(),
+            )
+            for row in rows
+        ]
+        failed_ids = set(queue.send_batch(outgoing))
+        return [row.lease for row in rows if str(row.message_id) in failed_ids]
 
     def _release(self, leases: list[delivery.Lease]) -> int:
         if not leases:

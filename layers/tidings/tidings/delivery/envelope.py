@@ -34,13 +34,15 @@ class DeliveryEnvelope:
     """What travels through the delivery queue for one row: which row, under which lease.
 
     ``payload`` is the event's JSON text when it fits in the message; otherwise the sender reads
-    it from the database.
+    it from the database. ``slow`` says the row travels in the slow lane (its retries through the
+    queue go back there); written only when true, so a fast lane's body is as before.
     """
 
     message_id: int
     lease_token: uuid.UUID
     attempt: int
     payload: str | None = None
+    slow: bool = False
 
     def to_body(self) -> str:
         """The JSON body; the payload is dropped when the body would exceed the queue's limit."""
@@ -49,6 +51,8 @@ class DeliveryEnvelope:
             "lease_token": str(self.lease_token),
             "attempt": self.attempt,
         }
+        if self.slow:
+            fields["slow"] = True
         if self.payload is not None:
             # ASCII escapes: a payload may hold characters SQS refuses in a body (U+FFFE), and
             # one such row must not stop every batch it is claimed in.
@@ -76,6 +80,9 @@ class DeliveryEnvelope:
             raise MalformedEnvelope("payload must be the event's JSON text")
         if payload is not None and not _is_unicode(payload):
             raise MalformedEnvelope("payload is not valid Unicode (lone surrogate)")
+        slow = data.get("slow", False)
+        if not isinstance(slow, bool):
+            raise MalformedEnvelope("slow must be true or false")
         token_text = data.get("lease_token")
         if not isinstance(token_text, str):
             raise MalformedEnvelope("lease_token must be a UUID")
@@ -83,7 +90,9 @@ class DeliveryEnvelope:
             token = uuid.UUID(token_text)
         except ValueError:
             raise MalformedEnvelope("lease_token must be a UUID") from None
-        return cls(message_id=message_id, lease_token=token, attempt=attempt, payload=payload)
+        return cls(
+            message_id=message_id, lease_token=token, attempt=attempt, payload=payload, slow=slow
+        )
 
     @property
     def lease(self) -> delivery.Lease:

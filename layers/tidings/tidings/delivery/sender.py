@@ -46,6 +46,7 @@ from tidings.delivery.attempt import (
 )
 from tidings.delivery.envelope import DeliveryEnvelope, MalformedEnvelope
 from tidings.delivery.http_transport import HttpResult, HttpTransport
+from tidings.delivery.lanes import Lane, Timing, lane_of, slow_endpoints
 from tidings.delivery.retry_policy import AttemptError, NextAction
 from tidings.observability import logger, metrics
 from tidings.queue import MAX_DELAY_S, DeliveryQueue, OutgoingMessage
@@ -104,6 +105,10 @@ class SenderSettings(RetrySettings, retry_schedule.ScheduleSettings, Protocol):
     def statement_timeout_ms(self) -> int: ...
     @property
     def sender_concurrency(self) -> int: ...
+    @property
+    def slow_lane_threshold_ms(self) -> int: ...
+    @property
+    def slow_lane_hold_s(self) -> float: ...
 
 
 def record_reserve_s(settings: SenderSettings) -> float:
@@ -122,9 +127,11 @@ class Sender:
         transport: HttpTransport,
         *,
         keyring: Keyring,
+        slow_queue: DeliveryQueue | None = None,
     ) -> None:
         self.db = db
-        self.queue = queue
+        # Retries through the queue go back to their lane's (without a slow lane, to the one).
+        self.queues = {Lane.FAST: queue, Lane.SLOW: slow_queue or queue}
         self.settings = settings
         self.transport = transport
         self._default_schedule = retry_schedule.deployment_default(settings)
@@ -173,6 +180,9 @@ class Sender:
         ]
         now = datetime.now(UTC)
         decisions = [self._decide(attempt, now) for attempt in attempts]
+        # Before the outcomes: the first answer of an endpoint ends its probation in the slow
+        # lane, and must not leave it in the fast lane when that answer was slow.
+        self._mark_slow(attempts)
         try:
             decisions, recorded = self._record(decisions)
         except _UNAVAILABLE:
@@ -196,6 +206,22 @@ class Sender:
             ),
             skipped=skipped,
         )
+
+    def _mark_slow(self, attempts: Sequence[Attempt]) -> None:
+        """Put the endpoints of slow (or timed-out) attempts in the slow lane. Nothing is written
+        for a batch of quick attempts; a failure here costs the lane, never the outcomes."""
+        slow = slow_endpoints(
+            (Timing(a.job.row.endpoint_id, a.result.elapsed_ms, a.result.error) for a in attempts),
+            self.settings.slow_lane_threshold_ms,
+        )
+        if not slow:
+            return
+        try:
+            self.db.run(
+                lambda cur: delivery.mark_slow(cur, slow, hold_s=self.settings.slow_lane_hold_s)
+            )
+        except _UNAVAILABLE:
+            logger.exception("could not mark slow endpoints", extra={"endpoint_ids": slow})
 
     def _data_keys(self, jobs: Sequence[Job]) -> Mapping[int, DataKey] | None:
         """The opened data keys of the jobs' signing secrets (from the keyring's cache, else one
@@ -377,11 +403,12 @@ class Sender:
         if not retries:
             return
         by_id = {str(d.outcome.lease.message_id): d for d in retries}
-        outgoing: list[OutgoingMessage] = []
+        outgoing: dict[Lane, list[OutgoingMessage]] = {}
         unbuilt: list[str] = []
         for key, d in by_id.items():
             try:
-                outgoing.append(_retry_message(key, d))
+                lane = lane_of(d.attempt.job.envelope.slow)
+                outgoing.setdefault(lane, []).append(_retry_message(key, d))
             except Exception as exc:
                 _log_internal_error(
                     "building a retry message failed; the row waits out its delay in the database",
@@ -389,11 +416,13 @@ class Sender:
                     exc,
                 )
                 unbuilt.append(key)
-        try:
-            failed = self.queue.send_batch(outgoing) if outgoing else []
-        except Exception:
-            logger.exception("sending retry messages failed; releasing their leases")
-            failed = [m.id for m in outgoing]
+        failed: list[str] = []
+        for lane, messages in outgoing.items():
+            try:
+                failed += self.queues[lane].send_batch(messages)
+            except Exception:
+                logger.exception("sending retry messages failed; releasing their leases")
+                failed += [m.id for m in messages]
         for key in [*unbuilt, *failed]:
             self._release(by_id[key])
         if failed:
@@ -459,6 +488,7 @@ def _retry_message(key: str, decision: Decision) -> OutgoingMessage:
             decision.outcome.lease.token,
             decision.outcome.attempt_number + 1,
             decision.attempt.job.payload,
+            decision.attempt.job.envelope.slow,
         ).to_body(),
         delay_s=min(MAX_DELAY_S, math.ceil(decision.step.delay_s)),
     )

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,7 +24,15 @@ from tidings.aws_clients import sns_client, sqs_client
 from tidings.config import Settings
 from tidings.dal.connection import Database, connect
 from tidings.dal.tokens import any_token
-from tidings.deployment import MAX_RECEIVE_COUNT, QUEUE_VISIBILITY_TIMEOUT_S, SENDER
+from tidings.deployment import (
+    DELIVERY_LANES,
+    FAST_LANE,
+    MAX_RECEIVE_COUNT,
+    QUEUE_VISIBILITY_TIMEOUT_S,
+    SENDER,
+    SLOW_LANE,
+    DeliveryLane,
+)
 from tidings.local.api_server import ApiServer
 from tidings.local.event_source import consume_once
 from tidings.local.lambda_env import Handler, LambdaContext, load_handler, scheduled_event
@@ -46,6 +55,8 @@ ANY_PORT = ("1-65535",)
 DEV_LEASE_S = 60.0
 LOCAL_QUEUE_ARN = "arn:aws:sqs:local:000000000000:tidings-delivery"
 QUEUE_NAME = "tidings-delivery"
+SLOW_QUEUE_NAME = "tidings-delivery-slow"
+LOCAL_SLOW_QUEUE_ARN = f"arn:aws:sqs:local:000000000000:{SLOW_QUEUE_NAME}"
 TOPIC_NAME = "tidings-alerts"
 # What the deployed sender may run for; the queue's visibility and redrive are the deployment's.
 SENDER_TIMEOUT_S = float(SENDER.timeout_s)
@@ -74,7 +85,9 @@ class RuntimeConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     serve_api: bool = True
-    sender_environments: int = 4
+    # Sender execution environments per lane, as the deployment's lanes have (tidings.deployment).
+    sender_environments: int = FAST_LANE.local_environments
+    slow_sender_environments: int = SLOW_LANE.local_environments
     # How long each claimer invocation runs before the next one starts (its "remaining time"
     # beyond the claimer's own stop margin).
     claimer_slice_s: float = 10.0
@@ -88,6 +101,10 @@ class RuntimeConfig:
         if self.sender_environments < 1:
             raise ValueError(
                 f"sender_environments must be at least 1, got {self.sender_environments}"
+            )
+        if self.slow_sender_environments < 1:
+            raise ValueError(
+                f"slow_sender_environments must be at least 1, got {self.slow_sender_environments}"
             )
         if self.claimer_slice_s <= 0:
             raise ValueError(f"claimer_slice_s must be positive, got {self.claimer_slice_s}")
@@ -140,22 +157,7 @@ def prepare_database(settings: Settings, keyring: Keyring) -> list[str]:
 def aws_collaborators(settings: Settings) -> tuple[SqsQueue, str, SnsNotifier]:
     """SQS queue (created when no URL is configured), its ARN, and the SNS alerts topic."""
     sqs = sqs_client(settings.aws_endpoint_url)
-    queue_url = settings.delivery_queue_url
-    if not queue_url:
-        dead_letter_url = sqs.create_queue(QueueName=f"{QUEUE_NAME}-dlq")["QueueUrl"]
-        dead_letter_arn = sqs.get_queue_attributes(
-            QueueUrl=dead_letter_url, AttributeNames=["QueueArn"]
-        )["Attributes"]["QueueArn"]
-        queue_url = sqs.create_queue(
-            QueueName=QUEUE_NAME,
-            Attributes={
-                "VisibilityTimeout": str(int(QUEUE_VISIBILITY_TIMEOUT_S)),
-                "RedrivePolicy": (
-                    f'{{"deadLetterTargetArn":"{dead_letter_arn}",'
-                    f'"maxReceiveCount":"{MAX_RECEIVE_COUNT}"}}'
-                ),
-            },
-        )["QueueUrl"]
+    queue_url = settings.delivery_queue_url or _create_queue(sqs, QUEUE_NAME)
     queue = SqsQueue(queue_url, client=sqs)
     topic_arn = settings.alerts_topic_arn
     sns = sns_client(settings.aws_endpoint_url)
@@ -187,8 +189,10 @@ class DevRuntime:
         self.settings = settings
         self.embedded: EmbeddedPostgres | None = None
         self.queue: DeliveryQueue | None = None
+        self.slow_queue: DeliveryQueue | None = None
         self.dead_letter_queue: LocalQueue | None = None
         self.queue_arn = LOCAL_QUEUE_ARN
+        self.slow_queue_arn = LOCAL_SLOW_QUEUE_ARN
         self.notifier: Notifier | None = None
         self.api: ApiServer | None = None
         # Whether the API lets loopback requests through without a token (none exists yet).
@@ -219,9 +223,11 @@ class DevRuntime:
         if applied:
             logger.info("migrations applied", extra={"migrations": applied})
         # Every simulated environment here shares the process's pool of sending threads, so the
-        # pool gets each environment's share, as each Lambda environment has a pool of its own.
+        # pool gets each environment's share, as each Lambda environment has a pool of its own
+        # (a slow lane's environment sends one message at a time).
         settings = settings.replace(
             sender_concurrency=settings.sender_concurrency * config.sender_environments
+            + config.slow_sender_environments * SLOW_LANE.batch_size
         )
         self.settings = settings
         handlers = {
@@ -251,9 +257,22 @@ class DevRuntime:
                 for name, interval in config.intervals_s.items()
             ]
         )
-        for index in range(config.sender_environments):
-            sender = load_handler("sender", config.functions_dir, environment=index)
-            self._spawn(f"sender-{index + 1}", self._sender_loop, sender)
+        lanes = (
+            (FAST_LANE, config.sender_environments, self.queue, self.queue_arn),
+            (SLOW_LANE, config.slow_sender_environments, self.slow_queue, self.slow_queue_arn),
+        )
+        environment = 0
+        for lane, environments, queue, arn in lanes:
+            assert queue is not None
+            for index in range(environments):
+                sender = load_handler("sender", config.functions_dir, environment=environment)
+                environment += 1
+                name = "sender" if lane is FAST_LANE else f"{lane.name}-sender"
+                self._spawn(
+                    f"{name}-{index + 1}",
+                    partial(self._sender_loop, lane=lane, queue=queue, queue_arn=arn),
+                    sender,
+                )
         self._spawn("claimer", self._claimer_loop, handlers["claimer"])
         self.scheduler.start()
         if self.api is not None:
@@ -263,13 +282,17 @@ class DevRuntime:
         dsn = settings.database_url
         if settings.aws_endpoint_url:
             queue, self.queue_arn, notifier = aws_collaborators(settings)
-            self.queue, self.notifier = queue, notifier
+            slow_queue, self.slow_queue_arn = aws_slow_queue(settings)
+            self.queue, self.slow_queue, self.notifier = queue, slow_queue, notifier
         else:
             self.dead_letter_queue = LocalQueue(visibility_timeout_s=30)
-            self.queue = LocalQueue(
-                visibility_timeout_s=QUEUE_VISIBILITY_TIMEOUT_S,
-                max_receive_count=MAX_RECEIVE_COUNT,
-                dead_letter=self.dead_letter_queue,
+            self.queue, self.slow_queue = (
+                LocalQueue(
+                    visibility_timeout_s=QUEUE_VISIBILITY_TIMEOUT_S,
+                    max_receive_count=MAX_RECEIVE_COUNT,
+                    dead_letter=self.dead_letter_queue,
+                )
+                for _ in DELIVERY_LANES
             )
             stream = self.config.alerts_stream
             self.notifier = LocalNotifier(
@@ -278,6 +301,7 @@ class DevRuntime:
         wiring.override(
             settings=settings,
             queue=self.queue,
+            slow_queue=self.slow_queue,
             notifier=self.notifier,
             keyring=self.keyring,
             database_factory=(lambda: Database(dsn))
@@ -343,10 +367,10 @@ class DevRuntime:
         finally:
             wiring.reset_database()
 
-    def _sender_loop(self, handler: Handler) -> None:
-        """One sender execution environment fed by the event source mapping."""
-        queue = self.queue
-        assert queue is not None
+    def _sender_loop(
+        self, handler: Handler, *, lane: DeliveryLane, queue: DeliveryQueue, queue_arn: str
+    ) -> None:
+        """One sender execution environment fed by its lane's event source mapping."""
         drain_deadline: float | None = None
         try:
             while True:
@@ -357,7 +381,13 @@ class DevRuntime:
                         break
                 context = LambdaContext("tidings-sender", SENDER_TIMEOUT_S)
                 try:
-                    result = consume_once(queue, handler, queue_arn=self.queue_arn, context=context)
+                    result = consume_once(
+                        queue,
+                        handler,
+                        queue_arn=queue_arn,
+                        context=context,
+                        max_messages=lane.batch_size,
+                    )
                 except Exception as exc:
                     self._count("sender_failures")
                     logger.warning(
@@ -383,7 +413,40 @@ class DevRuntime:
             setattr(self, name, getattr(self, name) + 1)
 
     def queue_depth(self) -> int:
-        return self.queue.approximate_depth() if self.queue is not None else 0
+        """Messages in both lanes' queues."""
+        return sum(
+            queue.approximate_depth()
+            for queue in (self.queue, self.slow_queue)
+            if queue is not None
+        )
+
+
+def aws_slow_queue(settings: Settings) -> tuple[SqsQueue, str]:
+    """The slow lane's SQS queue (created when no URL is configured) and its ARN."""
+    sqs = sqs_client(settings.aws_endpoint_url)
+    queue_url = settings.slow_delivery_queue_url or _create_queue(sqs, SLOW_QUEUE_NAME)
+    queue = SqsQueue(queue_url, client=sqs)
+    return queue, queue.queue_arn()
+
+
+def _create_queue(sqs: Any, name: str) -> str:
+    """A delivery queue with the deployment's visibility and redrive to the shared dead-letter
+    queue (both created if missing); its URL."""
+    dead_letter_url = sqs.create_queue(QueueName=f"{QUEUE_NAME}-dlq")["QueueUrl"]
+    dead_letter_arn = sqs.get_queue_attributes(
+        QueueUrl=dead_letter_url, AttributeNames=["QueueArn"]
+    )["Attributes"]["QueueArn"]
+    url: str = sqs.create_queue(
+        QueueName=name,
+        Attributes={
+            "VisibilityTimeout": str(int(QUEUE_VISIBILITY_TIMEOUT_S)),
+            "RedrivePolicy": (
+                f'{{"deadLetterTargetArn":"{dead_letter_arn}",'
+                f'"maxReceiveCount":"{MAX_RECEIVE_COUNT}"}}'
+            ),
+        },
+    )["QueueUrl"]
+    return url
 
 
 def _discard() -> TextIO:

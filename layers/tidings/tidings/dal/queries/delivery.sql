@@ -1,10 +1,18 @@
 -- name: claim_due
--- Leases up to batch_size due rows for lease_s seconds (tidings.claim_due_v1): fair across
+-- Leases up to batch_size due rows for lease_s seconds (tidings.claim_due_v2): fair across
 -- applications, then across each application's endpoints, continuing where the last round
 -- stopped; skips disabled endpoints and open circuits, gives a cooled-down endpoint one probe
--- row, spends rate-limited endpoints' tokens, and keeps no more than max_in_flight rows in flight.
-SELECT * FROM tidings.claim_due_v1(%(batch_size)s, %(lease_s)s, %(probe_lease_s)s,
-                                   %(inline_payload_bytes)s, %(max_in_flight)s);
+-- row, spends rate-limited endpoints' tokens, keeps no more than max_in_flight rows in flight in
+-- all and no more than an endpoint's cap of its own (its max_in_flight, else slow_max_in_flight
+-- while it is slow); each row says whether its endpoint is in the slow lane.
+SELECT * FROM tidings.claim_due_v2(%(batch_size)s, %(lease_s)s, %(probe_lease_s)s,
+                                   %(inline_payload_bytes)s, %(max_in_flight)s,
+                                   %(slow_max_in_flight)s);
+
+-- name: mark_slow
+-- Puts endpoints whose attempt was slow in the slow lane for hold_s seconds
+-- (tidings.mark_slow_v1); returns how many health rows it wrote.
+SELECT tidings.mark_slow_v1(%(ids)s::bigint[], %(hold_s)s);
 
 -- name: release_leases
 -- Gives leased rows back without an attempt, due again after delay_s, where the lease token still
