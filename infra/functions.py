@@ -24,7 +24,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.build_layers import BuiltLayers, LambdaPlatform
+from infra.build_layers import DATABASE_CA_BUNDLE, BuiltLayers, LambdaPlatform
 from infra.common import acknowledge, log_retention
 from infra.config import StageConfig
 from infra.database import DATABASE_NAME, Database
@@ -38,6 +38,8 @@ ARCHITECTURE = lambda_.Architecture.ARM_64
 # The layers are built for exactly this runtime; the two must move together.
 LAYER_PLATFORM = LambdaPlatform(python_version="3.12")
 METRICS_NAMESPACE = "Tidings"
+# The CA bundle of the dependencies layer, where Lambda unpacks it (every layer goes under /opt).
+DATABASE_ROOT_CERT = f"/opt/{DATABASE_CA_BUNDLE}"
 # One service name for every function: Powertools adds it as the ``service`` dimension of each
 # metric, so the dashboard finds a metric by name whichever function emitted it.
 SERVICE_NAME = "tidings"
@@ -260,6 +262,7 @@ class Functions(Construct):
             "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
             "TIDINGS_DATABASE_HOST": database_host,
             "TIDINGS_DATABASE_NAME": DATABASE_NAME,
+            "TIDINGS_DATABASE_ROOT_CERT": DATABASE_ROOT_CERT,
         }
         if spec.database_user is None:
             environment["TIDINGS_DATABASE_SECRET_ARN"] = self._database.secret.secret_arn
