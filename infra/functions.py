@@ -25,7 +25,14 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.build_layers import DATABASE_CA_BUNDLE, BuiltLayers, LambdaPlatform
-from infra.common import acknowledge, log_retention
+from infra.common import (
+    NO_DEAD_LETTER_QUEUE,
+    NO_ENVIRONMENT_KEY,
+    NO_RESERVED_CONCURRENCY,
+    acknowledge,
+    checkov_skip,
+    log_retention,
+)
 from infra.config import StageConfig
 from infra.database import DATABASE_NAME, Database
 from infra.signing_keys import SigningSecretsKey
@@ -202,6 +209,16 @@ class Functions(Construct):
             environment=self._environment(spec, database_host),
         )
         self._grant(role, spec)
+        checkov_skip(function, "CKV_AWS_115", NO_RESERVED_CONCURRENCY)
+        checkov_skip(function, "CKV_AWS_116", NO_DEAD_LETTER_QUEUE)
+        checkov_skip(function, "CKV_AWS_173", NO_ENVIRONMENT_KEY)
+        checkov_skip(
+            role,
+            "CKV_AWS_111",
+            "The one unconstrained write is the EC2 network-interface actions Lambda needs in a "
+            "VPC, which EC2 offers no resource-level permissions for; every other names its "
+            "resource.",
+        )
         return DeployedFunction(spec, function, role, security_group, log_group)
 
     def _grant(self, role: iam.Role, spec: FunctionSpec) -> None:

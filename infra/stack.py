@@ -18,6 +18,7 @@ from infra.dashboard import Dashboard
 from infra.database import Database
 from infra.delivery_queue import DeliveryQueue
 from infra.functions import Functions
+from infra.log_encryption import LogsKey
 from infra.migrations import SchemaMigrations
 from infra.network import Network
 from infra.portal import PortalPage
@@ -48,6 +49,7 @@ class TidingsStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.config = config
+        self.logs_key = LogsKey(self, "LogsKey")
         network = Network(
             self,
             "Network",

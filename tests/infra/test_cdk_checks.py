@@ -183,6 +183,39 @@ def test_every_function_checks_the_databases_certificate_against_the_layers_ca_b
     } <= names
 
 
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_every_checkov_skip_names_a_check_and_gives_its_reason(
+    stage: str, request: pytest.FixtureRequest
+) -> None:
+    synth: Synthesized = request.getfixturevalue(stage)
+    skipped = 0
+    for logical_id, resource in synth.raw["Resources"].items():
+        for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", []):
+            assert set(skip) == {"id", "comment"}, logical_id
+            assert skip["id"].startswith("CKV_AWS_"), logical_id
+            assert len(skip["comment"].split()) >= 10, (logical_id, skip)
+            skipped += 1
+    assert skipped > 0
+
+
+def test_every_log_group_is_encrypted_with_the_stacks_logs_key(dev: Synthesized) -> None:
+    key_id = dev.logical_id(dev.stack.logs_key.key)
+    log_groups = dev.resources("AWS::Logs::LogGroup")
+    assert len(log_groups) >= 13
+    for logical_id, log_group in log_groups.items():
+        assert log_group["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}, logical_id
+    key = dev.raw["Resources"][key_id]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    (for_logs,) = [
+        statement
+        for statement in key["KeyPolicy"]["Statement"]
+        if "Service" in statement["Principal"]
+    ]
+    assert json.dumps(for_logs["Principal"]["Service"]).count("logs.") == 1
+    condition = for_logs["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"]
+    assert ":log-group:*" in json.dumps(condition)
+
+
 def test_layer_assets_match_what_the_template_declares(dev: Synthesized) -> None:
     for logical_id in _layer_assets(dev):
         properties = dev.raw["Resources"][logical_id]["Properties"]
