@@ -18,7 +18,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.common import acknowledge, log_retention, output
+from infra.common import acknowledge, checkov_skip, log_retention, output
 from tidings.deployment import AUTHORIZER_CACHE_TTL_S, usage_plan_name
 
 # What API Gateway answers itself, in the API's own error shape ({"error": {"code", "message"}}):
@@ -173,6 +173,14 @@ class IngestApi(Construct):
             "AwsSolutions-COG4",
             "Callers are services holding Tidings API tokens, checked by a Lambda authorizer, "
             "not Cognito users.",
+        )
+
+        checkov_skip(
+            self.api.deployment_stage,
+            "CKV_AWS_120",
+            "No answer is reusable: a POST records something, a GET shows the caller's own live "
+            "state; a cache would serve stale answers, or one token's to another, and bills by "
+            "the hour.",
         )
 
         output(self, "IngestApiUrl", self.api.url + "v1/", "Ingest API base URL")

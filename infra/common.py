@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, CfnOutput, Validations
+from typing import Any
+
+from aws_cdk import Acknowledgment, CfnOutput, CfnResource, Validations
 from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
 
@@ -39,6 +41,46 @@ def log_retention(days: int) -> logs.RetentionDays:
 def acknowledge(scope: IConstruct, rule_id: str, reason: str) -> None:
     """Acknowledge one cdk-nag finding on ``scope`` (and below it), with the reason it is fine."""
     Validations.of(scope).acknowledge(Acknowledgment(id=rule_id, reason=reason))
+
+
+# Why checkov's Lambda checks that every function fails are fine here (the portal's and the
+# migrations provider's functions too).
+NO_RESERVED_CONCURRENCY = (
+    "Concurrency is bounded where it matters without carving out the account's pool: the sender "
+    "by its event source's maximum concurrency, the API's functions by the stage's and usage "
+    "plan's throttling, the others by their schedule or caller; reserved concurrency would also "
+    "fail the deploy in an account whose concurrency limit is still low."
+)
+NO_DEAD_LETTER_QUEUE = (
+    "A dead-letter queue serves asynchronous invocations, where nothing here needs one: the "
+    "sender's failed messages stay in SQS and go to the delivery dead-letter queue, the API and "
+    "CloudFormation invoke synchronously and see the error, and a failed scheduled run is "
+    "followed by the next; every function's errors raise an alarm."
+)
+NO_ENVIRONMENT_KEY = (
+    "The environment holds names, hosts, URLs and ARNs, never a secret (credentials come from "
+    "IAM tokens and Secrets Manager), and Lambda encrypts it at rest with its own key."
+)
+
+# Why checkov's "Secrets Manager secret on a customer managed key" is fine for every secret here.
+SECRETS_MANAGER_KEY = (
+    "Encrypted with Secrets Manager's AWS managed key: who may read a secret is decided by IAM on "
+    "the secret (each role names its own), which a customer managed key would not change, and "
+    "that key would also have to be granted to RDS Proxy and to the hosted rotation."
+)
+
+
+def checkov_skip(scope: IConstruct, check_id: str, reason: str) -> None:
+    """Skip one checkov check on the CloudFormation resource of ``scope``, with the reason it is
+    fine; checkov reads the skip from the resource's ``Metadata.checkov.skip`` (``make lint``)."""
+    resource = scope if isinstance(scope, CfnResource) else scope.node.default_child
+    if not isinstance(resource, CfnResource):
+        raise TypeError(f"{scope.node.path} has no CloudFormation resource to skip {check_id} on")
+    checkov: dict[str, Any] = resource.get_metadata("checkov") or {"skip": []}
+    if any(skip["id"] == check_id for skip in checkov["skip"]):
+        return
+    checkov["skip"] = [*checkov["skip"], {"id": check_id, "comment": reason}]
+    resource.add_metadata("checkov", checkov)
 
 
 def output(scope: Construct, name: str, value: str, description: str) -> CfnOutput:

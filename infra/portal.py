@@ -19,7 +19,15 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.common import acknowledge, log_retention, output
+from infra.common import (
+    NO_DEAD_LETTER_QUEUE,
+    NO_ENVIRONMENT_KEY,
+    NO_RESERVED_CONCURRENCY,
+    acknowledge,
+    checkov_skip,
+    log_retention,
+    output,
+)
 from infra.config import StageConfig
 from infra.functions import (
     ARCHITECTURE,
@@ -93,6 +101,15 @@ class PortalPage(Construct):
                 "TIDINGS_PORTAL_FRAME_ANCESTORS": ",".join(config.portal_frame_ancestors),
             },
         )
+        checkov_skip(self.function, "CKV_AWS_115", NO_RESERVED_CONCURRENCY)
+        checkov_skip(self.function, "CKV_AWS_116", NO_DEAD_LETTER_QUEUE)
+        checkov_skip(self.function, "CKV_AWS_173", NO_ENVIRONMENT_KEY)
+        checkov_skip(
+            self.function,
+            "CKV_AWS_117",
+            "The portal's function reaches nothing inside the VPC (no database, no secret); "
+            "outside it, it needs no NAT gateway.",
+        )
         integration = apigateway.LambdaIntegration(self.function, proxy=True)
         page = api.root.add_resource("portal")
         asset = page.add_resource("{asset}")
@@ -107,6 +124,13 @@ class PortalPage(Construct):
                 request_parameters={"method.request.path.asset": True},
             ),
         ]
+        for method in self.methods:
+            checkov_skip(
+                method,
+                "CKV_AWS_59",
+                "The portal's page and static files are public by design: they hold nothing of "
+                "any application, and everything the page shows comes from the API with a token.",
+            )
         for resource in (page, asset):
             acknowledge(
                 resource,

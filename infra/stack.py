@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import Stack
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
@@ -17,6 +18,7 @@ from infra.dashboard import Dashboard
 from infra.database import Database
 from infra.delivery_queue import DeliveryQueue
 from infra.functions import Functions
+from infra.log_encryption import LogsKey
 from infra.migrations import SchemaMigrations
 from infra.network import Network
 from infra.portal import PortalPage
@@ -47,6 +49,7 @@ class TidingsStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.config = config
+        self.logs_key = LogsKey(self, "LogsKey")
         network = Network(
             self,
             "Network",
@@ -125,6 +128,20 @@ class TidingsStack(Stack):
             functions={name: self.functions[name] for name in SCHEDULED_FUNCTIONS},
             expressions=config.schedules,
         )
+        # Nothing runs a handler before the schema it needs is in place (CloudFormation creates
+        # or updates a resource only after those it depends on): on the first deploy, the
+        # queue's event source and the schedules start after the migrations; on an upgrade,
+        # every function but the migrator takes its new code only once the migrations that
+        # code needs have run.
+        for name, deployed in self.functions.by_name.items():
+            if name != "migrator":
+                deployed.function.node.add_dependency(self.migrations.resource)
+        for child in self.functions["sender"].node.children:
+            if isinstance(child, lambda_.EventSourceMapping):
+                child.node.add_dependency(self.migrations.resource)
+        for rule in self.schedules.rules.values():
+            rule.node.add_dependency(self.migrations.resource)
+
         self.api = IngestApi(
             self,
             "Ingest",

@@ -12,7 +12,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from infra.common import acknowledge, output
+from infra.common import SECRETS_MANAGER_KEY, acknowledge, checkov_skip, output
 
 
 class AdminToken(Construct):
@@ -39,6 +39,7 @@ class AdminToken(Construct):
             "An API token is rotated by making a new one (tidings tokens create) and revoking "
             "the old (tidings tokens revoke); Secrets Manager's rotation cannot revoke it.",
         )
+        checkov_skip(self.secret, "CKV_AWS_149", SECRETS_MANAGER_KEY)
         output(
             self,
             "AdminTokenSecretArn",

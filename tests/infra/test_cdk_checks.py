@@ -6,14 +6,21 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
+import psycopg2.extensions
 import pytest
 from aws_cdk import App, Validations
 from aws_cdk import aws_sqs as sqs
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from infra.app import build_app, cdk_json_context
 from infra.migrations import MIGRATIONS_DIR, migrations_hash
 from tests.infra.conftest import MIGRATIONS_RUN_TOKEN, Synthesized
+from tidings.config import Settings
+from tidings.dal.connection import dsn_from_settings
+from tidings.deployment import FUNCTION_SPECS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # ELF e_machine values (byte 18 of the header, little endian).
@@ -125,6 +132,88 @@ def test_layer_assets_hold_tidings_and_psycopg2_built_for_the_functions(
     assert int.from_bytes(rust.read_bytes()[18:20], "little") == ELF_MACHINE[architecture]
     for runtime_provided in ("boto3", "botocore"):
         assert not (site / runtime_provided).exists(), runtime_provided
+
+
+def _common_names(bundle: Path) -> set[str]:
+    certificates = x509.load_pem_x509_certificates(bundle.read_bytes())
+    return {
+        str(attribute.value)
+        for certificate in certificates
+        for attribute in certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    }
+
+
+@pytest.mark.filterwarnings("ignore::cryptography.utils.CryptographyDeprecationWarning")
+def test_every_function_checks_the_databases_certificate_against_the_layers_ca_bundle(
+    dev: Synthesized, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The connection each deployed function would open, built from its environment as
+    # deployed, with the layer's /opt mapped onto the dependencies asset.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    (dependencies,) = [a for a in _layer_assets(dev).values() if (a / "python/psycopg2").is_dir()]
+    secret = json.dumps({"host": "elsewhere", "username": "tidings", "password": "pw"})
+    for spec in FUNCTION_SPECS:
+        deployed = dev.stack.functions.by_name[spec.name]
+        resource = dev.raw["Resources"][dev.logical_id(deployed.function)]
+        environment = {
+            name: value if isinstance(value, str) else "db.abc.eu-west-1.rds.amazonaws.com"
+            for name, value in resource["Properties"]["Environment"]["Variables"].items()
+        }
+        root_cert = environment["TIDINGS_DATABASE_ROOT_CERT"]
+        assert root_cert.startswith("/opt/"), spec.name
+        in_layer = dependencies / root_cert.removeprefix("/opt/")
+        assert in_layer.is_file(), spec.name
+        settings = Settings.from_env({**environment, "TIDINGS_DATABASE_ROOT_CERT": str(in_layer)})
+        with mock.patch(
+            "aws_lambda_powertools.utilities.parameters.get_secret", return_value=secret
+        ):
+            dsn = psycopg2.extensions.parse_dsn(dsn_from_settings(settings))
+        assert dsn["sslmode"] == "verify-full", spec.name
+        assert dsn["sslrootcert"] == str(in_layer), spec.name
+        assert dsn["host"] == "db.abc.eu-west-1.rds.amazonaws.com", spec.name
+    names = _common_names(in_layer)
+    # RDS Proxy presents an ACM certificate (Amazon Trust Services roots); the instance, which
+    # the migrator reaches directly, one of the Amazon RDS CAs (RSA and ECC, every region).
+    assert {f"Amazon Root CA {n}" for n in range(1, 5)} <= names
+    assert {
+        "Amazon RDS us-east-1 Root CA RSA2048 G1",
+        "Amazon RDS eu-west-1 Root CA ECC384 G1",
+    } <= names
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_every_checkov_skip_names_a_check_and_gives_its_reason(
+    stage: str, request: pytest.FixtureRequest
+) -> None:
+    synth: Synthesized = request.getfixturevalue(stage)
+    skipped = 0
+    for logical_id, resource in synth.raw["Resources"].items():
+        for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", []):
+            assert set(skip) == {"id", "comment"}, logical_id
+            assert skip["id"].startswith("CKV_AWS_"), logical_id
+            assert len(skip["comment"].split()) >= 10, (logical_id, skip)
+            skipped += 1
+    assert skipped > 0
+
+
+def test_every_log_group_is_encrypted_with_the_stacks_logs_key(dev: Synthesized) -> None:
+    key_id = dev.logical_id(dev.stack.logs_key.key)
+    log_groups = dev.resources("AWS::Logs::LogGroup")
+    assert len(log_groups) >= 13
+    for logical_id, log_group in log_groups.items():
+        assert log_group["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}, logical_id
+    key = dev.raw["Resources"][key_id]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    (for_logs,) = [
+        statement
+        for statement in key["KeyPolicy"]["Statement"]
+        if "Service" in statement["Principal"]
+    ]
+    assert json.dumps(for_logs["Principal"]["Service"]).count("logs.") == 1
+    condition = for_logs["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"]
+    assert ":log-group:*" in json.dumps(condition)
 
 
 def test_layer_assets_match_what_the_template_declares(dev: Synthesized) -> None:

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import datetime
+import io
 import json
+import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from infra.app import cdk_json_context, main
 from infra.build_layers import (
     PROVIDED_BY_RUNTIME,
     LayerBuildError,
+    NpmPackage,
     build_tidings_layer,
+    check_integrity,
+    database_ca_bundle,
     runtime_requirements,
 )
 from infra.config import StageConfigError, stage_config
@@ -168,3 +178,62 @@ def test_the_portal_may_be_framed_only_by_listed_origins_and_links_may_name_a_do
             stage_config(_lookup({**context, "portalFrameAncestors": origins}))
     with pytest.raises(StageConfigError, match="portalUrl"):
         stage_config(_lookup({**context, "portalUrl": "https://x.example/portal#frag"}))
+
+
+def _pem(common_name: str) -> str:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    return certificate.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def _as_javascript(pems: list[str]) -> str:
+    # The package's layout: each certificate a concatenation of single-quoted lines.
+    items = [" +\n".join(f"'{line}\\n'" for line in pem.splitlines()) for pem in pems]
+    return "exports.certificates = [\n" + ",\n".join(items) + "\n];\n"
+
+
+def _npm_tarball(path: Path, rds: list[str], proxies: list[str]) -> Path:
+    with tarfile.open(path, "w:gz") as archive:
+        for name, pems in (("defaults", rds), ("proxies", proxies)):
+            data = _as_javascript(pems).encode()
+            info = tarfile.TarInfo(f"package/lib/profiles/ca/{name}.js")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_the_database_ca_bundle_holds_the_packages_rds_and_proxy_certificates(
+    tmp_path: Path,
+) -> None:
+    rds = [_pem("Amazon RDS test-1 Root CA RSA2048 G1"), _pem("Amazon RDS test-1 2019 CA")]
+    proxies = [_pem("Amazon Root CA 1"), _pem("Amazon Root CA 3")]
+    tarball = _npm_tarball(tmp_path / "p.tgz", rds, proxies)
+    bundle = database_ca_bundle(tarball, NpmPackage("p", "1.0.0", "sha512-x"))
+    assert bundle.startswith("# Amazon RDS and RDS Proxy CA certificates (4), from the npm")
+    assert bundle.endswith("".join(rds + proxies))
+
+
+def test_a_bundle_without_the_proxy_or_rds_roots_is_refused(tmp_path: Path) -> None:
+    rds = [_pem("Amazon RDS test-1 Root CA RSA2048 G1")]
+    proxies = [_pem("Amazon Root CA 1")]
+    for name, (defaults, proxy) in {"no-proxy": (rds, []), "no-rds": ([], proxies)}.items():
+        tarball = _npm_tarball(tmp_path / f"{name}.tgz", defaults, proxy)
+        with pytest.raises(LayerBuildError, match="lacks the Amazon RDS CAs or Amazon Root CA 1"):
+            database_ca_bundle(tarball)
+
+
+def test_a_tarball_other_than_the_pinned_one_is_refused(tmp_path: Path) -> None:
+    tarball = _npm_tarball(tmp_path / "p.tgz", [], [])
+    with pytest.raises(LayerBuildError, match="not the pinned sha512-pinned"):
+        check_integrity(tarball, NpmPackage("p", "1.0.0", "sha512-pinned"))

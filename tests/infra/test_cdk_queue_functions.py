@@ -17,6 +17,7 @@ REQUIRED_ENVIRONMENT = {
     "LOG_LEVEL",
     "TIDINGS_DATABASE_HOST",
     "TIDINGS_DATABASE_NAME",
+    "TIDINGS_DATABASE_ROOT_CERT",
 }
 
 
@@ -314,6 +315,32 @@ def test_schedules_start_the_scheduled_functions(dev: Synthesized) -> None:
     assert dev.config.schedules["health_monitor"] == "rate(5 minutes)"
     assert dev.config.schedules["dead_letter_report"] == "rate(1 hour)"
     assert dev.config.schedules["pruner"] == "rate(1 hour)"
+
+
+def _depends_on(resource: dict[str, Any]) -> set[str]:
+    depends_on = resource.get("DependsOn", [])
+    return {depends_on} if isinstance(depends_on, str) else set(depends_on)
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_nothing_runs_a_handler_before_the_migrations(
+    stage: str, request: pytest.FixtureRequest
+) -> None:
+    synth: Synthesized = request.getfixturevalue(stage)
+    (schema_id,) = synth.resources("Custom::TidingsSchema")
+    # The sender's event source and every schedule: on a first deploy, nothing calls a
+    # handler before the schema exists.
+    (mapping,) = synth.resources("AWS::Lambda::EventSourceMapping").values()
+    assert mapping["Properties"]["FunctionName"] == {"Ref": _function_id(synth, "sender")}
+    assert schema_id in _depends_on(mapping)
+    rules = synth.resources("AWS::Events::Rule")
+    assert len(rules) == len(synth.config.schedules) > 0
+    for logical_id, rule in rules.items():
+        assert schema_id in _depends_on(rule), logical_id
+    # On an upgrade, no function but the migrator takes new code before the migrations ran.
+    for spec in FUNCTION_SPECS:
+        depends = _depends_on(_function(synth, spec.name))
+        assert (schema_id in depends) is (spec.name != "migrator"), spec.name
 
 
 def test_the_local_runtime_imitates_the_deployed_queue_timeouts_and_schedules(

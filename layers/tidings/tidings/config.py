@@ -55,6 +55,10 @@ class Settings:
     database_host: str = ""
     database_port: int = 5432
     database_name: str = "tidings"
+    # The CA certificates that the proxy's or the instance's certificate must chain to, for the
+    # two connections above (sslmode=verify-full): the deployed functions name the bundle their
+    # layer ships. Without it they refuse to connect. DATABASE_URL says its own sslmode.
+    database_root_cert: str = ""
     # Bounds on every statement and on an open transaction's idle time, so that no invocation
     # can hold the queue's vacuum horizon for long.
     statement_timeout_ms: int = 30_000

@@ -12,6 +12,7 @@ here changes session state, so RDS Proxy never pins the session.
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +44,8 @@ class DatabaseSettings(Protocol):
     @property
     def database_port(self) -> int: ...
     @property
+    def database_root_cert(self) -> str: ...
+    @property
     def database_secret_arn(self) -> str: ...
     @property
     def database_user(self) -> str: ...
@@ -57,12 +60,19 @@ class DatabaseSettings(Protocol):
 def dsn_from_settings(settings: DatabaseSettings) -> str:
     """The libpq connection string: ``DATABASE_URL``; or a login user with an IAM token for RDS
     Proxy (a new token on every call: each lasts 15 minutes and is checked only at connect); or
-    the credentials in a Secrets Manager secret."""
+    the credentials in a Secrets Manager secret.
+
+    The last two check the server's certificate and name (``sslmode=verify-full``) against the
+    CA bundle ``TIDINGS_DATABASE_ROOT_CERT``: the token or the password goes over that
+    connection, so it must reach the proxy or the instance and nobody else. ``DATABASE_URL``
+    carries its own ``sslmode``.
+    """
     if settings.database_url:
         return settings.database_url
     if settings.database_user:
         if not settings.database_host:
             raise ValueError("TIDINGS_DATABASE_USER needs TIDINGS_DATABASE_HOST (the RDS Proxy)")
+        root_cert = _root_cert(settings)
         from tidings.aws_clients import rds_client
 
         token = rds_client().generate_db_auth_token(
@@ -76,7 +86,8 @@ def dsn_from_settings(settings: DatabaseSettings) -> str:
             dbname=settings.database_name,
             user=settings.database_user,
             password=token,
-            sslmode="require",
+            sslmode="verify-full",
+            sslrootcert=root_cert,
             connect_timeout=5,
             application_name="tidings",
         )
@@ -85,6 +96,7 @@ def dsn_from_settings(settings: DatabaseSettings) -> str:
             "no database configured: set DATABASE_URL, TIDINGS_DATABASE_USER or "
             "TIDINGS_DATABASE_SECRET_ARN"
         )
+    root_cert = _root_cert(settings)
     from aws_lambda_powertools.utilities import parameters
 
     secret = json.loads(parameters.get_secret(settings.database_secret_arn, max_age=300))
@@ -94,10 +106,26 @@ def dsn_from_settings(settings: DatabaseSettings) -> str:
         dbname=settings.database_name or secret.get("dbname", "postgres"),
         user=secret["username"],
         password=secret["password"],
-        sslmode="require",
+        sslmode="verify-full",
+        sslrootcert=root_cert,
         connect_timeout=5,
         application_name="tidings",
     )
+
+
+def _root_cert(settings: DatabaseSettings) -> str:
+    """The CA bundle to check the server against; refused before any credential is fetched or
+    sent when it is not configured or not there."""
+    path = settings.database_root_cert
+    if not path:
+        raise ValueError(
+            "TIDINGS_DATABASE_ROOT_CERT is not set: name a file of the CA certificates that sign "
+            "the database's (the Amazon RDS CAs for an instance, the Amazon Trust Services roots "
+            "for RDS Proxy), such as certs/amazon-rds-ca.pem of the dependencies layer"
+        )
+    if not os.path.isfile(path):
+        raise ValueError(f"TIDINGS_DATABASE_ROOT_CERT names {path}, which is not a file")
+    return path
 
 
 class BoundedCursor(psycopg2.extensions.cursor):
