@@ -242,6 +242,14 @@ CREATE TABLE tidings.schema_migrations (
     CONSTRAINT schema_migrations_pkey PRIMARY KEY (version)
 );
 
+CREATE TABLE tidings.settings (
+    name text NOT NULL,
+    value bigint NOT NULL,
+    CONSTRAINT settings_name_check CHECK ((name = 'max_payload_bytes'::text)),
+    CONSTRAINT settings_pkey PRIMARY KEY (name),
+    CONSTRAINT settings_value_check CHECK ((value > 0))
+);
+
 CREATE TABLE tidings.subscriptions (
     endpoint_id bigint NOT NULL,
     event_type text NOT NULL,
@@ -617,6 +625,15 @@ BEGIN
     ORDER BY l.id;
 END $function$;
 
+CREATE OR REPLACE FUNCTION tidings.compact_json_bytes(p_text text)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+AS $function$
+    SELECT octet_length(pg_catalog.regexp_replace(p_text, '("(?:[^"\\]|\\.)*")|([,:]) ',
+                                                  '\1\2', 'g'))
+$function$;
+
 CREATE OR REPLACE FUNCTION tidings.create_attempt_partitions(from_day date, days integer)
  RETURNS integer
  LANGUAGE plpgsql
@@ -732,6 +749,7 @@ DECLARE
     v_bad       record;
     v_created   bigint[];
     v_where     text;
+    v_limit     bigint;
 BEGIN
     IF application IS NULL THEN
         -- 'default' can never be deleted (default_application_stays): no lock needed.
@@ -802,6 +820,31 @@ BEGIN
             USING ERRCODE = '22023',
                   DETAIL = v_where || CASE WHEN v_bad.problem = 'event_type_length'
                                            THEN 'event_type' ELSE v_bad.problem END;
+    END IF;
+
+    -- Payloads over the deployment's limit, measured as the API measures them: the JSON text
+    -- without insignificant whitespace, in UTF-8 bytes. jsonb's own text only adds a space after
+    -- each separator, so a payload whose text fits needs no closer look, and one whose text is
+    -- over twice the limit is over it (at most every other byte is such a space): the exact
+    -- count (a scan of the text) is left to the few in between.
+    SELECT s.value INTO v_limit FROM tidings.settings s WHERE s.name = 'max_payload_bytes';
+    SELECT p.ord - 1 AS pos,
+           CASE WHEN octet_length(p.text) <= 2 * v_limit
+                THEN tidings.compact_json_bytes(p.text) END AS size
+    INTO v_bad
+    FROM (SELECT u.ord, u.payload::text AS text
+          FROM unnest(v_payloads) WITH ORDINALITY AS u (payload, ord)) p
+    WHERE octet_length(p.text) > v_limit
+      AND (octet_length(p.text) > 2 * v_limit OR tidings.compact_json_bytes(p.text) > v_limit)
+    ORDER BY p.ord
+    LIMIT 1;
+    IF FOUND THEN
+        v_where := CASE WHEN v_count = 1 THEN '' ELSE format('events[%s].', v_bad.pos) END;
+        RAISE EXCEPTION 'tidings.enqueue: %payload is %; the limit is % bytes',
+            replace(v_where, '].', ']: '),
+            coalesce(v_bad.size || ' bytes', format('over %s bytes', 2 * v_limit)), v_limit
+            USING ERRCODE = '54000', DETAIL = v_where || 'payload',
+                  HINT = 'the limit is the deployment''s TIDINGS_MAX_PAYLOAD_BYTES';
     END IF;
 
     -- Named endpoints must exist in the application and not be deleted (a disabled one is

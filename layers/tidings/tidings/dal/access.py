@@ -220,6 +220,7 @@ OWNER_QUERIES: frozenset[str] = frozenset(
         "replace_ciphertexts",
         "drop_unused_data_keys",
         "ensure_login",
+        "store_max_payload_bytes",
         "token_with_hash",
         "insert_token",
     }
