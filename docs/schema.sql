@@ -1217,6 +1217,34 @@ BEGIN
     INTO written_ids, transitions, disabled_ids;
 END $function$;
 
+CREATE OR REPLACE FUNCTION tidings.refuse_unbound_data_key()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF substring(NEW.wrapped FROM 1 FOR 4) IS DISTINCT FROM '\x74646702'::bytea
+       OR substring(NEW.wrapped FROM 5 FOR 8) IS DISTINCT FROM pg_catalog.int8send(NEW.id) THEN
+        RAISE EXCEPTION 'tidings: data key % is not wrapped for its own row', NEW.id
+            USING ERRCODE = '23514',
+                  HINT = 'a data key is wrapped for the id it is inserted with';
+    END IF;
+    RETURN NEW;
+END $function$;
+
+CREATE OR REPLACE FUNCTION tidings.refuse_unbound_secret()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF substring(NEW.ciphertext FROM 1 FOR 4) IS DISTINCT FROM '\x74646702'::bytea
+       OR substring(NEW.ciphertext FROM 5 FOR 8) IS DISTINCT FROM pg_catalog.int8send(NEW.id) THEN
+        RAISE EXCEPTION 'tidings: signing secret % is not sealed for its own row', NEW.id
+            USING ERRCODE = '23514',
+                  HINT = 'a secret is sealed for the id its row gets (set_endpoint_secret_v2)';
+    END IF;
+    RETURN NEW;
+END $function$;
+
 CREATE OR REPLACE FUNCTION tidings.release_leases_v1(p_ids bigint[], p_tokens uuid[], p_delay_s double precision)
  RETURNS SETOF bigint
  LANGUAGE plpgsql
@@ -1236,18 +1264,17 @@ BEGIN
     RETURNING m.id;
 END $function$;
 
-CREATE OR REPLACE FUNCTION tidings.set_endpoint_secret_v1(p_endpoint_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer)
+CREATE OR REPLACE FUNCTION tidings.set_endpoint_secret_v2(p_endpoint_id bigint, p_secret_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer)
  RETURNS TABLE(secret_id bigint, replaced_expires_at timestamp with time zone)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_id       bigint;
     v_replaced timestamptz;
 BEGIN
     IF p_max_secrets IS NULL OR p_max_secrets < 1 THEN
-        RAISE EXCEPTION 'tidings.set_endpoint_secret_v1: p_max_secrets must be at least 1'
+        RAISE EXCEPTION 'tidings.set_endpoint_secret_v2: p_max_secrets must be at least 1'
             USING ERRCODE = '22023';
     END IF;
     UPDATE tidings.endpoints e
@@ -1256,13 +1283,26 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    IF p_secret_id IS NULL OR p_secret_id < 1 OR p_secret_id > coalesce(
+           pg_sequence_last_value(pg_get_serial_sequence('tidings.endpoint_secrets', 'id')::regclass),
+           0) THEN
+        RAISE EXCEPTION 'tidings.set_endpoint_secret_v2: p_secret_id % was not drawn from the '
+            'sequence of tidings.endpoint_secrets', p_secret_id
+            USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM tidings.endpoint_secrets s
+               WHERE s.endpoint_id = p_endpoint_id AND s.id >= p_secret_id) THEN
+        RAISE EXCEPTION 'tidings.set_endpoint_secret_v2: p_secret_id % is not newer than the '
+            'endpoint''s secrets', p_secret_id
+            USING ERRCODE = '22023';
+    END IF;
     UPDATE tidings.endpoint_secrets s
     SET expires_at = now() + greatest(p_overlap_s, 0) * interval '1 second'
     WHERE s.endpoint_id = p_endpoint_id AND s.expires_at IS NULL
     RETURNING s.expires_at INTO v_replaced;
-    INSERT INTO tidings.endpoint_secrets (endpoint_id, data_key_id, ciphertext)
-    VALUES (p_endpoint_id, p_data_key_id, p_ciphertext)
-    RETURNING id INTO v_id;
+    INSERT INTO tidings.endpoint_secrets (id, endpoint_id, data_key_id, ciphertext)
+    OVERRIDING SYSTEM VALUE
+    VALUES (p_secret_id, p_endpoint_id, p_data_key_id, p_ciphertext);
     DELETE FROM tidings.endpoint_secrets s
     WHERE s.endpoint_id = p_endpoint_id
       AND s.expires_at IS NOT NULL
@@ -1271,7 +1311,7 @@ BEGIN
                            WHERE k.endpoint_id = p_endpoint_id AND k.expires_at > now()
                            ORDER BY k.id DESC
                            LIMIT p_max_secrets - 1));
-    RETURN QUERY SELECT v_id, CASE WHEN v_replaced > now() THEN v_replaced END;
+    RETURN QUERY SELECT p_secret_id, CASE WHEN v_replaced > now() THEN v_replaced END;
 END $function$;
 
 CREATE OR REPLACE FUNCTION tidings.unleased_status(attempts integer)
@@ -1280,6 +1320,8 @@ CREATE OR REPLACE FUNCTION tidings.unleased_status(attempts integer)
  IMMUTABLE PARALLEL SAFE
 RETURN (CASE WHEN (attempts > 0) THEN 'failed'::text ELSE 'pending'::text END)::tidings.message_status;
 
+CREATE TRIGGER data_keys_bound_to_row BEFORE INSERT OR UPDATE OF wrapped, id ON tidings.data_keys FOR EACH ROW EXECUTE FUNCTION tidings.refuse_unbound_data_key();
+CREATE TRIGGER endpoint_secrets_bound_to_row BEFORE INSERT OR UPDATE OF ciphertext, id ON tidings.endpoint_secrets FOR EACH ROW EXECUTE FUNCTION tidings.refuse_unbound_secret();
 CREATE TRIGGER endpoints_have_health AFTER INSERT ON tidings.endpoints FOR EACH ROW EXECUTE FUNCTION tidings.create_endpoint_health();
 
 GRANT EXECUTE ON FUNCTION tidings.analyze_latency_histograms() TO tidings_percentiles;
@@ -1299,8 +1341,8 @@ GRANT EXECUTE ON FUNCTION tidings.oldest_attempt_partition(cutoff timestamp with
 GRANT EXECUTE ON FUNCTION tidings.record_outcomes_v1(p_outcomes jsonb, p_health_endpoint_ids bigint[], p_has_success boolean[], p_trailing_failures integer[], p_last_success_at timestamp with time zone[], p_last_failure_at timestamp with time zone[], p_disable_ids bigint[], p_disable_reasons text[], p_base_cooldown_s double precision, p_max_cooldown_s double precision, OUT written_ids bigint[], OUT transitions json, OUT disabled_ids bigint[]) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(p_ids bigint[], p_tokens uuid[], p_delay_s double precision) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(p_ids bigint[], p_tokens uuid[], p_delay_s double precision) TO tidings_sender;
-GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v1(p_endpoint_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer) TO tidings_ingest;
-GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v1(p_endpoint_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer) TO tidings_operator;
+GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v2(p_endpoint_id bigint, p_secret_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer) TO tidings_ingest;
+GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v2(p_endpoint_id bigint, p_secret_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer) TO tidings_operator;
 GRANT USAGE ON SCHEMA tidings TO tidings_authorizer;
 GRANT USAGE ON SCHEMA tidings TO tidings_claimer;
 GRANT USAGE ON SCHEMA tidings TO tidings_dead_letter_report;
@@ -1311,6 +1353,10 @@ GRANT USAGE ON SCHEMA tidings TO tidings_percentiles;
 GRANT USAGE ON SCHEMA tidings TO tidings_producer;
 GRANT USAGE ON SCHEMA tidings TO tidings_pruner;
 GRANT USAGE ON SCHEMA tidings TO tidings_sender;
+GRANT USAGE ON SEQUENCE tidings.data_keys_id_seq TO tidings_ingest;
+GRANT USAGE ON SEQUENCE tidings.data_keys_id_seq TO tidings_operator;
+GRANT USAGE ON SEQUENCE tidings.endpoint_secrets_id_seq TO tidings_ingest;
+GRANT USAGE ON SEQUENCE tidings.endpoint_secrets_id_seq TO tidings_operator;
 GRANT DELETE, INSERT, SELECT, UPDATE ON TABLE tidings.alert_outbox TO tidings_health_monitor;
 GRANT INSERT, SELECT, UPDATE ON TABLE tidings.alerts TO tidings_health_monitor;
 GRANT SELECT (deleted_at, id, uid) ON TABLE tidings.applications TO tidings_authorizer;
@@ -1331,9 +1377,9 @@ GRANT SELECT (attempt_number, attempted_at, error_class, id, message_id, respons
 GRANT SELECT (attempt_number, attempted_at, error_class, id, message_id, response_excerpt, response_ms, status_code) ON TABLE tidings.attempts_kept TO tidings_operator;
 GRANT DELETE ON TABLE tidings.attempts_kept TO tidings_pruner;
 GRANT SELECT (message_id) ON TABLE tidings.attempts_kept TO tidings_pruner;
-GRANT INSERT (master_key, wrapped) ON TABLE tidings.data_keys TO tidings_ingest;
+GRANT INSERT (id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_ingest;
 GRANT SELECT (created_at, id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_ingest;
-GRANT INSERT (master_key, wrapped) ON TABLE tidings.data_keys TO tidings_operator;
+GRANT INSERT (id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_operator;
 GRANT SELECT (created_at, id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_operator;
 GRANT SELECT (id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_sender;
 GRANT SELECT (endpoint_id, failing_since, last_failure_at, last_success_at, opened_at, p95_ms, sample_count, state) ON TABLE tidings.endpoint_health TO tidings_health_monitor;
