@@ -254,6 +254,14 @@ CREATE TABLE tidings.schema_migrations (
     CONSTRAINT schema_migrations_pkey PRIMARY KEY (version)
 );
 
+CREATE TABLE tidings.settings (
+    name text NOT NULL,
+    value bigint NOT NULL,
+    CONSTRAINT settings_name_check CHECK ((name = 'max_payload_bytes'::text)),
+    CONSTRAINT settings_pkey PRIMARY KEY (name),
+    CONSTRAINT settings_value_check CHECK ((value > 0))
+);
+
 CREATE TABLE tidings.subscriptions (
     endpoint_id bigint NOT NULL,
     event_type text NOT NULL,
@@ -875,6 +883,15 @@ BEGIN
     ORDER BY l.id;
 END $function$;
 
+CREATE OR REPLACE FUNCTION tidings.compact_json_bytes(p_text text)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+AS $function$
+    SELECT octet_length(pg_catalog.regexp_replace(p_text, '("(?:[^"\\]|\\.)*")|([,:]) ',
+                                                  '\1\2', 'g'))
+$function$;
+
 CREATE OR REPLACE FUNCTION tidings.create_attempt_partitions(from_day date, days integer)
  RETURNS integer
  LANGUAGE plpgsql
@@ -990,13 +1007,14 @@ DECLARE
     v_bad       record;
     v_created   bigint[];
     v_where     text;
+    v_limit     bigint;
 BEGIN
     IF application IS NULL THEN
         -- 'default' can never be deleted (default_application_stays): no lock needed.
         v_app_id := 1;
     ELSE
-        -- Read first, lock after: an application marked deleted is refused without taking its
-        -- row lock, so the deletion's FOR UPDATE waits only for the calls that came before it.
+        -- Read first, lock after, and no advisory lock (0090): an application marked deleted is
+        -- refused without taking its row lock.
         SELECT a.id INTO v_app_id
         FROM tidings.applications a
         WHERE a.uid = application AND a.deleted_at IS NULL;
@@ -1063,6 +1081,31 @@ BEGIN
             USING ERRCODE = '22023',
                   DETAIL = v_where || CASE WHEN v_bad.problem = 'event_type_length'
                                            THEN 'event_type' ELSE v_bad.problem END;
+    END IF;
+
+    -- Payloads over the deployment's limit, measured as the API measures them: the JSON text
+    -- without insignificant whitespace, in UTF-8 bytes. jsonb's own text only adds a space after
+    -- each separator, so a payload whose text fits needs no closer look, and one whose text is
+    -- over twice the limit is over it (at most every other byte is such a space): the exact
+    -- count (a scan of the text) is left to the few in between.
+    SELECT s.value INTO v_limit FROM tidings.settings s WHERE s.name = 'max_payload_bytes';
+    SELECT p.ord - 1 AS pos,
+           CASE WHEN octet_length(p.text) <= 2 * v_limit
+                THEN tidings.compact_json_bytes(p.text) END AS size
+    INTO v_bad
+    FROM (SELECT u.ord, u.payload::text AS text
+          FROM unnest(v_payloads) WITH ORDINALITY AS u (payload, ord)) p
+    WHERE octet_length(p.text) > v_limit
+      AND (octet_length(p.text) > 2 * v_limit OR tidings.compact_json_bytes(p.text) > v_limit)
+    ORDER BY p.ord
+    LIMIT 1;
+    IF FOUND THEN
+        v_where := CASE WHEN v_count = 1 THEN '' ELSE format('events[%s].', v_bad.pos) END;
+        RAISE EXCEPTION 'tidings.enqueue: %payload is %; the limit is % bytes',
+            replace(v_where, '].', ']: '),
+            coalesce(v_bad.size || ' bytes', format('over %s bytes', 2 * v_limit)), v_limit
+            USING ERRCODE = '54000', DETAIL = v_where || 'payload',
+                  HINT = 'the limit is the deployment''s TIDINGS_MAX_PAYLOAD_BYTES';
     END IF;
 
     -- Named endpoints must exist in the application and not be deleted (a disabled one is
@@ -1460,6 +1503,34 @@ BEGIN
     INTO written_ids, transitions, disabled_ids;
 END $function$;
 
+CREATE OR REPLACE FUNCTION tidings.refuse_unbound_data_key()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF substring(NEW.wrapped FROM 1 FOR 4) IS DISTINCT FROM '\x74646702'::bytea
+       OR substring(NEW.wrapped FROM 5 FOR 8) IS DISTINCT FROM pg_catalog.int8send(NEW.id) THEN
+        RAISE EXCEPTION 'tidings: data key % is not wrapped for its own row', NEW.id
+            USING ERRCODE = '23514',
+                  HINT = 'a data key is wrapped for the id it is inserted with';
+    END IF;
+    RETURN NEW;
+END $function$;
+
+CREATE OR REPLACE FUNCTION tidings.refuse_unbound_secret()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF substring(NEW.ciphertext FROM 1 FOR 4) IS DISTINCT FROM '\x74646702'::bytea
+       OR substring(NEW.ciphertext FROM 5 FOR 8) IS DISTINCT FROM pg_catalog.int8send(NEW.id) THEN
+        RAISE EXCEPTION 'tidings: signing secret % is not sealed for its own row', NEW.id
+            USING ERRCODE = '23514',
+                  HINT = 'a secret is sealed for the id its row gets (set_endpoint_secret_v2)';
+    END IF;
+    RETURN NEW;
+END $function$;
+
 CREATE OR REPLACE FUNCTION tidings.release_leases_v1(p_ids bigint[], p_tokens uuid[], p_delay_s double precision)
  RETURNS SETOF bigint
  LANGUAGE plpgsql
@@ -1492,18 +1563,17 @@ AS $function$
           LIMIT p_limit) f
 $function$;
 
-CREATE OR REPLACE FUNCTION tidings.set_endpoint_secret_v1(p_endpoint_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer)
+CREATE OR REPLACE FUNCTION tidings.set_endpoint_secret_v2(p_endpoint_id bigint, p_secret_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer)
  RETURNS TABLE(secret_id bigint, replaced_expires_at timestamp with time zone)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_id       bigint;
     v_replaced timestamptz;
 BEGIN
     IF p_max_secrets IS NULL OR p_max_secrets < 1 THEN
-        RAISE EXCEPTION 'tidings.set_endpoint_secret_v1: p_max_secrets must be at least 1'
+        RAISE EXCEPTION 'tidings.set_endpoint_secret_v2: p_max_secrets must be at least 1'
             USING ERRCODE = '22023';
     END IF;
     UPDATE tidings.endpoints e
@@ -1512,13 +1582,26 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    IF p_secret_id IS NULL OR p_secret_id < 1 OR p_secret_id > coalesce(
+           pg_sequence_last_value(pg_get_serial_sequence('tidings.endpoint_secrets', 'id')::regclass),
+           0) THEN
+        RAISE EXCEPTION 'tidings.set_endpoint_secret_v2: p_secret_id % was not drawn from the '
+            'sequence of tidings.endpoint_secrets', p_secret_id
+            USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM tidings.endpoint_secrets s
+               WHERE s.endpoint_id = p_endpoint_id AND s.id >= p_secret_id) THEN
+        RAISE EXCEPTION 'tidings.set_endpoint_secret_v2: p_secret_id % is not newer than the '
+            'endpoint''s secrets', p_secret_id
+            USING ERRCODE = '22023';
+    END IF;
     UPDATE tidings.endpoint_secrets s
     SET expires_at = now() + greatest(p_overlap_s, 0) * interval '1 second'
     WHERE s.endpoint_id = p_endpoint_id AND s.expires_at IS NULL
     RETURNING s.expires_at INTO v_replaced;
-    INSERT INTO tidings.endpoint_secrets (endpoint_id, data_key_id, ciphertext)
-    VALUES (p_endpoint_id, p_data_key_id, p_ciphertext)
-    RETURNING id INTO v_id;
+    INSERT INTO tidings.endpoint_secrets (id, endpoint_id, data_key_id, ciphertext)
+    OVERRIDING SYSTEM VALUE
+    VALUES (p_secret_id, p_endpoint_id, p_data_key_id, p_ciphertext);
     DELETE FROM tidings.endpoint_secrets s
     WHERE s.endpoint_id = p_endpoint_id
       AND s.expires_at IS NOT NULL
@@ -1527,7 +1610,7 @@ BEGIN
                            WHERE k.endpoint_id = p_endpoint_id AND k.expires_at > now()
                            ORDER BY k.id DESC
                            LIMIT p_max_secrets - 1));
-    RETURN QUERY SELECT v_id, CASE WHEN v_replaced > now() THEN v_replaced END;
+    RETURN QUERY SELECT p_secret_id, CASE WHEN v_replaced > now() THEN v_replaced END;
 END $function$;
 
 CREATE OR REPLACE FUNCTION tidings.unleased_status(attempts integer)
@@ -1536,6 +1619,8 @@ CREATE OR REPLACE FUNCTION tidings.unleased_status(attempts integer)
  IMMUTABLE PARALLEL SAFE
 RETURN (CASE WHEN (attempts > 0) THEN 'failed'::text ELSE 'pending'::text END)::tidings.message_status;
 
+CREATE TRIGGER data_keys_bound_to_row BEFORE INSERT OR UPDATE OF wrapped, id ON tidings.data_keys FOR EACH ROW EXECUTE FUNCTION tidings.refuse_unbound_data_key();
+CREATE TRIGGER endpoint_secrets_bound_to_row BEFORE INSERT OR UPDATE OF ciphertext, id ON tidings.endpoint_secrets FOR EACH ROW EXECUTE FUNCTION tidings.refuse_unbound_secret();
 CREATE TRIGGER endpoints_have_health AFTER INSERT ON tidings.endpoints FOR EACH ROW EXECUTE FUNCTION tidings.create_endpoint_health();
 
 GRANT EXECUTE ON FUNCTION tidings.analyze_latency_histograms() TO tidings_percentiles;
@@ -1557,8 +1642,8 @@ GRANT EXECUTE ON FUNCTION tidings.oldest_attempt_partition(cutoff timestamp with
 GRANT EXECUTE ON FUNCTION tidings.record_outcomes_v1(p_outcomes jsonb, p_health_endpoint_ids bigint[], p_has_success boolean[], p_trailing_failures integer[], p_last_success_at timestamp with time zone[], p_last_failure_at timestamp with time zone[], p_disable_ids bigint[], p_disable_reasons text[], p_base_cooldown_s double precision, p_max_cooldown_s double precision, OUT written_ids bigint[], OUT transitions json, OUT disabled_ids bigint[]) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(p_ids bigint[], p_tokens uuid[], p_delay_s double precision) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(p_ids bigint[], p_tokens uuid[], p_delay_s double precision) TO tidings_sender;
-GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v1(p_endpoint_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer) TO tidings_ingest;
-GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v1(p_endpoint_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer) TO tidings_operator;
+GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v2(p_endpoint_id bigint, p_secret_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer) TO tidings_ingest;
+GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v2(p_endpoint_id bigint, p_secret_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer) TO tidings_operator;
 GRANT USAGE ON SCHEMA tidings TO tidings_authorizer;
 GRANT USAGE ON SCHEMA tidings TO tidings_claimer;
 GRANT USAGE ON SCHEMA tidings TO tidings_dead_letter_report;
@@ -1569,6 +1654,10 @@ GRANT USAGE ON SCHEMA tidings TO tidings_percentiles;
 GRANT USAGE ON SCHEMA tidings TO tidings_producer;
 GRANT USAGE ON SCHEMA tidings TO tidings_pruner;
 GRANT USAGE ON SCHEMA tidings TO tidings_sender;
+GRANT USAGE ON SEQUENCE tidings.data_keys_id_seq TO tidings_ingest;
+GRANT USAGE ON SEQUENCE tidings.data_keys_id_seq TO tidings_operator;
+GRANT USAGE ON SEQUENCE tidings.endpoint_secrets_id_seq TO tidings_ingest;
+GRANT USAGE ON SEQUENCE tidings.endpoint_secrets_id_seq TO tidings_operator;
 GRANT DELETE, INSERT, SELECT, UPDATE ON TABLE tidings.alert_outbox TO tidings_health_monitor;
 GRANT INSERT, SELECT, UPDATE ON TABLE tidings.alerts TO tidings_health_monitor;
 GRANT SELECT (deleted_at, id, uid) ON TABLE tidings.applications TO tidings_authorizer;
@@ -1589,9 +1678,9 @@ GRANT SELECT (attempt_number, attempted_at, error_class, id, message_id, respons
 GRANT SELECT (attempt_number, attempted_at, error_class, id, message_id, response_excerpt, response_ms, status_code) ON TABLE tidings.attempts_kept TO tidings_operator;
 GRANT DELETE ON TABLE tidings.attempts_kept TO tidings_pruner;
 GRANT SELECT (message_id) ON TABLE tidings.attempts_kept TO tidings_pruner;
-GRANT INSERT (master_key, wrapped) ON TABLE tidings.data_keys TO tidings_ingest;
+GRANT INSERT (id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_ingest;
 GRANT SELECT (created_at, id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_ingest;
-GRANT INSERT (master_key, wrapped) ON TABLE tidings.data_keys TO tidings_operator;
+GRANT INSERT (id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_operator;
 GRANT SELECT (created_at, id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_operator;
 GRANT SELECT (id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_sender;
 GRANT SELECT (endpoint_id, failing_since, last_failure_at, last_success_at, opened_at, p95_ms, sample_count, state) ON TABLE tidings.endpoint_health TO tidings_health_monitor;

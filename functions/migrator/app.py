@@ -54,7 +54,11 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         with conn.cursor() as cur:
             cur.execute("SET statement_timeout = %s", (MIGRATION_STATEMENT_TIMEOUT,))
         prepared = prepare_database(
-            conn, wiring.keyring(), logins=logins, policy=LockPolicy.from_settings(settings)
+            conn,
+            wiring.keyring(),
+            max_payload_bytes=settings.max_payload_bytes,
+            logins=logins,
+            policy=LockPolicy.from_settings(settings),
         )
     finally:
         conn.close()

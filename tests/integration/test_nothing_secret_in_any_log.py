@@ -39,6 +39,7 @@ from tests.support.receivers import Receiver, running_receiver
 from tests.support.secrets import secrets_keyring
 from tidings import wiring
 from tidings.api.app import handle
+from tidings.config import Settings
 from tidings.dal.connection import Database
 from tidings.delivery.claimer import Claimer
 from tidings.delivery.http_transport import HttpTransport
@@ -47,6 +48,9 @@ from tidings.delivery.ssrf import parse_allowed_networks
 from tidings.deployment import DATABASE_LOG_PARAMETERS
 from tidings.local.runtime import ANY_PORT
 from tidings.logic.schema import DatabaseLogin, prepare_database
+
+# The deployment's payload limit, which the migrator writes where the SQL functions read it.
+LIMIT = Settings().max_payload_bytes
 
 PASSWORD = "a-password-for-these-tests"
 LOGINS = {
@@ -91,7 +95,9 @@ def server() -> Iterator[Cluster]:
             cur.execute("CREATE DATABASE tidings")
         admin.close()
         conn = psycopg2.connect(cluster.dsn("tidings"))
-        prepare_database(conn, secrets_keyring(), logins=list(LOGINS.values()))
+        prepare_database(
+            conn, secrets_keyring(), max_payload_bytes=LIMIT, logins=list(LOGINS.values())
+        )
         conn.close()
         yield cluster
 

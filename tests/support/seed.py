@@ -52,10 +52,11 @@ def add_secret(
 ) -> None:
     """Make ``secret`` the endpoint's current signing secret, encrypted with the tests' key; the
     one it replaces keeps signing for ``overlap_s``."""
-    sealed = secrets_keyring().seal(cur, endpoint_id, secret)
+    secret_id, sealed = secrets_keyring().seal(cur, endpoint_id, secret)
     found, _ = set_endpoint_secret(
         cur,
         endpoint_id,
+        secret_id=secret_id,
         data_key_id=sealed.data_key_id,
         ciphertext=sealed.ciphertext,
         overlap_s=overlap_s,

@@ -393,7 +393,7 @@ def test_without_the_secrets_key_nothing_is_created_and_the_answer_is_503(
     from tidings.secrets.master_keys import KeyUnavailable, LocalMasterKey
 
     class Refusing(LocalMasterKey):
-        def new_data_key(self) -> tuple[bytes, bytes]:
+        def new_data_key(self, key_id: int) -> tuple[bytes, bytes]:
             raise KeyUnavailable("KMS refused a data key from arn:aws:kms:...: AccessDenied")
 
     created = api.create_endpoint()

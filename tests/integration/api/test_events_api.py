@@ -123,6 +123,22 @@ def test_payload_over_the_limit_is_413(api: Api, db: Database, settings) -> None
     assert count(db, "events") == 1
 
 
+def test_the_sql_functions_refusing_a_payload_size_is_413_too(api: Api, db: Database) -> None:
+    # The SQL functions hold every path to the limit; should they refuse a payload the API let
+    # through (a number jsonb writes out in full can make its text longer), the answer is the
+    # same 413, naming the field, and nothing is written.
+    endpoints(db, ["*"])
+    with db.cursor() as cur:
+        cur.execute("UPDATE tidings.settings SET value = 100 WHERE name = 'max_payload_bytes'")
+    batch = {
+        "events": [{"event_type": "t", "payload": 1}, {"event_type": "t", "payload": "x" * 200}]
+    }
+    reply = api.post("/v1/events/batch", batch)
+    assert reply.status == 413, reply.raw
+    assert (reply.error["code"], reply.error["field"]) == ("payload_too_large", "events[1].payload")
+    assert count(db, "events") == 0
+
+
 def test_malformed_bodies_are_400(api: Api, db: Database) -> None:
     not_json = api.post("/v1/events", raw_body='{"event_type": ')
     assert (not_json.status, not_json.error["code"]) == (400, "invalid_json")

@@ -74,7 +74,12 @@ SAMPLE: dict[str, dict[str, Any]] = {
         "after_id": 0,
         "batch_size": 1,
     },
-    "insert_data_key": {"master_key": "local:roles-test", "wrapped": b"\x00"},
+    # Wrapped for its own row, as the database insists (0092).
+    "insert_data_key": {
+        "id": 900_001,
+        "master_key": "local:roles-test",
+        "wrapped": b"tdg\x02" + (900_001).to_bytes(8, "big") + b"\x00",
+    },
     "insert_endpoint": {"url": "https://r.example/", "description": "", "event_types": ["*"]},
     "set_endpoint_secret": {"overlap_s": 0, "max_secrets": 5},
     "update_endpoint_percentiles": {
@@ -358,7 +363,7 @@ def test_a_producer_may_enqueue_and_nothing_else(
             "SELECT ciphertext FROM tidings.endpoint_secrets",
             "SELECT secret, previous_secret FROM tidings.endpoints",
             "SELECT * FROM tidings.begin_attempts_v1('{1}', '{}', '{1}', '{t}', 60, 1)",
-            "SELECT tidings.set_endpoint_secret_v1(1, 1, '\\x00', 0, 5)",
+            "SELECT tidings.set_endpoint_secret_v2(1, 1, 1, '\\x00', 0, 5)",
             "SELECT * FROM tidings.claim_due_v1(10, 60, 60, 0, 100)",
             "SELECT * FROM tidings.claim_due_v2(10, 60, 60, 0, 100, 10)",
             "SELECT tidings.mark_slow_v1('{1}', 60)",

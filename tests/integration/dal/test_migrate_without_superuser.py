@@ -18,8 +18,12 @@ import pytest
 from tests.integration.dal.test_database_roles import INSUFFICIENT_PRIVILEGE, failures
 from tests.support.clusters import Cluster, binaries, throwaway_cluster
 from tests.support.secrets import secrets_keyring
+from tidings.config import Settings
 from tidings.dal.access import SENDER
 from tidings.logic.schema import DatabaseLogin, prepare_database
+
+# The deployment's payload limit, which the migrator writes where the SQL functions read it.
+LIMIT = Settings().max_payload_bytes
 
 MASTER_PASSWORD = "master-password-for-tests"
 
@@ -45,17 +49,20 @@ def test_migrating_without_superuser(server: str) -> None:
             DatabaseLogin("tidings_fn_sender", "tidings_sender", "sender-password-1"),
             DatabaseLogin("tidings_producer_app", "tidings_producer", "producer-password"),
         ]
-        first = prepare_database(master, secrets_keyring(), logins=logins)
+        first = prepare_database(master, secrets_keyring(), max_payload_bytes=LIMIT, logins=logins)
         assert "0072_grants" in first.applied
         assert first.logins == ("tidings_fn_sender", "tidings_producer_app")
 
         # Again (every deploy does it), with the sender's password changed since.
         logins[0] = DatabaseLogin("tidings_fn_sender", "tidings_sender", "sender-password-2")
-        again = prepare_database(master, secrets_keyring(), logins=logins)
+        again = prepare_database(master, secrets_keyring(), max_payload_bytes=LIMIT, logins=logins)
         assert again.applied == ()
         # And a second database on the same server, where the roles exist already.
         second = _connect(cluster.dsn("tidings_second", "tidings", MASTER_PASSWORD))
-        assert "0072_grants" in prepare_database(second, secrets_keyring()).applied
+        assert (
+            "0072_grants"
+            in prepare_database(second, secrets_keyring(), max_payload_bytes=LIMIT).applied
+        )
         second.close()
 
         with master.cursor() as cur:
@@ -111,7 +118,7 @@ def migrated_by_master() -> Iterator[tuple[Cluster, psycopg2.extensions.connecti
             cur.execute("CREATE DATABASE tidings OWNER tidings")
         admin.close()
         master = _connect(cluster.dsn("tidings", "tidings", MASTER_PASSWORD))
-        prepare_database(master, secrets_keyring())
+        prepare_database(master, secrets_keyring(), max_payload_bytes=LIMIT)
         yield cluster, master
         master.close()
 
@@ -134,7 +141,10 @@ def test_the_login_maker_refuses_administrators_group_roles_and_other_roles(
     cluster, master = migrated_by_master
     with pytest.raises(psycopg2.Error, match=refused) as caught:
         prepare_database(
-            master, secrets_keyring(), logins=[DatabaseLogin(user, group, "a-password")]
+            master,
+            secrets_keyring(),
+            max_payload_bytes=LIMIT,
+            logins=[DatabaseLogin(user, group, "a-password")],
         )
     assert caught.value.pgcode == "22023"
     # Nothing was made, and the master's own password still works.

@@ -16,6 +16,7 @@ from tidings.dal import delivery
 from tidings.dal.connection import Database
 from tidings.dal.delivery import AttemptRequest
 from tidings.delivery.signing import generate_secret
+from tidings.secrets.envelope import bind_to_row, bound_row
 from tidings.secrets.keyring import Keyring, open_secrets
 from tidings.secrets.master_keys import (
     KMS_ENCRYPTION_CONTEXT,
@@ -43,13 +44,13 @@ class Counting:
     def where(self) -> str:
         return str(self.inner.where)
 
-    def new_data_key(self) -> tuple[bytes, bytes]:
+    def new_data_key(self, key_id: int) -> tuple[bytes, bytes]:
         self.made += 1
-        return self.inner.new_data_key()  # type: ignore[no-any-return]
+        return self.inner.new_data_key(key_id)  # type: ignore[no-any-return]
 
-    def open_data_key(self, ref: str, wrapped: bytes) -> bytes:
+    def open_data_key(self, ref: str, key_id: int, wrapped: bytes) -> bytes:
         self.opened += 1
-        return self.inner.open_data_key(ref, wrapped)  # type: ignore[no-any-return]
+        return self.inner.open_data_key(ref, key_id, wrapped)  # type: ignore[no-any-return]
 
 
 @pytest.fixture
@@ -65,26 +66,40 @@ def test_a_kms_key_makes_data_keys_that_only_it_opens_under_the_context(kms: Any
     metadata = kms.create_key(Description="tidings test")["KeyMetadata"]
     key_arn = metadata["Arn"]
     master = KmsMasterKey(key_arn, kms)
-    clear, wrapped = master.new_data_key()
+    clear, wrapped = master.new_data_key(7)
     assert len(clear) == 32 and clear not in wrapped
     assert master.ref == f"kms:{key_arn}"
-    assert master.open_data_key(master.ref, wrapped) == clear
-    # KMS itself refuses it without the encryption context the keyring always gives.
-    with pytest.raises(kms.exceptions.InvalidCiphertextException):
-        kms.decrypt(CiphertextBlob=wrapped, KeyId=key_arn)
+    assert master.open_data_key(master.ref, 7, wrapped) == clear
+    # Stored as data key 7: the id is written before KMS's blob and named in its encryption
+    # context, beside the pair the key's grants are conditioned on.
+    row, blob = bound_row(wrapped)
+    assert row == 7
+    context = {**KMS_ENCRYPTION_CONTEXT, "data_key_id": "7"}
     assert (
-        kms.decrypt(
-            CiphertextBlob=wrapped, KeyId=key_arn, EncryptionContext=dict(KMS_ENCRYPTION_CONTEXT)
-        )["Plaintext"]
+        kms.decrypt(CiphertextBlob=blob, KeyId=key_arn, EncryptionContext=context)["Plaintext"]
         == clear
     )
+    # KMS refuses it without that context, or with the context of another data key.
+    for refused in ({}, dict(KMS_ENCRYPTION_CONTEXT), {**context, "data_key_id": "8"}):
+        with pytest.raises(kms.exceptions.InvalidCiphertextException):
+            kms.decrypt(CiphertextBlob=blob, KeyId=key_arn, EncryptionContext=refused)
+    # So a wrapped key moved to another row does not open there, with its id or that row's.
+    with pytest.raises(KeyUnavailable, match="belongs to another row"):
+        master.open_data_key(master.ref, 8, wrapped)
+    with pytest.raises(KeyUnavailable, match="InvalidCiphertextException"):
+        master.open_data_key(master.ref, 8, bind_to_row(8, blob))
+    # A data key an earlier release made (constant context, no id) still opens.
+    earlier = kms.generate_data_key(
+        KeyId=key_arn, KeySpec="AES_256", EncryptionContext=dict(KMS_ENCRYPTION_CONTEXT)
+    )
+    assert master.open_data_key(master.ref, 3, earlier["CiphertextBlob"]) == earlier["Plaintext"]
     # A key KMS refuses (missing here; disabled or not allowed in AWS) leaves the caller a
     # KeyUnavailable that names the key and KMS's reason.
     missing = key_arn.replace(metadata["KeyId"], "00000000-0000-0000-0000-000000000000")
     with pytest.raises(KeyUnavailable, match=f"{missing}: NotFoundException"):
-        KmsMasterKey(missing, kms).new_data_key()
+        KmsMasterKey(missing, kms).new_data_key(9)
     with pytest.raises(KeyUnavailable, match="not by a KMS key"):
-        master.open_data_key("local:abc", wrapped)
+        master.open_data_key("local:abc", 7, wrapped)
 
 
 def test_a_sender_batch_opens_each_data_key_once_per_process(db: Database, kms: Any) -> None:
@@ -96,10 +111,10 @@ def test_a_sender_batch_opens_each_data_key_once_per_process(db: Database, kms: 
         for n in range(3):
             endpoint_id = make_endpoint(cur, f"https://r.example/{n}")
             secret = generate_secret()
-            sealed = writing.seal(cur, endpoint_id, secret)
+            secret_id, sealed = writing.seal(cur, endpoint_id, secret)
             cur.execute(
-                "SELECT tidings.set_endpoint_secret_v1(%s, %s, %s, 0, 5)",
-                (endpoint_id, sealed.data_key_id, sealed.ciphertext),
+                "SELECT tidings.set_endpoint_secret_v2(%s, %s, %s, %s, 0, 5)",
+                (endpoint_id, secret_id, sealed.data_key_id, sealed.ciphertext),
             )
             endpoints[endpoint_id] = secret
             seed_messages(cur, endpoint_id, 4)

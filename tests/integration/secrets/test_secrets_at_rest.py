@@ -24,6 +24,9 @@ from tidings.secrets.keyring import Keyring
 from tidings.secrets.master_keys import KeyUnavailable, LocalMasterKey
 from tidings.secrets.upkeep import keep_secrets
 
+# The deployment's payload limit, which the migrator writes where the SQL functions read it.
+LIMIT = Settings().max_payload_bytes
+
 # The migrations of the release before this one: the secrets were columns of endpoints.
 BEFORE_ENCRYPTION = 69
 SETTINGS = Settings(allowed_networks=("93.184.215.0/24",))
@@ -75,7 +78,7 @@ def test_secrets_stored_in_clear_are_encrypted_by_the_first_run_after_the_upgrad
         cur.execute("SELECT previous_secret_expires_at FROM tidings.endpoints WHERE id = 1")
         (rotated_until,) = cur.fetchone()  # type: ignore[misc]
 
-    prepared = prepare_database(conn, secrets_keyring())
+    prepared = prepare_database(conn, secrets_keyring(), max_payload_bytes=LIMIT)
     assert "0070_signing_secrets" in prepared.applied
     assert prepared.secrets.encrypted_endpoints == 3
     with conn.cursor() as cur:
@@ -92,7 +95,12 @@ def test_secrets_stored_in_clear_are_encrypted_by_the_first_run_after_the_upgrad
         assert cur.fetchall() == [(rotated_until,)]
         assert found_in_clear(cur, current + previous) == []
     # The next run finds nothing left to encrypt.
-    assert prepare_database(conn, secrets_keyring()).secrets.encrypted_endpoints == 0
+    assert (
+        prepare_database(
+            conn, secrets_keyring(), max_payload_bytes=LIMIT
+        ).secrets.encrypted_endpoints
+        == 0
+    )
     conn.close()
 
 

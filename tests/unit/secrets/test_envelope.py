@@ -10,15 +10,21 @@ from hypothesis import strategies as st
 
 from tidings.delivery.signing import generate_secret
 from tidings.secrets.envelope import (
+    BOUND_MARK,
     NONCE_BYTES,
+    ROW_ID_BYTES,
     TAG_BYTES,
     DataKey,
     SealedSecret,
     UnreadableSecret,
+    bind_to_row,
+    bound_row,
+    is_bound,
     open_sealed,
     open_secret,
     seal,
     seal_secret,
+    secret_context,
 )
 
 KEY = DataKey(7, bytes(range(32)))
@@ -31,20 +37,23 @@ def test_a_sealed_secret_opens_for_its_endpoint_and_holds_no_trace_of_it(
     import base64
 
     secret = "whsec_" + base64.b64encode(raw).decode()
-    sealed = seal_secret(KEY, endpoint_id, secret)
+    sealed = seal_secret(KEY, endpoint_id, 5, secret)
     assert sealed.data_key_id == KEY.id
-    assert len(sealed.ciphertext) == NONCE_BYTES + len(secret) + TAG_BYTES
+    assert len(sealed.ciphertext) == (
+        len(BOUND_MARK) + ROW_ID_BYTES + NONCE_BYTES + len(secret) + TAG_BYTES
+    )
     assert secret.encode() not in sealed.ciphertext and raw not in sealed.ciphertext
     assert open_secret(KEY, endpoint_id, sealed) == secret
+    assert open_secret(KEY, endpoint_id, sealed, secret_id=5) == secret
 
 
 def test_each_seal_uses_a_new_nonce() -> None:
     secret = generate_secret()
-    assert seal_secret(KEY, 1, secret).ciphertext != seal_secret(KEY, 1, secret).ciphertext
+    assert seal_secret(KEY, 1, 5, secret).ciphertext != seal_secret(KEY, 1, 5, secret).ciphertext
 
 
 def test_a_secret_does_not_open_for_another_endpoint_or_with_another_key() -> None:
-    sealed = seal_secret(KEY, 1, generate_secret())
+    sealed = seal_secret(KEY, 1, 5, generate_secret())
     with pytest.raises(UnreadableSecret):
         open_secret(KEY, 2, sealed)
     with pytest.raises(UnreadableSecret):
@@ -55,7 +64,7 @@ def test_a_secret_does_not_open_for_another_endpoint_or_with_another_key() -> No
 
 def test_a_changed_bit_is_refused_without_quoting_anything() -> None:
     secret = generate_secret()
-    sealed = seal_secret(KEY, 1, secret)
+    sealed = seal_secret(KEY, 1, 5, secret)
     for position in (0, NONCE_BYTES, len(sealed.ciphertext) - 1):
         altered = bytearray(sealed.ciphertext)
         altered[position] ^= 1
@@ -78,3 +87,30 @@ def test_seal_binds_the_context() -> None:
     assert open_sealed(KEY.key, sealed, b"a") == b"plain"
     with pytest.raises(UnreadableSecret):
         open_sealed(KEY.key, sealed, b"b")
+
+
+def test_a_secret_is_bound_to_its_row_and_an_older_one_does_not_open_in_another() -> None:
+    older = seal_secret(KEY, 1, 5, "whsec_older")
+    assert is_bound(older.ciphertext) and bound_row(older.ciphertext)[0] == 5
+    # Put back into the endpoint's current row (id 9), it names its own row: refused by a
+    # reader that knows the row (and by the database on write, which keeps every reader safe).
+    with pytest.raises(UnreadableSecret, match="another row"):
+        open_secret(KEY, 1, older, secret_id=9)
+    # Relabelled as row 9's, it does not open at all: the row is in the associated data.
+    _, inner = bound_row(older.ciphertext)
+    relabelled = SealedSecret(KEY.id, bind_to_row(9, inner))
+    for secret_id in (None, 9):
+        with pytest.raises(UnreadableSecret):
+            open_secret(KEY, 1, relabelled, secret_id=secret_id)
+    # Nor does it open as the earlier release's kind, bound to the endpoint only.
+    with pytest.raises(UnreadableSecret):
+        open_secret(KEY, 1, SealedSecret(KEY.id, inner))
+
+
+def test_a_secret_an_earlier_release_stored_still_opens_until_rewritten() -> None:
+    earlier = SealedSecret(KEY.id, seal(KEY.key, b"whsec_earlier", secret_context(1)))
+    assert not is_bound(earlier.ciphertext)
+    assert open_secret(KEY, 1, earlier) == "whsec_earlier"
+    assert open_secret(KEY, 1, earlier, secret_id=4) == "whsec_earlier"
+    with pytest.raises(UnreadableSecret):
+        open_secret(KEY, 2, earlier)

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from tidings.config import Settings
+from tidings.secrets.envelope import bind_to_row, bound_row, seal
 from tidings.secrets.master_keys import (
+    LOCAL_DATA_KEY_CONTEXT,
     PREVIOUS_KEYS_ENV,
     SECRETS_KEY_ENV,
     KeyUnavailable,
@@ -59,20 +61,36 @@ def test_a_malformed_key_is_named_never_shown() -> None:
 
 def test_a_data_key_opens_with_the_key_that_made_it_or_a_previous_one_only() -> None:
     old = LocalMasterKey(KEY_A, "old")
-    clear, wrapped = old.new_data_key()
+    clear, wrapped = old.new_data_key(4)
     assert clear not in wrapped and len(clear) == 32
-    assert old.open_data_key(old.ref, wrapped) == clear
+    assert old.open_data_key(old.ref, 4, wrapped) == clear
 
     new = local_master_key(
         {SECRETS_KEY_ENV: b64(KEY_B), PREVIOUS_KEYS_ENV: b64(KEY_A)}, Path("unused")
     )
     assert new.ref != old.ref
-    assert new.open_data_key(old.ref, wrapped) == clear
+    assert new.open_data_key(old.ref, 4, wrapped) == clear
     alone = LocalMasterKey(KEY_B, "new")
     with pytest.raises(KeyUnavailable) as caught:
-        alone.open_data_key(old.ref, wrapped)
+        alone.open_data_key(old.ref, 4, wrapped)
     assert old.ref in str(caught.value) and PREVIOUS_KEYS_ENV in str(caught.value)
     assert b64(KEY_A) not in str(caught.value) and b64(KEY_B) not in str(caught.value)
+
+
+def test_a_wrapped_data_key_opens_as_its_own_row_only() -> None:
+    master = LocalMasterKey(KEY_A, "test")
+    clear, wrapped = master.new_data_key(4)
+    _, other = master.new_data_key(5)
+    # Swapped between two rows, as it is or relabelled with the other row's id: neither opens.
+    with pytest.raises(KeyUnavailable, match="belongs to another row"):
+        master.open_data_key(master.ref, 5, wrapped)
+    relabelled = bind_to_row(5, bound_row(wrapped)[1])
+    with pytest.raises(KeyUnavailable, match="does not open"):
+        master.open_data_key(master.ref, 5, relabelled)
+    assert master.open_data_key(master.ref, 5, other) != clear
+    # A data key an earlier release stored (a constant context, no row) still opens.
+    earlier = seal(KEY_A, clear, LOCAL_DATA_KEY_CONTEXT)
+    assert master.open_data_key(master.ref, 3, earlier) == clear
 
 
 def test_fingerprints_identify_keys_without_revealing_them() -> None:

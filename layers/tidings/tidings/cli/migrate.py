@@ -42,7 +42,10 @@ def run(args: argparse.Namespace) -> int:
     keyring = Keyring(master, data_key_max_age_s=settings.secrets_data_key_max_age_s)
     try:
         prepared = prepare_database(
-            conn, keyring, policy=migrations.LockPolicy.from_settings(settings)
+            conn,
+            keyring,
+            max_payload_bytes=settings.max_payload_bytes,
+            policy=migrations.LockPolicy.from_settings(settings),
         )
     except (migrations.MigrationError, KeyUnavailable) as exc:
         raise CommandError(str(exc)) from exc

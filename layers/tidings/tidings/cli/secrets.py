@@ -7,6 +7,7 @@ from typing import Any
 
 from tidings.cli.support import keyring_for, print_json, secrets_key_notice, target
 from tidings.secrets.master_keys import KeyUnavailable
+from tidings.secrets.upkeep import REENCRYPT_BATCH
 
 
 def register(subparsers: Any) -> None:
@@ -21,14 +22,23 @@ def register(subparsers: Any) -> None:
         help="seal every stored signing secret with the current data key of the current key",
         description=(
             "Encrypts any secret still stored in clear, then opens every stored secret not "
-            "sealed by the current data key and seals it again with it: after the local key "
-            "changed (give the old one in TIDINGS_SECRETS_PREVIOUS_KEYS) or a data key aged "
-            "out. Data keys that no longer seal anything are dropped an hour after a newer one "
-            "replaced them. Run it as a member of the owner role (the migrator's user)."
+            "sealed by the current data key, or stored by an earlier release (bound to its "
+            "endpoint only), and seals it again with it, bound to its row: after an upgrade, "
+            "after the local key changed (give the old one in TIDINGS_SECRETS_PREVIOUS_KEYS) "
+            "or a data key aged out. Online: a batch of rows per transaction, safe to run "
+            "again or twice at once. Data keys that no longer seal anything are dropped an "
+            "hour after a newer one replaced them. Run it as a member of the owner role (the "
+            "migrator's user)."
         ),
     )
     again.add_argument(
         "--new-data-key", action="store_true", help="make a new data key first and use it"
+    )
+    again.add_argument(
+        "--batch-size",
+        type=int,
+        default=REENCRYPT_BATCH,
+        help=f"rows rewritten per transaction (default {REENCRYPT_BATCH})",
     )
     again.add_argument("--json", action="store_true", help="print the result as JSON")
     again.set_defaults(handler=run_reencrypt)
@@ -44,13 +54,15 @@ def run_where(args: argparse.Namespace) -> int:
 
 def run_reencrypt(args: argparse.Namespace) -> int:
     from tidings.cli.support import OperatorError
-    from tidings.secrets.upkeep import keep_secrets
+    from tidings.secrets.upkeep import reencrypt_online
 
+    if args.batch_size < 1:
+        raise OperatorError("--batch-size must be at least 1")
     with target() as found:
         keyring = keyring_for(found)
         try:
-            result = found.db.run(
-                lambda cur: keep_secrets(cur, keyring, fresh=args.new_data_key), transaction=True
+            result = reencrypt_online(
+                found.db, keyring, fresh=args.new_data_key, batch_size=args.batch_size
             )
         except KeyUnavailable as exc:
             raise OperatorError(str(exc)) from exc
@@ -66,6 +78,11 @@ def run_reencrypt(args: argparse.Namespace) -> int:
             print(
                 f"{result.unreadable} secret(s) did not open with their data key and were left "
                 "as they are: rotate their endpoints' secrets"
+            )
+        if result.unbound_left:
+            print(
+                f"{result.unbound_left} secret(s) are still stored as an earlier release stored "
+                "them (bound to their endpoint only): run this again"
             )
         print(secrets_key_notice(keyring.master))
     return 0

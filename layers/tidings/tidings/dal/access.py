@@ -34,7 +34,13 @@ def _role(name: str, description: str, *queries: str) -> DatabaseRole:
     return DatabaseRole(name, description, frozenset(queries))
 
 
-_SECRETS_WRITER = ("current_data_key", "insert_data_key", "set_endpoint_secret")
+_SECRETS_WRITER = (
+    "current_data_key",
+    "next_data_key_id",
+    "insert_data_key",
+    "next_endpoint_secret_id",
+    "set_endpoint_secret",
+)
 _ENDPOINTS = (
     "insert_endpoint",
     "get_endpoint",
@@ -214,14 +220,18 @@ OWNER_QUERIES: frozenset[str] = frozenset(
         "schema_triggers",
         "schema_grants",
         "current_data_key",
+        "next_data_key_id",
         "insert_data_key",
+        "next_endpoint_secret_id",
         "load_data_keys",
         "plaintext_secrets",
         "store_encrypted_plaintext",
         "secrets_to_reencrypt",
         "replace_ciphertexts",
+        "unbound_secrets_left",
         "drop_unused_data_keys",
         "ensure_login",
+        "store_max_payload_bytes",
         "token_with_hash",
         "insert_token",
     }
@@ -244,7 +254,7 @@ SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
         "begin_attempts_v1",
         "record_outcomes_v1",
         "release_leases_v1",
-        "set_endpoint_secret_v1",
+        "set_endpoint_secret_v2",
         "endpoint_signing_secret_v1",
         "ensure_attempt_partitions",
         "drop_oldest_attempt_partition",

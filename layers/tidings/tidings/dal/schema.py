@@ -86,3 +86,10 @@ def _column(column: dict[str, object]) -> str:
     if column["not_null"]:
         text += " NOT NULL"
     return text
+
+
+def store_max_payload_bytes(cur: Cursor, value: int) -> None:
+    """Make ``value`` the payload limit the SQL enqueue functions enforce."""
+    if value <= 0:
+        raise ValueError("the payload limit must be positive")
+    cur.execute(sql("store_max_payload_bytes"), {"value": value})

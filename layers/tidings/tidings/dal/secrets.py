@@ -52,9 +52,10 @@ class PlaintextSecrets:
 
 @dataclass(frozen=True, slots=True)
 class NewCiphertext:
-    """A secret encrypted for storage: its endpoint, data key, ciphertext and expiry (None for
-    the current secret)."""
+    """A secret encrypted for storage: its row's id (drawn before sealing), endpoint, data key,
+    ciphertext and expiry (None for the current secret)."""
 
+    id: int
     endpoint_id: int
     data_key_id: int
     ciphertext: bytes = field(repr=False)
@@ -67,11 +68,21 @@ def current_data_key(cur: Cursor, *, master_key: str, not_before: datetime) -> S
     return _data_key(rows[0]) if rows else None
 
 
-def insert_data_key(cur: Cursor, *, master_key: str, wrapped: bytes) -> StoredDataKey:
-    cur.execute(sql("insert_data_key"), {"master_key": master_key, "wrapped": wrapped})
+def next_data_key_id(cur: Cursor) -> int:
+    """The id the next data key is stored under (it is wrapped for it first)."""
+    return _next_id(cur, "next_data_key_id")
+
+
+def next_endpoint_secret_id(cur: Cursor) -> int:
+    """The id the next signing secret is stored under (it is sealed for it first)."""
+    return _next_id(cur, "next_endpoint_secret_id")
+
+
+def insert_data_key(cur: Cursor, *, id: int, master_key: str, wrapped: bytes) -> StoredDataKey:
+    cur.execute(sql("insert_data_key"), {"id": id, "master_key": master_key, "wrapped": wrapped})
     row = cur.fetchone()
     assert row is not None  # an INSERT ... RETURNING of one row
-    return StoredDataKey(int(row[0]), master_key, wrapped, row[1])
+    return StoredDataKey(id, master_key, wrapped, row[0])
 
 
 def load_data_keys(cur: Cursor, ids: Sequence[int]) -> list[StoredDataKey]:
@@ -85,6 +96,7 @@ def set_endpoint_secret(
     cur: Cursor,
     endpoint_id: int,
     *,
+    secret_id: int,
     data_key_id: int,
     ciphertext: bytes,
     overlap_s: float,
@@ -95,6 +107,7 @@ def set_endpoint_secret(
         sql("set_endpoint_secret"),
         {
             "endpoint_id": endpoint_id,
+            "secret_id": secret_id,
             "data_key_id": data_key_id,
             "ciphertext": ciphertext,
             "overlap_s": overlap_s,
@@ -127,6 +140,7 @@ def store_encrypted_plaintext(
     cur.execute(
         sql("store_encrypted_plaintext"),
         {
+            "ids": [s.id for s in secrets],
             "endpoint_ids": [s.endpoint_id for s in secrets],
             "data_key_ids": [s.data_key_id for s in secrets],
             "ciphertexts": [s.ciphertext for s in secrets],
@@ -138,8 +152,20 @@ def store_encrypted_plaintext(
     return int(row[0]) if row else 0
 
 
-def secrets_to_reencrypt(cur: Cursor, *, data_key_id: int) -> list[StoredSecret]:
-    cur.execute(sql("secrets_to_reencrypt"), {"data_key_id": data_key_id})
+def secrets_to_reencrypt(
+    cur: Cursor, *, data_key_id: int, unbound: bool, after_id: int, batch_size: int
+) -> list[StoredSecret]:
+    """Up to ``batch_size`` secrets after ``after_id`` not sealed by ``data_key_id`` (or, with
+    ``unbound``, stored by an earlier release), locked."""
+    cur.execute(
+        sql("secrets_to_reencrypt"),
+        {
+            "data_key_id": data_key_id,
+            "unbound": unbound,
+            "after_id": after_id,
+            "batch_size": batch_size,
+        },
+    )
     return [
         StoredSecret(row["id"], row["endpoint_id"], row["data_key_id"], bytes(row["ciphertext"]))
         for row in fetch_dicts(cur)
@@ -162,10 +188,23 @@ def replace_ciphertexts(cur: Cursor, replaced: Sequence[tuple[int, NewCiphertext
     return int(row[0]) if row else 0
 
 
+def unbound_secrets_left(cur: Cursor) -> int:
+    cur.execute(sql("unbound_secrets_left"))
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
 def drop_unused_data_keys(cur: Cursor, *, keep_id: int, grace_s: float) -> int:
     cur.execute(sql("drop_unused_data_keys"), {"keep_id": keep_id, "grace_s": grace_s})
     row = cur.fetchone()
     return int(row[0]) if row else 0
+
+
+def _next_id(cur: Cursor, query: str) -> int:
+    cur.execute(sql(query))
+    row = cur.fetchone()
+    assert row is not None  # nextval returns one row
+    return int(row[0])
 
 
 def _data_key(row: dict[str, object]) -> StoredDataKey:

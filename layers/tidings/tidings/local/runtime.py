@@ -147,7 +147,10 @@ def prepare_database(settings: Settings, keyring: Keyring) -> list[str]:
     try:
         return list(
             schema.prepare_database(
-                conn, keyring, policy=migrations.LockPolicy.from_settings(settings)
+                conn,
+                keyring,
+                max_payload_bytes=settings.max_payload_bytes,
+                policy=migrations.LockPolicy.from_settings(settings),
             ).applied
         )
     finally:

@@ -307,10 +307,13 @@ def _sealing_key(db: Database, keyring: Keyring) -> DataKey:
 def _install(
     cur: Cursor, endpoint_id: int, key: DataKey, secret: str, settings: Settings
 ) -> tuple[bool, datetime | None]:
-    sealed = seal_secret(key, endpoint_id, secret)
+    # Sealed for the row it is stored in, whose id is drawn first.
+    secret_id = secrets_dal.next_endpoint_secret_id(cur)
+    sealed = seal_secret(key, endpoint_id, secret_id, secret)
     return secrets_dal.set_endpoint_secret(
         cur,
         endpoint_id,
+        secret_id=secret_id,
         data_key_id=sealed.data_key_id,
         ciphertext=sealed.ciphertext,
         overlap_s=settings.secret_rotation_overlap_s,

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from tidings.config import Settings, get_settings
 from tidings.dal import ingest as dal
 from tidings.dal.connection import Database
-from tidings.logic.errors import InvalidInput, NotFound
+from tidings.logic.errors import InvalidInput, NotFound, PayloadTooLarge
 from tidings.logic.validation import MAX_TEXT, check_id, clean_text, payload_json
 
 MAX_BATCH = 100
@@ -136,13 +136,18 @@ def _calling_sql(call: Any, application: str | None) -> Any:
     try:
         return call()
     except psycopg2.Error as exc:
-        if exc.pgcode not in ("22023", "23503"):
+        if exc.pgcode not in ("22023", "23503", "54000"):
             raise
         field = exc.diag.message_detail or None
+        message = (exc.diag.message_primary or "bad event").removeprefix(_SQL_PREFIX)
+        if exc.pgcode == "54000":
+            # The payload limit, which the functions measure as we do: ours refused nothing
+            # over it, but a number jsonb spells out in full (1e300) can make the stored text
+            # longer than the text we measured.
+            raise PayloadTooLarge("payload_too_large", message, field) from None
         if exc.pgcode == "23503" and field == "application":
             # Deleted since the request found it (or never there, on a direct call).
             raise NotFound("application", application or "default") from None
-        message = (exc.diag.message_primary or "bad event").removeprefix(_SQL_PREFIX)
         code = "unknown_endpoint" if exc.pgcode == "23503" else "invalid_event"
         raise InvalidInput(code, message, field) from None
 

@@ -1,10 +1,11 @@
 """Preparing the database for this release: the use case of the migrator, ``tidings migrate``
 and ``tidings dev``.
 
-In one transaction: the pending migrations, the schema handed to its owner role, the signing
-secrets an earlier release kept in clear encrypted and every secret moved to the current data key,
-and (on AWS) the login users of the functions and producers made or given their current
-passwords. A failure leaves nothing half done.
+In one transaction: the pending migrations, the schema handed to its owner role, the deployment's
+payload limit written where the SQL enqueue functions read it, the signing secrets an earlier
+release kept in clear encrypted and every secret moved to the current data key, and (on AWS) the
+login users of the functions and producers made or given their current passwords. A failure
+leaves nothing half done.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import psycopg2.extensions
 
 from tidings import migrations
 from tidings.dal import logins as logins_dal
+from tidings.dal import schema as schema_dal
 from tidings.secrets.keyring import Keyring
 from tidings.secrets.upkeep import UpkeepResult, keep_secrets
 
@@ -40,14 +42,19 @@ def prepare_database(
     conn: psycopg2.extensions.connection,
     keyring: Keyring,
     *,
+    max_payload_bytes: int,
     logins: Sequence[DatabaseLogin] = (),
     fresh_data_key: bool = False,
     policy: migrations.LockPolicy | None = None,
 ) -> Prepared:
-    """Migrate, keep the secrets under the current key, make the logins: all or nothing."""
+    """Migrate, keep the secrets under the current key, make the logins: all or nothing.
+
+    ``max_payload_bytes`` is the deployment's ``TIDINGS_MAX_PAYLOAD_BYTES``, the API's limit:
+    written here, it is the SQL functions' limit too (one setting for both paths)."""
     kept: list[UpkeepResult] = []
 
     def finish(cur: psycopg2.extensions.cursor) -> None:
+        schema_dal.store_max_payload_bytes(cur, max_payload_bytes)
         kept.append(keep_secrets(cur, keyring, fresh=fresh_data_key))
         for login in logins:
             logins_dal.ensure_login(cur, user=login.user, group=login.role, password=login.password)

@@ -1,8 +1,16 @@
 """The cipher rules of signing secrets, pure: AES-256-GCM with a 96-bit random nonce.
 
-A sealed value is ``nonce || ciphertext || tag``. The associated data binds a ciphertext to what
-it belongs to (an endpoint's secret, or a data key), so that a value copied into another row
-does not open there. Nothing here names a key or a secret in an exception message.
+A stored value is ``BOUND_MARK || row id (8 bytes, big-endian) || nonce || ciphertext || tag``:
+the associated data names what it belongs to down to its row (an endpoint's secret with the
+secret's id, a data key with the data key's id), so that a value copied into another row, an
+older one of the same endpoint included, does not open there. The database refuses to store a
+value whose id is not its row's (migration 0092), and a row's id never changes, so a reader that
+does not know the row's id may take the one written in the value.
+
+Values stored by earlier releases are ``nonce || ciphertext || tag``, bound to the endpoint only
+(or, for data keys, to a constant): they still open until ``tidings secrets reencrypt`` rewrites
+them, and nothing may store one any more. Nothing here names a key or a secret in an exception
+message.
 """
 
 from __future__ import annotations
@@ -20,6 +28,9 @@ __all__ = [
     "DataKey",
     "SealedSecret",
     "UnreadableSecret",
+    "bind_to_row",
+    "bound_row",
+    "is_bound",
     "open_sealed",
     "open_secret",
     "seal",
@@ -30,6 +41,10 @@ __all__ = [
 KEY_BYTES = 32
 NONCE_BYTES = 12
 TAG_BYTES = 16
+# What a value bound to its row begins with (an earlier release's value begins with its random
+# nonce, which begins so once in 2**32), and the row id after it.
+BOUND_MARK = b"tdg\x02"
+ROW_ID_BYTES = 8
 
 
 class UnreadableSecret(ValueError):
@@ -48,9 +63,25 @@ class DataKey:
             raise ValueError(f"a data key holds {KEY_BYTES} bytes, this one {len(self.key)}")
 
 
-def secret_context(endpoint_id: int) -> bytes:
-    """The associated data of an endpoint's signing secret."""
-    return f"tidings/endpoint/{int(endpoint_id)}/signing-secret".encode()
+def secret_context(endpoint_id: int, secret_id: int | None = None) -> bytes:
+    """The associated data of an endpoint's signing secret: of the secret with ``secret_id``
+    (its row in ``tidings.endpoint_secrets``), or, for an earlier release's value, of any."""
+    context = f"tidings/endpoint/{int(endpoint_id)}/signing-secret"
+    return (context if secret_id is None else f"{context}/{int(secret_id)}").encode()
+
+
+def bind_to_row(row_id: int, sealed: bytes) -> bytes:
+    """``sealed`` (sealed with a context naming ``row_id``) as stored in that row."""
+    return BOUND_MARK + int(row_id).to_bytes(ROW_ID_BYTES, "big") + sealed
+
+
+def bound_row(stored: bytes) -> tuple[int | None, bytes]:
+    """The row id a stored value is bound to (None: an earlier release's value) and the sealed
+    value itself."""
+    if stored[: len(BOUND_MARK)] != BOUND_MARK:
+        return None, stored
+    start = len(BOUND_MARK) + ROW_ID_BYTES
+    return int.from_bytes(stored[len(BOUND_MARK) : start], "big"), stored[start:]
 
 
 def seal(key: bytes, plaintext: bytes, context: bytes) -> bytes:
@@ -69,21 +100,33 @@ def open_sealed(key: bytes, sealed: bytes, context: bytes) -> bytes:
         raise UnreadableSecret("a sealed value does not open with its key") from None
 
 
-def seal_secret(data_key: DataKey, endpoint_id: int, secret: str) -> SealedSecret:
-    """An endpoint's signing secret sealed under ``data_key``."""
+def seal_secret(data_key: DataKey, endpoint_id: int, secret_id: int, secret: str) -> SealedSecret:
+    """An endpoint's signing secret sealed under ``data_key`` for the row ``secret_id``."""
+    context = secret_context(endpoint_id, secret_id)
     return SealedSecret(
-        data_key.id, seal(data_key.key, secret.encode("utf-8"), secret_context(endpoint_id))
+        data_key.id, bind_to_row(secret_id, seal(data_key.key, secret.encode("utf-8"), context))
     )
 
 
-def open_secret(data_key: DataKey, endpoint_id: int, sealed: SealedSecret) -> str:
-    """The signing secret inside ``sealed``, which must be the endpoint's own."""
+def open_secret(
+    data_key: DataKey, endpoint_id: int, sealed: SealedSecret, *, secret_id: int | None = None
+) -> str:
+    """The signing secret inside ``sealed``, which must be the endpoint's own, and the row
+    ``secret_id``'s when given (else the row the value names, which the database holds true)."""
     if sealed.data_key_id != data_key.id:
         raise ValueError(
             f"the secret is sealed by data key {sealed.data_key_id}, not {data_key.id}"
         )
-    plaintext = open_sealed(data_key.key, sealed.ciphertext, secret_context(endpoint_id))
+    row, inner = bound_row(sealed.ciphertext)
+    if row is not None and secret_id is not None and row != secret_id:
+        raise UnreadableSecret("a sealed secret belongs to another row")
+    plaintext = open_sealed(data_key.key, inner, secret_context(endpoint_id, row))
     try:
         return plaintext.decode("utf-8")
     except UnicodeDecodeError:
         raise UnreadableSecret("a sealed secret is not text") from None
+
+
+def is_bound(stored: bytes) -> bool:
+    """Whether a stored value is bound to its row (else an earlier release stored it)."""
+    return bound_row(stored)[0] is not None

@@ -69,8 +69,12 @@ class Keyring:
             )
         )
         if stored is None:
-            clear, wrapped = self.master.new_data_key()
-            stored = dal.insert_data_key(cur, master_key=self.master.ref, wrapped=wrapped)
+            # Wrapped for the row it is stored in, whose id is drawn first.
+            key_id = dal.next_data_key_id(cur)
+            clear, wrapped = self.master.new_data_key(key_id)
+            stored = dal.insert_data_key(
+                cur, id=key_id, master_key=self.master.ref, wrapped=wrapped
+            )
             key = DataKey(stored.id, clear)
         else:
             key = self._open(database, stored)
@@ -102,16 +106,19 @@ class Keyring:
                 found[row.id] = self._open(database, row)
         return found
 
-    def seal(self, cur: Cursor, endpoint_id: int, secret: str) -> SealedSecret:
-        """``secret`` sealed for ``endpoint_id`` with the current data key."""
-        return seal_secret(self.sealing_key(cur), endpoint_id, secret)
+    def seal(self, cur: Cursor, endpoint_id: int, secret: str) -> tuple[int, SealedSecret]:
+        """``secret`` sealed for ``endpoint_id`` with the current data key, for a row whose id
+        is drawn here: (that id, the sealed secret)."""
+        key = self.sealing_key(cur)
+        secret_id = dal.next_endpoint_secret_id(cur)
+        return secret_id, seal_secret(key, endpoint_id, secret_id, secret)
 
     def _open(self, database: str, stored: dal.StoredDataKey) -> DataKey:
         with self._lock:
             cached = self._opened.get((database, stored.id))
         if cached is not None:
             return cached
-        clear = self.master.open_data_key(stored.master_key, stored.wrapped)
+        clear = self.master.open_data_key(stored.master_key, stored.id, stored.wrapped)
         try:
             key = DataKey(stored.id, clear)
         except ValueError:

@@ -1,7 +1,9 @@
 """Master keys: what encrypts the data keys, and never enters the database.
 
 On AWS a KMS key created by the stack (``KmsMasterKey``): a data key is made by
-``GenerateDataKey`` and opened by ``Decrypt``, both under a fixed encryption context. Elsewhere a
+``GenerateDataKey`` and opened by ``Decrypt``, both under an encryption context that names the
+data key's id (besides the fixed pair the key's grants are conditioned on), so that the wrapped
+key of one row does not open in another. Elsewhere a
 local key (``LocalMasterKey``): ``TIDINGS_SECRETS_KEY`` (base64 of 32 bytes) when set, else a key
 file made on first use (``<data dir>/secrets.key``, mode 0600). Each data key records which master
 key encrypted it (``ref``), so that a changed key is noticed instead of producing garbage, and a
@@ -20,7 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tidings.secrets.envelope import KEY_BYTES, UnreadableSecret, open_sealed, seal
+from tidings.secrets.envelope import (
+    KEY_BYTES,
+    UnreadableSecret,
+    bind_to_row,
+    bound_row,
+    open_sealed,
+    seal,
+)
 
 if TYPE_CHECKING:
     from tidings.config import Settings
@@ -31,9 +40,35 @@ KEY_FILE_NAME = "secrets.key"
 # The dev runtime's data directory, where the key file lives unless TIDINGS_SECRETS_KEY_FILE says.
 DEFAULT_DATA_DIR = Path(".tidings")
 # The associated data of a data key sealed by a local key, and the encryption context of one
-# made by KMS (also what the key's IAM grants are conditioned on).
+# made by KMS (its fixed pair is what the key's IAM grants are conditioned on); both name the data
+# key's id, except in the data keys an earlier release stored.
 LOCAL_DATA_KEY_CONTEXT = b"tidings/data-key"
 KMS_ENCRYPTION_CONTEXT: Mapping[str, str] = {"tidings": "signing-secrets"}
+KMS_DATA_KEY_ID = "data_key_id"
+
+
+def local_data_key_context(key_id: int | None) -> bytes:
+    """The associated data of the data key ``key_id`` (None: an earlier release's)."""
+    if key_id is None:
+        return LOCAL_DATA_KEY_CONTEXT
+    return LOCAL_DATA_KEY_CONTEXT + f"/{int(key_id)}".encode()
+
+
+def kms_encryption_context(key_id: int | None) -> dict[str, str]:
+    """The encryption context of the data key ``key_id`` (None: an earlier release's)."""
+    context = dict(KMS_ENCRYPTION_CONTEXT)
+    if key_id is not None:
+        context[KMS_DATA_KEY_ID] = str(int(key_id))
+    return context
+
+
+def _unwrapped(key_id: int, wrapped: bytes) -> tuple[int | None, bytes]:
+    """The id a stored data key is bound to and the wrapped key; one bound to another row is
+    refused (the database refuses to store one, this says so should it hold one anyway)."""
+    row, inner = bound_row(wrapped)
+    if row is not None and row != key_id:
+        raise KeyUnavailable(f"the data key stored as {key_id} belongs to another row")
+    return row, inner
 
 
 class KeyUnavailable(RuntimeError):
@@ -54,12 +89,14 @@ class MasterKey(Protocol):
         """Where the key is, for people: the KMS key, the variable or the file."""
         ...
 
-    def new_data_key(self) -> tuple[bytes, bytes]:
-        """A new data key: in clear, and encrypted by this master key."""
+    def new_data_key(self, key_id: int) -> tuple[bytes, bytes]:
+        """A new data key for the row ``key_id``: in clear, and encrypted by this master key
+        (bound to that id, as stored)."""
         ...
 
-    def open_data_key(self, ref: str, wrapped: bytes) -> bytes:
-        """The data key inside ``wrapped``, which the master key ``ref`` encrypted."""
+    def open_data_key(self, ref: str, key_id: int, wrapped: bytes) -> bytes:
+        """The data key inside ``wrapped``, stored as ``key_id``, which the master key ``ref``
+        encrypted."""
         ...
 
 
@@ -92,15 +129,16 @@ class LocalMasterKey:
     def ref(self) -> str:
         return fingerprint(self.key)
 
-    def new_data_key(self) -> tuple[bytes, bytes]:
+    def new_data_key(self, key_id: int) -> tuple[bytes, bytes]:
         clear = os.urandom(KEY_BYTES)
-        return clear, seal(self.key, clear, LOCAL_DATA_KEY_CONTEXT)
+        return clear, bind_to_row(key_id, seal(self.key, clear, local_data_key_context(key_id)))
 
-    def open_data_key(self, ref: str, wrapped: bytes) -> bytes:
+    def open_data_key(self, ref: str, key_id: int, wrapped: bytes) -> bytes:
+        row, inner = _unwrapped(key_id, wrapped)
         for key in (self.key, *self.previous):
             if fingerprint(key) == ref:
                 try:
-                    return open_sealed(key, wrapped, LOCAL_DATA_KEY_CONTEXT)
+                    return open_sealed(key, inner, local_data_key_context(row))
                 except UnreadableSecret:
                     raise KeyUnavailable(
                         f"a data key does not open with the local key {ref}"
@@ -132,20 +170,22 @@ class KmsMasterKey:
     def where(self) -> str:
         return f"the KMS key {self.key_id}"
 
-    def new_data_key(self) -> tuple[bytes, bytes]:
+    def new_data_key(self, key_id: int) -> tuple[bytes, bytes]:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             answer = self._client.generate_data_key(
-                KeyId=self.key_id, KeySpec="AES_256", EncryptionContext=dict(KMS_ENCRYPTION_CONTEXT)
+                KeyId=self.key_id,
+                KeySpec="AES_256",
+                EncryptionContext=kms_encryption_context(key_id),
             )
         except (BotoCoreError, ClientError) as exc:
             raise KeyUnavailable(
                 f"KMS refused a data key from {self.key_id}: {_reason(exc)}"
             ) from None
-        return bytes(answer["Plaintext"]), bytes(answer["CiphertextBlob"])
+        return bytes(answer["Plaintext"]), bind_to_row(key_id, bytes(answer["CiphertextBlob"]))
 
-    def open_data_key(self, ref: str, wrapped: bytes) -> bytes:
+    def open_data_key(self, ref: str, key_id: int, wrapped: bytes) -> bytes:
         from botocore.exceptions import BotoCoreError, ClientError
 
         if not ref.startswith("kms:"):
@@ -153,14 +193,15 @@ class KmsMasterKey:
                 f"a data key was encrypted by the master key {ref}, not by a KMS key; "
                 "re-encrypt the secrets where that key is configured"
             )
-        key_id = ref.removeprefix("kms:")
+        kms_key = ref.removeprefix("kms:")
+        row, inner = _unwrapped(key_id, wrapped)
         try:
             answer = self._client.decrypt(
-                CiphertextBlob=wrapped, KeyId=key_id, EncryptionContext=dict(KMS_ENCRYPTION_CONTEXT)
+                CiphertextBlob=inner, KeyId=kms_key, EncryptionContext=kms_encryption_context(row)
             )
         except (BotoCoreError, ClientError) as exc:
             raise KeyUnavailable(
-                f"KMS could not open a data key of {key_id}: {_reason(exc)}"
+                f"KMS could not open a data key of {kms_key}: {_reason(exc)}"
             ) from None
         return bytes(answer["Plaintext"])
 

@@ -117,3 +117,8 @@ LEFT JOIN pg_roles r ON r.oid = g.grantee
 WHERE g.grantee <> g.owner
 GROUP BY g.object, g.grantee, r.rolname, g.privilege_type
 ORDER BY g.object, 2, g.privilege_type;
+
+-- name: store_max_payload_bytes
+-- The deployment's payload limit (TIDINGS_MAX_PAYLOAD_BYTES), which the enqueue functions hold
+-- producers to; the migrator writes it at the end of every run (the schema owner only).
+UPDATE tidings.settings SET value = %(value)s WHERE name = 'max_payload_bytes' AND value <> %(value)s;

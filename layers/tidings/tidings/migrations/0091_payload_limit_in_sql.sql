@@ -1,0 +1,235 @@
+-- Producers' payloads are held to the API's limit: tidings.enqueue, enqueue_event and
+-- enqueue_batch (all through enqueue_batch) refuse a payload over it with SQLSTATE 54000
+-- (program_limit_exceeded), DETAIL naming the field ("payload", or "events[3].payload" in a
+-- batch), and the batch writes nothing.
+--
+-- One setting: the limit is the deployment's TIDINGS_MAX_PAYLOAD_BYTES (Settings.max_payload_bytes),
+-- which the API reads from its environment and the migrator copies into tidings.settings at the
+-- end of every run (tidings.logic.schema.prepare_database). The row below holds its default until
+-- then (a test checks the two agree).
+
+-- Settings of the deployment that SQL functions need, written by the migrator (as the owner);
+-- no other role reads or writes them.
+CREATE TABLE tidings.settings (
+    name   text PRIMARY KEY CHECK (name IN ('max_payload_bytes')),
+    value  bigint NOT NULL CHECK (value > 0)
+);
+INSERT INTO tidings.settings (name, value) VALUES ('max_payload_bytes', 262144);
+
+-- compact_json_bytes: the UTF-8 length of jsonb text (p_text, as jsonb prints it) without the
+-- space jsonb puts after each ',' and ':' between items, i.e. the compact JSON text the API
+-- measures (json.dumps with separators (",", ":"), ensure_ascii off). Strings are matched whole,
+-- so commas and colons inside them stay.
+CREATE FUNCTION tidings.compact_json_bytes(p_text text) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT octet_length(pg_catalog.regexp_replace(p_text, '("(?:[^"\\]|\\.)*")|([,:]) ',
+                                                  '\1\2', 'g'))
+$$;
+
+-- enqueue_batch as in 0052_enqueue_to_applications.sql, with the payload size check; replaced
+-- in place (same arguments, so grants stay), its attributes stated again (0071).
+CREATE OR REPLACE FUNCTION tidings.enqueue_batch(events jsonb, application text DEFAULT NULL)
+RETURNS TABLE (item integer, event_ref bigint, created boolean, message_ids bigint[])
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_app_id    bigint;
+    v_types     text[];
+    v_ids       text[];
+    v_payloads  jsonb[];
+    v_targets   jsonb[];
+    v_count     integer;
+    v_bad       record;
+    v_created   bigint[];
+    v_where     text;
+    v_limit     bigint;
+BEGIN
+    IF application IS NULL THEN
+        -- 'default' can never be deleted (default_application_stays): no lock needed.
+        v_app_id := 1;
+    ELSE
+        -- Read first, lock after, and no advisory lock (0090): an application marked deleted is
+        -- refused without taking its row lock.
+        SELECT a.id INTO v_app_id
+        FROM tidings.applications a
+        WHERE a.uid = application AND a.deleted_at IS NULL;
+        IF FOUND THEN
+            SELECT a.id INTO v_app_id
+            FROM tidings.applications a
+            WHERE a.id = v_app_id AND a.deleted_at IS NULL
+            FOR KEY SHARE;
+        END IF;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'tidings.enqueue: unknown application: %', application
+                USING ERRCODE = '23503', DETAIL = 'application';
+        END IF;
+    END IF;
+
+    IF events IS NULL OR jsonb_typeof(events) <> 'array' THEN
+        RAISE EXCEPTION 'tidings.enqueue: events must be a JSON array' USING ERRCODE = '22023';
+    END IF;
+    v_count := jsonb_array_length(events);
+    IF v_count = 0 THEN
+        RETURN;
+    END IF;
+
+    SELECT array_agg(CASE WHEN jsonb_typeof(e -> 'event_type') = 'string' THEN e ->> 'event_type' END
+                     ORDER BY ord),
+           array_agg(CASE
+                         WHEN e -> 'event_id' IS NULL OR jsonb_typeof(e -> 'event_id') = 'null'
+                             THEN gen_random_uuid()::text
+                         WHEN jsonb_typeof(e -> 'event_id') = 'string' THEN e ->> 'event_id'
+                     END ORDER BY ord),
+           array_agg(e -> 'payload' ORDER BY ord),
+           array_agg(e -> 'endpoint_ids' ORDER BY ord)
+    INTO v_types, v_ids, v_payloads, v_targets
+    FROM jsonb_array_elements(events) WITH ORDINALITY AS input (e, ord);
+
+    -- The first bad element, named by its position, so the caller can point at the field.
+    SELECT u.ord - 1 AS pos,
+           CASE
+               WHEN u.event_type IS NULL OR u.event_type = '' THEN 'event_type'
+               WHEN length(u.event_type) > 200 THEN 'event_type_length'
+               WHEN u.payload IS NULL OR jsonb_typeof(u.payload) = 'null' THEN 'payload'
+               WHEN u.event_id IS NULL OR u.event_id = '' OR length(u.event_id) > 200 THEN 'event_id'
+               WHEN u.targets IS NOT NULL AND jsonb_typeof(u.targets) NOT IN ('array', 'null')
+                   THEN 'endpoint_ids'
+           END AS problem
+    INTO v_bad
+    FROM unnest(v_types, v_ids, v_payloads, v_targets) WITH ORDINALITY
+         AS u (event_type, event_id, payload, targets, ord)
+    WHERE u.event_type IS NULL OR u.event_type = '' OR length(u.event_type) > 200
+       OR u.payload IS NULL OR jsonb_typeof(u.payload) = 'null'
+       OR u.event_id IS NULL OR u.event_id = '' OR length(u.event_id) > 200
+       OR (u.targets IS NOT NULL AND jsonb_typeof(u.targets) NOT IN ('array', 'null'))
+    ORDER BY u.ord
+    LIMIT 1;
+    IF FOUND THEN
+        v_where := CASE WHEN v_count = 1 THEN '' ELSE format('events[%s].', v_bad.pos) END;
+        RAISE EXCEPTION 'tidings.enqueue: %', format('%s%s', replace(v_where, '].', ']: '), CASE v_bad.problem
+                WHEN 'event_type' THEN 'event_type must be a non-empty string'
+                WHEN 'event_type_length' THEN 'event_type is longer than 200 characters'
+                WHEN 'payload' THEN 'payload must not be null'
+                WHEN 'event_id' THEN 'event_id must be 1 to 200 characters'
+                ELSE 'endpoint_ids must be an array of endpoint ids'
+            END)
+            USING ERRCODE = '22023',
+                  DETAIL = v_where || CASE WHEN v_bad.problem = 'event_type_length'
+                                           THEN 'event_type' ELSE v_bad.problem END;
+    END IF;
+
+    -- Payloads over the deployment's limit, measured as the API measures them: the JSON text
+    -- without insignificant whitespace, in UTF-8 bytes. jsonb's own text only adds a space after
+    -- each separator, so a payload whose text fits needs no closer look, and one whose text is
+    -- over twice the limit is over it (at most every other byte is such a space): the exact
+    -- count (a scan of the text) is left to the few in between.
+    SELECT s.value INTO v_limit FROM tidings.settings s WHERE s.name = 'max_payload_bytes';
+    SELECT p.ord - 1 AS pos,
+           CASE WHEN octet_length(p.text) <= 2 * v_limit
+                THEN tidings.compact_json_bytes(p.text) END AS size
+    INTO v_bad
+    FROM (SELECT u.ord, u.payload::text AS text
+          FROM unnest(v_payloads) WITH ORDINALITY AS u (payload, ord)) p
+    WHERE octet_length(p.text) > v_limit
+      AND (octet_length(p.text) > 2 * v_limit OR tidings.compact_json_bytes(p.text) > v_limit)
+    ORDER BY p.ord
+    LIMIT 1;
+    IF FOUND THEN
+        v_where := CASE WHEN v_count = 1 THEN '' ELSE format('events[%s].', v_bad.pos) END;
+        RAISE EXCEPTION 'tidings.enqueue: %payload is %; the limit is % bytes',
+            replace(v_where, '].', ']: '),
+            coalesce(v_bad.size || ' bytes', format('over %s bytes', 2 * v_limit)), v_limit
+            USING ERRCODE = '54000', DETAIL = v_where || 'payload',
+                  HINT = 'the limit is the deployment''s TIDINGS_MAX_PAYLOAD_BYTES';
+    END IF;
+
+    -- Named endpoints must exist in the application and not be deleted (a disabled one is
+    -- skipped, not refused). Another application's endpoint is refused as an unknown one is.
+    SELECT t.ord - 1 AS pos,
+           array_agg(t.wanted ORDER BY t.wanted) AS unknown
+    INTO v_bad
+    FROM (
+        SELECT u.ord,
+               CASE WHEN jsonb_typeof(w.value) = 'number'
+                         AND w.value::text ~ '^[0-9]{1,19}$'
+                         AND w.value::text::numeric <= 9223372036854775807
+                    THEN w.value::text::bigint END AS wanted
+        FROM unnest(v_targets) WITH ORDINALITY AS u (targets, ord)
+        CROSS JOIN LATERAL jsonb_array_elements(
+            CASE WHEN jsonb_typeof(u.targets) = 'array' THEN u.targets ELSE '[]' END) AS w
+    ) t
+    WHERE t.wanted IS NULL OR NOT EXISTS (
+        SELECT 1 FROM tidings.endpoints e
+        WHERE e.id = t.wanted AND e.app_id = v_app_id AND e.deleted_at IS NULL)
+    GROUP BY t.ord
+    ORDER BY t.ord
+    LIMIT 1;
+    IF FOUND THEN
+        v_where := CASE WHEN v_count = 1 THEN '' ELSE format('events[%s].', v_bad.pos) END;
+        RAISE EXCEPTION 'tidings.enqueue: %unknown endpoint ids: %',
+            replace(v_where, '].', ']: '), v_bad.unknown
+            USING ERRCODE = '23503', DETAIL = v_where || 'endpoint_ids';
+    END IF;
+
+    -- New events in key order, then their fan-out in one statement.
+    WITH firsts AS (
+        SELECT DISTINCT ON (u.event_type, u.event_id) u.event_type, u.event_id, u.payload, u.targets
+        FROM unnest(v_types, v_ids, v_payloads, v_targets) WITH ORDINALITY
+             AS u (event_type, event_id, payload, targets, ord)
+        ORDER BY u.event_type, u.event_id, u.ord
+    ),
+    inserted AS (
+        INSERT INTO tidings.events AS ev (app_id, event_type, event_id, payload)
+        SELECT v_app_id, f.event_type, f.event_id, f.payload FROM firsts f
+        ORDER BY f.event_type, f.event_id
+        ON CONFLICT ON CONSTRAINT events_idempotency_key DO NOTHING
+        RETURNING ev.id, ev.event_type, ev.event_id
+    ),
+    -- Each new event's targets: the named endpoints, or else the subscribers of its type in its
+    -- application (found through subscriptions_by_app_and_type, so the cost follows those
+    -- subscribers, neither the application's other endpoints nor other applications').
+    targets AS (
+        SELECT i.id AS event_ref, i.event_type, t.endpoint_id
+        FROM inserted i
+        JOIN firsts f ON f.event_type = i.event_type AND f.event_id = i.event_id
+        CROSS JOIN LATERAL (
+            SELECT s.endpoint_id
+            FROM tidings.subscriptions s
+            WHERE jsonb_typeof(f.targets) IS DISTINCT FROM 'array'
+              AND s.app_id = v_app_id
+              AND s.event_type IN (i.event_type, '*')
+            UNION
+            SELECT named.value::bigint
+            FROM jsonb_array_elements_text(
+                CASE WHEN jsonb_typeof(f.targets) = 'array' THEN f.targets ELSE '[]' END) AS named
+        ) t
+    ),
+    fanned AS (
+        INSERT INTO tidings.messages (event_ref, endpoint_id, event_type)
+        SELECT t.event_ref, e.id, t.event_type
+        FROM targets t
+        JOIN tidings.endpoints e ON e.id = t.endpoint_id
+        WHERE e.enabled AND e.deleted_at IS NULL AND e.app_id = v_app_id
+        ORDER BY t.event_ref, e.id
+        RETURNING 1
+    )
+    -- (fanned runs to completion although nothing reads it: PostgreSQL always does that.)
+    SELECT array_agg(i.id) INTO v_created FROM inserted i;
+
+    -- Each key is looked up through the unique index (a correlated subquery is never turned
+    -- into a scan of the whole events table, whatever the planner's row estimates).
+    RETURN QUERY
+        SELECT (k.ord - 1)::integer,
+               k.ref,
+               k.ref = ANY (coalesce(v_created, '{}'))
+                   AND k.ord = min(k.ord) OVER (PARTITION BY k.ref),
+               coalesce((SELECT array_agg(m.id ORDER BY m.id)
+                         FROM tidings.messages m WHERE m.event_ref = k.ref), '{}')
+        FROM (
+            SELECT u.ord,
+                   (SELECT ev.id FROM tidings.events ev
+                    WHERE ev.app_id = v_app_id
+                      AND ev.event_type = u.event_type AND ev.event_id = u.event_id) AS ref
+            FROM unnest(v_types, v_ids) WITH ORDINALITY AS u (event_type, event_id, ord)
+        ) k
+        ORDER BY k.ord;
+END $$;
