@@ -11,7 +11,9 @@ from tidings.maintenance.health_monitor import run_monitor
 from tidings.observability import logger, metrics, tracer
 
 
-@logger.inject_lambda_context
+# Off whatever POWERTOOLS_LOGGER_LOG_EVENT says, as in every function: turning a debugging
+# switch on must not put any function's events in its log.
+@logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

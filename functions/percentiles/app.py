@@ -12,7 +12,9 @@ from tidings.maintenance.percentiles import run_scheduled_refresh
 from tidings.observability import logger, metrics, tracer
 
 
-@logger.inject_lambda_context
+# Off whatever POWERTOOLS_LOGGER_LOG_EVENT says, as in every function: turning a debugging
+# switch on must not put any function's events in its log.
+@logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

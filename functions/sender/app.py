@@ -30,7 +30,9 @@ class RecordFailed(Exception):
     """Marks an SQS record that must be received again."""
 
 
-@logger.inject_lambda_context
+# The records' bodies are the queue's messages: never logged, whatever
+# POWERTOOLS_LOGGER_LOG_EVENT says.
+@logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
