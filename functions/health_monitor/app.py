@@ -10,6 +10,10 @@ from tidings.maintenance.health import emit_application_metrics, emit_metrics
 from tidings.maintenance.health_monitor import run_monitor
 from tidings.observability import logger, metrics, tracer
 
+# Read at start: a setting that cannot be used, or a TIDINGS_* variable that is none (a
+# misspelling), fails the cold start with its message instead of being found, or ignored, later.
+wiring.settings()
+
 
 # Off whatever POWERTOOLS_LOGGER_LOG_EVENT says, as in every function: turning a debugging
 # switch on must not put any function's events in its log.

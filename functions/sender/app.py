@@ -22,6 +22,10 @@ from tidings.delivery.http_transport import shared_transport
 from tidings.delivery.sender import QueueRecord, Sender
 from tidings.observability import logger, metrics, tracer
 
+# Read at start: a setting that cannot be used, or a TIDINGS_* variable that is none (a
+# misspelling), fails the cold start with its message instead of being found, or ignored, later.
+wiring.settings()
+
 # Every record failing is a normal answer here (the database was unreachable), not an error.
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
