@@ -10,6 +10,10 @@ from tidings import wiring
 from tidings.api.authorizer import authorize
 from tidings.observability import logger
 
+# Read at start: a setting that cannot be used, or a TIDINGS_* variable that is none (a
+# misspelling), fails the cold start with its message instead of being found, or ignored, later.
+wiring.settings()
+
 
 # The event holds the token: it is never logged, whatever POWERTOOLS_LOGGER_LOG_EVENT says.
 @logger.inject_lambda_context(log_event=False)

@@ -11,8 +11,14 @@ from tidings import wiring
 from tidings.maintenance.dead_letter_report import run_report
 from tidings.observability import logger, metrics, tracer
 
+# Read at start: a setting that cannot be used, or a TIDINGS_* variable that is none (a
+# misspelling), fails the cold start with its message instead of being found, or ignored, later.
+wiring.settings()
 
-@logger.inject_lambda_context
+
+# Off whatever POWERTOOLS_LOGGER_LOG_EVENT says, as in every function: turning a debugging
+# switch on must not put any function's events in its log.
+@logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

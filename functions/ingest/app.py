@@ -6,8 +6,13 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from tidings import wiring
 from tidings.api.app import handle
 from tidings.observability import logger, tracer
+
+# Read at start: a setting that cannot be used, or a TIDINGS_* variable that is none (a
+# misspelling), fails the cold start with its message instead of being found, or ignored, later.
+wiring.settings()
 
 
 # The event holds the caller's token: it is never logged, whatever POWERTOOLS_LOGGER_LOG_EVENT

@@ -32,6 +32,10 @@ from tidings.logic.tokens import bootstrap_admin_token
 from tidings.migrations import LockPolicy
 from tidings.observability import logger
 
+# Read at start: a setting that cannot be used, or a TIDINGS_* variable that is none (a
+# misspelling), fails the cold start with its message instead of being found, or ignored, later.
+get_settings()
+
 PHYSICAL_RESOURCE_ID = "tidings-schema"
 # The database's statement_timeout guards the queue against runaway queries; a migration may
 # legitimately run longer (an index build on a large table), within the function's 10 minutes.

@@ -22,6 +22,10 @@ from tidings.delivery.http_transport import shared_transport
 from tidings.delivery.sender import QueueRecord, Sender
 from tidings.observability import logger, metrics, tracer
 
+# Read at start: a setting that cannot be used, or a TIDINGS_* variable that is none (a
+# misspelling), fails the cold start with its message instead of being found, or ignored, later.
+wiring.settings()
+
 # Every record failing is a normal answer here (the database was unreachable), not an error.
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
@@ -30,7 +34,9 @@ class RecordFailed(Exception):
     """Marks an SQS record that must be received again."""
 
 
-@logger.inject_lambda_context
+# The records' bodies are the queue's messages: never logged, whatever
+# POWERTOOLS_LOGGER_LOG_EVENT says.
+@logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

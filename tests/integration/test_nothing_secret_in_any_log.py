@@ -13,11 +13,16 @@ excerpt.
 The same scenario first runs with every statement logged (``log_statement = all``): the payload
 and the excerpt are then in the server log (so the search would find them), the signing secrets
 still are not (they never reach the database in clear).
+
+Every function's handler (``functions/*/app.py``) is also called with Powertools' debugging
+switch ``POWERTOOLS_LOGGER_LOG_EVENT`` turned on, with an event full of a marker (tokens, SQS
+records, payloads): none of them may log it.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import threading
 import time
@@ -25,6 +30,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg2
@@ -33,6 +39,7 @@ import pytest
 
 from tests.integration.api.conftest import api_event
 from tests.integration.delivery.delivery_harness import RecordingQueue, pipeline_settings
+from tests.integration.maintenance.scheduled_support import LambdaContext, load_handler
 from tests.support.app_log import captured_app_log
 from tests.support.clusters import Cluster, deployed_like_binaries, throwaway_cluster
 from tests.support.receivers import Receiver, running_receiver
@@ -48,6 +55,7 @@ from tidings.delivery.ssrf import parse_allowed_networks
 from tidings.deployment import DATABASE_LOG_PARAMETERS
 from tidings.local.runtime import ANY_PORT
 from tidings.logic.schema import DatabaseLogin, prepare_database
+from tidings.observability import logger
 
 # The deployment's payload limit, which the migrator writes where the SQL functions read it.
 LIMIT = Settings().max_payload_bytes
@@ -280,3 +288,64 @@ def test_with_the_deployed_settings_no_log_holds_a_secret_a_payload_or_an_excerp
     written = application.getvalue()
     assert '"message":"delivery attempt"' in written and '"status_code":500' in written
     assert found(written, traces) == []
+
+
+FUNCTIONS = sorted(p.parent.name for p in Path(__file__).parents[2].glob("functions/*/app.py"))
+
+
+def an_event_full_of(marker: str) -> dict[str, Any]:
+    """One event that every kind of function reads far enough to be called: an SQS batch, an
+    API request with a token, a TOKEN authorizer call, a scheduled event, a custom resource's
+    Delete (the migrator answers it without a database)."""
+    return {
+        "Records": [{"messageId": marker, "body": marker, "eventSourceARN": "arn:aws:sqs"}],
+        "httpMethod": "POST",
+        "path": "/v1/events",
+        "headers": {"Authorization": f"Bearer {marker}", "Content-Type": "application/json"},
+        "body": json.dumps({"payload": marker}),
+        "type": "TOKEN",
+        "authorizationToken": f"Bearer {marker}",
+        "methodArn": "arn:aws:execute-api:eu-west-1:123456789012:api/prod/POST/v1/events",
+        "source": "aws.events",
+        "detail": {"note": marker},
+        "RequestType": "Delete",
+        "ResourceProperties": {"AdminTokenSecretArn": marker},
+    }
+
+
+def no_database() -> Database:
+    raise psycopg2.OperationalError("no database in this test")
+
+
+def test_the_event_logging_switch_would_log_an_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: with the switch on, a handler that does not pin it off logs its event (so
+    the test below would see a function that logged its own)."""
+    monkeypatch.setenv("POWERTOOLS_LOGGER_LOG_EVENT", "true")
+    marker = f"event-marker-{uuid.uuid4().hex}"
+
+    @logger.inject_lambda_context
+    def handler(event: dict[str, Any], context: Any) -> None:
+        return None
+
+    with captured_app_log() as application:
+        handler(an_event_full_of(marker), LambdaContext())
+    assert marker in application.getvalue()
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_no_function_logs_its_event_when_the_switch_is_on(
+    function: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Powertools reads the switch when the handler is decorated: the module is loaded with it on.
+    monkeypatch.setenv("POWERTOOLS_LOGGER_LOG_EVENT", "true")
+    module = load_handler(function)
+    marker = f"event-marker-{uuid.uuid4().hex}"
+    # Without a database most handlers fail; the event is logged (or not) before that.
+    with (
+        wiring.overridden(settings=Settings(), database_factory=no_database),
+        captured_app_log() as application,
+        contextlib.suppress(Exception),
+    ):
+        module.handler(an_event_full_of(marker), LambdaContext())
+    assert marker not in application.getvalue()

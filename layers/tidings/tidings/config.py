@@ -3,12 +3,15 @@
 Every number in the delivery semantics is a setting here, with the defaults of DESIGN.md.
 Environment variables are named ``TIDINGS_<FIELD>`` in upper case (``TIDINGS_BACKOFF_BASE_S``),
 except the connection settings that tools already know by their usual names
-(``DATABASE_URL``, ``AWS_ENDPOINT_URL``).
+(``DATABASE_URL``, ``AWS_ENDPOINT_URL``). A ``TIDINGS_*`` variable that is neither a setting nor
+one of ``OTHER_VARIABLES`` is refused at start, with the closest known name: a misspelt setting
+would otherwise be silently ignored. Numbers must be finite (``nan`` and ``inf`` are refused).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import os
@@ -31,6 +34,26 @@ MAX_RETRY_DELAYS = 50
 
 class ConfigError(ValueError):
     """A setting in the environment cannot be used; the message names it."""
+
+
+# The TIDINGS_* variables read elsewhere than in Settings, by whom.
+OTHER_VARIABLES = frozenset(
+    {
+        # tidings.secrets.master_keys: the local key of the signing secrets, and the keys it
+        # replaced (never kept in Settings, so that no settings dump can show them).
+        "TIDINGS_SECRETS_KEY",
+        "TIDINGS_SECRETS_PREVIOUS_KEYS",
+        # tidings.local.lambda_env: where tidings dev finds functions/<name>/app.py.
+        "TIDINGS_FUNCTIONS_DIR",
+        # functions/migrator (set by infra/functions.py): the login users it makes.
+        "TIDINGS_DATABASE_LOGINS",
+        # The test suite's own switches (tests/conftest.py, tests/support/clusters.py,
+        # tests/e2e/test_portal_browser.py), in the environment of the code under test.
+        "TIDINGS_TEST_POSTGRES",
+        "TIDINGS_TEST_POSTGRES_BIN",
+        "TIDINGS_UPDATE_SCREENSHOTS",
+    }
+)
 
 
 # An origin allowed to frame the portal, as it goes into the Content-Security-Policy: nothing
@@ -209,6 +232,7 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Build settings from ``environ`` (default: ``os.environ``), then apply ``overrides``."""
         env = os.environ if environ is None else environ
+        check_environment(env)
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             raw = _lookup(env, f.name)
@@ -258,6 +282,11 @@ class Settings:
             "portal_session_s",
             "portal_link_max_s",
         )
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            # nan passes every comparison below, and inf every upper bound.
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{_env_name(f.name)} must be a finite number, got {value}")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_env_name(name)} must be positive, got {getattr(self, name)}")
@@ -358,6 +387,29 @@ _PLAIN_NAMES = {
 }
 
 
+def known_variables() -> frozenset[str]:
+    """Every ``TIDINGS_*`` variable Tidings reads."""
+    names = (_env_name(f.name) for f in dataclasses.fields(Settings))
+    return OTHER_VARIABLES | {name for name in names if name.startswith(ENV_PREFIX)}
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse ``TIDINGS_*`` variables Tidings does not read (a misspelt setting would be
+    silently ignored otherwise); the message names each with the closest known name."""
+    known = known_variables()
+    unknown = sorted(name for name in environ if name.startswith(ENV_PREFIX) and name not in known)
+    if not unknown:
+        return
+    # Compared without the prefix that every name shares, which would make any name "close".
+    suffixes = sorted(name.removeprefix(ENV_PREFIX) for name in known)
+    problems = []
+    for name in unknown:
+        close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), suffixes, n=1)
+        hint = f" (did you mean {ENV_PREFIX}{close[0]}?)" if close else ""
+        problems.append(f"{name} is not a Tidings setting{hint}")
+    raise ConfigError("; ".join(problems))
+
+
 def _env_name(field_name: str) -> str:
     return _PLAIN_NAMES.get(field_name, ENV_PREFIX + field_name.upper())
 
@@ -372,14 +424,19 @@ def _parse(name: str, type_name: Any, raw: str) -> Any:
         if kind == "int":
             return int(raw)
         if kind == "float":
-            return float(raw)
-        if kind == "tuple[float, ...]":
-            return tuple(float(part) for part in raw.split(",") if part.strip())
-        if kind.startswith("tuple"):
+            numbers: tuple[float, ...] = (float(raw),)
+        elif kind == "tuple[float, ...]":
+            numbers = tuple(float(part) for part in raw.split(",") if part.strip())
+        elif kind.startswith("tuple"):
             return tuple(part.strip() for part in raw.split(",") if part.strip())
+        else:
+            return raw
     except ValueError as exc:
         raise ConfigError(f"{_env_name(name)}={raw!r} is not a valid {kind}") from exc
-    return raw
+    # float() reads "nan" and "inf"; no setting can use them (nan passes every comparison).
+    if not all(math.isfinite(number) for number in numbers):
+        raise ConfigError(f"{_env_name(name)}={raw!r} is not a finite number")
+    return numbers[0] if kind == "float" else numbers
 
 
 @functools.cache

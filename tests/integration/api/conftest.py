@@ -43,7 +43,7 @@ def api_event(
     query: dict[str, str] | None = None,
     raw_body: str | None = None,
     base64_encoded: bool = False,
-    content_type: str = "application/json",
+    content_type: str | None = "application/json",
     principal: Principal | None = ADMIN,
 ) -> dict[str, Any]:
     """The proxy event API Gateway hands the ingest function, after its authorizer accepted a
@@ -54,8 +54,8 @@ def api_event(
         "resource": path,
         "path": path,
         "httpMethod": method,
-        "headers": {"Content-Type": content_type},
-        "multiValueHeaders": {"Content-Type": [content_type]},
+        "headers": {} if content_type is None else {"Content-Type": content_type},
+        "multiValueHeaders": {} if content_type is None else {"Content-Type": [content_type]},
         "queryStringParameters": query,
         "multiValueQueryStringParameters": {k: [v] for k, v in (query or {}).items()} or None,
         "pathParameters": None,

@@ -1,6 +1,7 @@
 """Every request is answered in the documented shape: bodies that are not JSON are 415 in the
-error shape (a multipart type without its boundary once was a 500), JSON with parameters or
-without a content type is read as JSON."""
+error shape (a multipart type without its boundary once was a 500), and so is a body without a
+content type (never parsed: a web page can send one without the browser asking first); JSON with
+parameters or in any case is read as JSON."""
 
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ def test_bodies_that_are_not_json_are_415(api: Api, db: Database, content_type: 
     assert api.get(f"/v1/endpoints/{endpoint['id']}").body["description"] == ""
 
 
-def test_json_is_json_with_parameters_any_case_or_no_type(api: Api) -> None:
+def test_json_is_json_with_parameters_or_in_any_case(api: Api) -> None:
     endpoint = api.create_endpoint()
-    for content_type in ("application/json; charset=utf-8", "Application/JSON", ""):
+    for content_type in ("application/json; charset=utf-8", "Application/JSON"):
         reply = api.call(
             "PATCH",
             f"/v1/endpoints/{endpoint['id']}",
@@ -49,6 +50,58 @@ def test_json_is_json_with_parameters_any_case_or_no_type(api: Api) -> None:
             content_type=content_type,
         )
         assert reply.status == 200, (content_type, reply.raw)
+
+
+BODY_ROUTES = (
+    ("POST", "/v1/events"),
+    ("POST", "/v1/apps/default/events/batch"),
+    ("POST", "/v1/endpoints"),
+    ("POST", "/v1/apps/default/dead-letters/replay"),
+    ("POST", "/v1/apps"),
+    ("POST", "/v1/tokens"),
+    ("POST", "/v1/portal-links"),
+)
+
+
+@pytest.mark.parametrize("content_type", [None, "", " ", "; charset=utf-8"])
+def test_a_body_without_a_content_type_is_415_and_never_read(
+    api: Api, db: Database, content_type: str | None
+) -> None:
+    endpoint = api.create_endpoint()
+    routes = (
+        *BODY_ROUTES,
+        ("PATCH", f"/v1/endpoints/{endpoint['id']}"),
+        ("POST", f"/v1/endpoints/{endpoint['id']}/recover"),
+    )
+    bodies = (
+        '{"scope": "admin", "url": "https://93.184.215.14/x", "uid": "a", "name": "a"}',
+        "",
+        None,
+    )
+    for method, path in routes:
+        for body in bodies:
+            reply = api.call(method, path, raw_body=body, content_type=content_type)
+            assert (reply.status, reply.error["code"]) == (415, "unsupported_media_type"), (
+                path,
+                body,
+            )
+    assert count(db, "endpoints") == 1 and count(db, "tokens") == 0
+    assert count(db, "applications") == 1
+
+
+def test_a_post_without_a_body_needs_no_content_type(api: Api) -> None:
+    """Routes that read no body (rotate a secret, resend a message) are called with none."""
+    endpoint = api.create_endpoint()
+    rotated = api.call("POST", f"/v1/endpoints/{endpoint['id']}/rotate-secret", content_type=None)
+    assert rotated.status == 200, rotated.raw
+    # ... but a body sent to them must still say it is JSON.
+    sent = api.call(
+        "POST",
+        f"/v1/endpoints/{endpoint['id']}/rotate-secret",
+        raw_body="{}",
+        content_type=None,
+    )
+    assert (sent.status, sent.error["code"]) == (415, "unsupported_media_type")
 
 
 def test_a_multipart_patch_through_the_gateway_is_415(gateway: Gateway, db: Database) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+from tidings.api.app import reads_body
 from tidings.cli import main
 from tidings.cli.openapi import document
 
@@ -102,3 +104,19 @@ def test_cli_writes_the_document(tmp_path: Path) -> None:
     assert main(["openapi", "-o", str(target)]) == 0
     assert target.read_text(encoding="utf-8") == document()
     assert main(["openapi", "-o", str(tmp_path / "missing" / "x.json")]) == 2
+
+
+def test_a_content_type_is_required_exactly_where_the_document_takes_a_body() -> None:
+    """The API refuses a body-taking route's request without application/json (415); which
+    routes take one is read from the code, and must be what the document says."""
+    paths = json.loads(COMMITTED.read_text(encoding="utf-8"))["paths"]
+    seen = 0
+    for template, operations in paths.items():
+        path = re.sub(r"\{[^}]+\}", "7", template)
+        for method, operation in operations.items():
+            assert reads_body(method.upper(), path) == ("requestBody" in operation), (
+                method,
+                template,
+            )
+            seen += "requestBody" in operation
+    assert seen > 10

@@ -20,8 +20,10 @@ def request(
     target: str = "/v1/endpoints",
     token: str | None = None,
     source_ip: str = "127.0.0.1",
+    headers: tuple[tuple[str, str], ...] = (("Host", "127.0.0.1:8080"),),
 ) -> HttpRequest:
-    headers = () if token is None else (("Authorization", f"Bearer {token}"),)
+    if token is not None:
+        headers = (*headers, ("Authorization", f"Bearer {token}"))
     return HttpRequest(method, target, headers, b"", source_ip)
 
 
@@ -97,6 +99,39 @@ def test_without_any_token_loopback_requests_pass_as_an_admin_and_only_they() ->
         assert gateway.answer(request(source_ip=address)).status == 401, address
     # A token that is presented is checked even then.
     assert gateway.answer(request(token="wrong")).status == 401
+
+
+def test_without_any_token_what_a_web_page_could_send_is_refused() -> None:
+    handler = Recorder()
+    gateway = Gateway(handler, authorizer_accepting("t"), open_access=lambda: True)
+    for headers, code in (
+        ((("Host", "rebind.attacker.example:8080"),), "foreign_host"),
+        ((("Host", "127.0.0.1:8080"), ("Host", "attacker.example")), "foreign_host"),
+        ((("Host", "[::1]x"),), "foreign_host"),
+        ((("Host", "::1"),), "foreign_host"),
+        ((), "foreign_host"),
+        ((("Host", "localhost:8080"), ("Origin", "https://attacker.example")), "foreign_origin"),
+        ((("Host", "localhost:8080"), ("Origin", "null")), "foreign_origin"),
+        ((("Host", "localhost"), ("Origin", "http://127.0.0.1.nip.io:8080")), "foreign_origin"),
+        ((("Host", "localhost"), ("Origin", "file://")), "foreign_origin"),
+    ):
+        reply = gateway.answer(request(headers=headers))
+        assert (reply.status, error_of(reply.body)["code"]) == (403, code), headers
+    assert handler.events == []
+    for headers in (
+        (("Host", "localhost:8080"),),
+        (("host", "LocalHost"),),
+        (("Host", "127.8.9.10"),),
+        (("Host", "[::1]:8080"),),
+        (("Host", "[::1]"),),
+        (("Host", "127.0.0.1:8080"), ("Origin", "http://localhost:5173")),
+        (("Host", "[::1]:8080"), ("Origin", "https://[::1]")),
+    ):
+        assert gateway.answer(request(headers=headers)).status == 200, headers
+    # Once a token exists, a token is what counts, whichever page sent it.
+    closed = Gateway(handler, authorizer_accepting("t"))
+    foreign = (("Host", "tidings.example"), ("Origin", "https://app.example"))
+    assert closed.answer(request(token="t", headers=foreign)).status == 200
 
 
 def test_a_deny_or_a_policy_for_another_resource_is_403() -> None:

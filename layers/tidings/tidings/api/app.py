@@ -27,7 +27,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tidings import __version__
 from tidings.api.routes import router
-from tidings.api.scoping import REGISTERED, principal_of
+from tidings.api.scoping import READS_BODY, REGISTERED, principal_of
 from tidings.logic.errors import (
     Conflict,
     Forbidden,
@@ -153,6 +153,12 @@ def _template_pattern(template: str) -> re.Pattern[str]:
 
 
 _PATTERNS = [(method, _template_pattern(template)) for method, template in REGISTERED]
+_BODY_PATTERNS = [(method, _template_pattern(template)) for method, template in READS_BODY]
+
+
+def reads_body(method: str, path: str) -> bool:
+    """Whether the route for ``method`` at ``path`` reads a JSON body."""
+    return any(m == method and pattern.fullmatch(path) for m, pattern in _BODY_PATTERNS)
 
 
 def allowed_methods(path: str) -> list[str]:
@@ -194,11 +200,29 @@ def _refuse_request(event: Mapping[str, Any]) -> tuple[int, str, str] | None:
     if principal_of(event) is None:
         return 401, "unauthorized", "a valid bearer token is required"
     refusal = _refuse_body(event.get("body"), bool(event.get("isBase64Encoded")))
-    if refusal is not None:
-        return refusal
+    return refusal or _refuse_content_type(event)
+
+
+def _refuse_content_type(event: Mapping[str, Any]) -> tuple[int, str, str] | None:
+    """Why a request's content type is refused, or None.
+
+    A body is JSON only when the request says so: a body without a content type is never
+    parsed. A web page can send one with no content type, or text/plain, without the browser
+    asking first; such a request must not act."""
     method = str(event.get("httpMethod") or "").upper()
-    content_type = _header(event, "content-type")
-    if method in _BODY_METHODS and content_type is not None and not _is_json(content_type):
+    if method not in _BODY_METHODS:
+        return None
+    content_type = (_header(event, "content-type") or "").strip()
+    if not content_type:
+        sends_body = bool(event.get("body")) or reads_body(method, str(event.get("path") or ""))
+        if not sends_body:
+            return None
+        return (
+            415,
+            "unsupported_media_type",
+            "the request has no Content-Type: send application/json",
+        )
+    if not _is_json(content_type):
         return 415, "unsupported_media_type", "the request body must be application/json"
     return None
 
@@ -241,7 +265,7 @@ def _header(event: Mapping[str, Any], name: str) -> str | None:
 
 def _is_json(content_type: str) -> bool:
     media_type = content_type.split(";", 1)[0].strip().lower()
-    return media_type in ("", "application/json")
+    return media_type == "application/json"
 
 
 def _refuse_body(body: Any, base64_encoded: bool) -> tuple[int, str, str] | None:

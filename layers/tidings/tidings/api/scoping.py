@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Path
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 
 from tidings import wiring
 from tidings.logic import access, applications
@@ -42,6 +42,17 @@ AppPath = Annotated[
 ]
 # Every (method, path template) registered, for telling 405 from 404.
 REGISTERED: list[tuple[str, str]] = []
+# Those whose route reads a JSON body: a request to one must say it sends application/json.
+READS_BODY: list[tuple[str, str]] = []
+
+
+def _reads_body(hints: Mapping[str, Any]) -> bool:
+    return any(
+        isinstance(meta, Body)
+        for hint in hints.values()
+        if typing.get_origin(hint) is Annotated
+        for meta in hint.__metadata__
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +126,8 @@ def app_routes(
             del variant.__wrapped__
             getattr(router, method.lower())(full_path, **options)(variant)
             REGISTERED.append((method.upper(), full_path))
+            if _reads_body(hints):
+                READS_BODY.append((method.upper(), full_path))
         return func
 
     return register
@@ -128,6 +141,8 @@ def route(
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         getattr(router, method.lower())(path, **options)(func)
         REGISTERED.append((method.upper(), path))
+        if _reads_body(typing.get_type_hints(func, include_extras=True)):
+            READS_BODY.append((method.upper(), path))
         return func
 
     return register

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from tidings import __version__
+from tidings.config import ConfigError, check_environment
 
 COMMAND_MODULES = (
     "tidings.cli.migrate",
@@ -52,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        # Before any command, whether it reads settings or not: a misspelt TIDINGS_* variable
+        # is named at once rather than silently ignored.
+        check_environment(os.environ)
+    except ConfigError as exc:
+        print(f"tidings: {exc}", file=sys.stderr)
+        return 2
     try:
         return int(args.handler(args))
     except CommandError as exc:

@@ -147,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
         if runtime.open_access():
             print(
                 "tidings dev: no API token exists yet, so requests from loopback are accepted "
-                "without one; the first token (tidings tokens create --scope admin) ends that, "
+                "without one (sent to 127.0.0.1, localhost or [::1], and by no web page from "
+                "elsewhere); the first token (tidings tokens create --scope admin) ends that, "
                 "and from then on every request needs Authorization: Bearer <token>, as on AWS",
                 flush=True,
             )

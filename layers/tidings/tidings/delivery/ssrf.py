@@ -47,7 +47,9 @@ class BlockedTarget(ValueError):
     """The target resolves to an address the SSRF rules refuse.
 
     The message says why in general terms ("it resolves to a private address") and never
-    names the address: it reaches API callers, the CLI and logs. ``ip`` is for the code alone.
+    names the address: it reaches the attempt log and logs. ``ip`` is for the code alone. (The
+    API and the CLI say no more than ``tidings.logic.endpoints.NOT_PUBLIC_HOST`` of a host name,
+    which is also what they say of one that does not resolve.)
     """
 
     def __init__(self, host: str, ip: IPAddress, reason: str) -> None:

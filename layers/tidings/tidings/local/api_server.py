@@ -13,7 +13,13 @@ authorizer (the page and its scripts are public; what it shows comes from the AP
 
 The one local difference: while no token exists at all (a fresh ``tidings dev``), a request from
 a loopback address without an ``Authorization`` header is let through as an admin's, so that the
-API can be tried before the first token is made. The first token ends that for good.
+API can be tried before the first token is made. The first token ends that for good. Only a
+request a web page cannot make is let through so: its ``Host`` must be a loopback name
+(``localhost``, ``127.x.y.z``, ``[::1]``, with any port; a page reaching the server through
+DNS rebinding names its own host there), and an ``Origin``, if sent, a loopback origin (a page
+elsewhere sends its own). Anything else is refused (403, ``foreign_host`` or ``foreign_origin``).
+A body must also be sent as ``application/json`` (the ingest handler refuses anything else with
+415, as on AWS), which a page cannot do without the browser asking first.
 
 Answers API Gateway makes itself (401, 403, 405, 502) have the API's JSON error shape, as the
 gateway responses of ``infra/api.py`` give them on AWS. Requests are handled one at a time: a
@@ -26,10 +32,12 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import json
+import re
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 from tidings.local.lambda_env import (
     ACCOUNT,
@@ -53,6 +61,8 @@ ROUTED_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OP
 API_ID = "local"
 
 OpenAccess = Callable[[], bool]
+# host[:port] as a Host header or an origin holds it, an IPv6 address in brackets.
+_AUTHORITY = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<name>[^:\[\]]+))(?::[0-9]{1,5})?")
 
 
 def _error(
@@ -66,6 +76,17 @@ _BAD_GATEWAY = _error(502, "bad_gateway", "the integration failed")
 _UNAUTHORIZED = _error(401, "unauthorized", "a valid bearer token is required")
 _FORBIDDEN = _error(403, "forbidden", "the authorizer denied this request")
 _AUTHORIZER_FAILED = _error(500, "authorizer_failed", "the authorizer failed")
+_FOREIGN_HOST = _error(
+    403,
+    "foreign_host",
+    "no token exists yet: only a request to a loopback host (localhost, 127.0.0.1, [::1]) "
+    "is let through without one",
+)
+_FOREIGN_ORIGIN = _error(
+    403,
+    "foreign_origin",
+    "no token exists yet: a web page may call without one only from a loopback origin",
+)
 
 
 def invoke(handler: Handler, request: HttpRequest, authorizer: dict[str, Any]) -> HttpResponse:
@@ -96,7 +117,10 @@ def authorize(
     header = next((v for n, v in request.headers if n.lower() == "authorization"), None)
     if header is None or not header.strip():
         if _loopback(request.source_ip) and open_access():
-            return {"principalId": "local-loopback", **Principal(Scope.ADMIN).context()}
+            return _refuse_web_page(request) or {
+                "principalId": "local-loopback",
+                **Principal(Scope.ADMIN).context(),
+            }
         return _UNAUTHORIZED
     if authorizer is None:
         return _UNAUTHORIZED
@@ -143,6 +167,43 @@ def _allows(answer: Any, arn: str) -> bool:
 def _loopback(address: str) -> bool:
     try:
         return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _refuse_web_page(request: HttpRequest) -> HttpResponse | None:
+    """The refusal of a tokenless request a web page could have made, or None.
+
+    A loopback source address alone proves nothing: the developer's browser is on loopback too,
+    and any page it shows can send requests here (a simple cross-origin POST, or its own host
+    name re-pointed at 127.0.0.1). What a page cannot forge is the ``Host`` it names (its own,
+    under DNS rebinding) and the ``Origin`` the browser adds."""
+    hosts = [v for n, v in request.headers if n.lower() == "host"]
+    if not hosts or not all(_loopback_authority(host) for host in hosts):
+        return _FOREIGN_HOST
+    for origin in (v for n, v in request.headers if n.lower() == "origin"):
+        parts = urlsplit(origin.strip())
+        if (
+            parts.scheme not in ("http", "https")
+            or parts.path
+            or parts.query
+            or parts.fragment
+            or not _loopback_authority(parts.netloc)
+        ):
+            return _FOREIGN_ORIGIN
+    return None
+
+
+def _loopback_authority(authority: str) -> bool:
+    """Whether ``host[:port]`` names this machine: localhost, 127.0.0.0/8 or [::1]."""
+    match = _AUTHORITY.fullmatch(authority.strip())
+    if match is None:
+        return False
+    host = match["name"] or match["ipv6"]
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 

@@ -379,10 +379,17 @@ def reveal_secret(
     return RevealedSecret(endpoint_id=endpoint_id, secret=secret)
 
 
+# How a host name that cannot be a target is refused, whether it resolves to a refused address
+# or to none at all: one answer for both, so that the check cannot tell a caller which internal
+# names exist (it would otherwise map a private DNS zone through the API's resolver).
+NOT_PUBLIC_HOST = "the URL's host does not resolve to a public address"
+
+
 def check_target_url(url: str, settings: Settings, resolver: ssrf.Resolver | None = None) -> str:
-    """``url`` if it may be a webhook target: http(s), no credentials, not a refused address
-    (the refusal names the kind of address, never the address), on a port the deployment's
-    sender can open."""
+    """``url`` if it may be a webhook target: http(s), no credentials, not a refused address,
+    on a port the deployment's sender can open. An IP address is refused with its kind ("it is
+    a private address"); a host name that does not resolve, or resolves to a refused address,
+    with ``NOT_PUBLIC_HOST`` alone."""
     clean_text(url, "url", max_length=MAX_URL_LENGTH)
     allowed = ssrf.parse_allowed_networks(settings.allowed_networks)
     try:
@@ -390,11 +397,11 @@ def check_target_url(url: str, settings: Settings, resolver: ssrf.Resolver | Non
     except ssrf.InvalidTargetUrl as exc:
         raise InvalidInput("invalid_url", str(exc), "url") from None
     except ssrf.BlockedTarget as exc:
-        raise InvalidInput("blocked_url", str(exc), "url") from None
+        # The caller wrote the address itself: saying what kind it is tells it nothing new.
+        literal = exc.host == str(exc.ip)
+        raise InvalidInput("blocked_url", str(exc) if literal else NOT_PUBLIC_HOST, "url") from None
     except (OSError, UnicodeError):
-        raise InvalidInput(
-            "unresolvable_host", "the URL's host does not resolve to an address", "url"
-        ) from None
+        raise InvalidInput("blocked_url", NOT_PUBLIC_HOST, "url") from None
     port = target.url.port
     if not settings.allows_port(port):
         raise InvalidInput(
