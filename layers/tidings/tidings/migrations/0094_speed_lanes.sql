@@ -101,7 +101,7 @@ BEGIN
                         CASE WHEN s.slow THEN p_slow_max_in_flight END) AS cap
         FROM (
         SELECT e.id AS endpoint_id, e.app_id, e.rate_limit_per_s, h.state, e.max_in_flight,
-               (h.slow_until > now()
+               (coalesce(h.slow_until > now(), false)
                 OR (h.last_success_at IS NULL AND h.last_failure_at IS NULL)) AS slow
         FROM queued q
         JOIN tidings.endpoints e ON e.id = q.endpoint_id

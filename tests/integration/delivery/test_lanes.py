@@ -1,0 +1,295 @@
+"""Speed lanes: the claim names each row's lane and caps a slow endpoint's rows in flight, the
+sender marks slow endpoints, the claimer and the sender's retries keep each lane's rows in its
+own queue. Concurrency is checked with several real connections."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg2
+import pytest
+
+from tests.integration.delivery.delivery_harness import (
+    RecordingQueue,
+    envelopes,
+    make_pipeline,
+    pipeline_settings,
+)
+from tests.support.receivers import Receiver, running_receiver
+from tests.support.secrets import secrets_keyring
+from tests.support.seed import make_endpoint, seed_messages
+from tidings.dal import delivery
+from tidings.dal.connection import Database
+from tidings.delivery.claimer import Claimer
+from tidings.delivery.sender import QueueRecord, Sender
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with running_receiver() as r:
+        yield r
+
+
+def claim(cur: Any, batch_size: int = 100, **kw: Any) -> list[delivery.ClaimedMessage]:
+    return delivery.claim_due(cur, batch_size=batch_size, lease_s=60, **kw)
+
+
+def answered(cur: Any, endpoint_id: int) -> None:
+    """The endpoint has answered once: it is out of its first probation in the slow lane."""
+    cur.execute(
+        "UPDATE tidings.endpoint_health SET last_success_at = now() WHERE endpoint_id = %s",
+        (endpoint_id,),
+    )
+
+
+def in_flight(cur: Any, endpoint_id: int) -> int:
+    cur.execute(
+        "SELECT count(*) FROM tidings.messages"
+        " WHERE endpoint_id = %s AND status = 'in_flight' AND next_attempt_at > now()",
+        (endpoint_id,),
+    )
+    row = cur.fetchone()
+    return int(row[0])
+
+
+def test_an_endpoint_that_never_answered_is_slow_until_it_answers(db: Database) -> None:
+    with db.cursor() as cur:
+        endpoint = make_endpoint(cur)
+        seed_messages(cur, endpoint, 4)
+        assert {r.slow for r in claim(cur, 2)} == {True}
+        answered(cur, endpoint)
+        assert {r.slow for r in claim(cur, 2)} == {False}
+
+
+def test_a_slow_mark_lasts_its_hold_and_a_fresh_one_is_not_rewritten(db: Database) -> None:
+    with db.cursor() as cur:
+        endpoint = make_endpoint(cur)
+        answered(cur, endpoint)
+        seed_messages(cur, endpoint, 3)
+        assert delivery.mark_slow(cur, [endpoint, endpoint], hold_s=600) == 1
+        # Marked for more than half the hold: the next slow attempt writes nothing.
+        assert delivery.mark_slow(cur, [endpoint], hold_s=600) == 0
+        assert [r.slow for r in claim(cur, 1)] == [True]
+        cur.execute(
+            "UPDATE tidings.endpoint_health SET slow_until = now() - interval '1 second'"
+            " WHERE endpoint_id = %s",
+            (endpoint,),
+        )
+        assert [r.slow for r in claim(cur, 1)] == [False]
+        assert delivery.mark_slow(cur, [endpoint], hold_s=600) == 1
+
+
+def test_a_slow_endpoint_gets_no_more_rows_than_its_cap_and_a_fast_one_has_none(
+    db: Database,
+) -> None:
+    with db.cursor() as cur:
+        slow = make_endpoint(cur)
+        fast = make_endpoint(cur)
+        answered(cur, fast)
+        seed_messages(cur, slow, 50)
+        seed_messages(cur, fast, 50)
+        rows = claim(cur, 100, slow_max_in_flight=3)
+        by_endpoint = {e: [r for r in rows if r.endpoint_id == e] for e in (slow, fast)}
+        assert len(by_endpoint[slow]) == 3 and all(r.slow for r in by_endpoint[slow])
+        assert len(by_endpoint[fast]) == 50 and not any(r.slow for r in by_endpoint[fast])
+        # At its cap, the slow endpoint gets nothing more until a row leaves flight.
+        assert claim(cur, 100, slow_max_in_flight=3) == []
+        cur.execute(
+            "UPDATE tidings.messages SET status = 'delivered', delivered_at = now(),"
+            " lease_token = NULL WHERE id = %s",
+            (by_endpoint[slow][0].message_id,),
+        )
+        assert len(claim(cur, 100, slow_max_in_flight=3)) == 1
+
+
+def test_an_endpoints_own_cap_holds_in_either_lane(db: Database) -> None:
+    with db.cursor() as cur:
+        fast = make_endpoint(cur)
+        answered(cur, fast)
+        cur.execute("UPDATE tidings.endpoints SET max_in_flight = 7 WHERE id = %s", (fast,))
+        seed_messages(cur, fast, 30)
+        rows = claim(cur, 100)
+        assert len(rows) == 7 and not any(r.slow for r in rows)
+        assert claim(cur, 100) == []
+
+
+def test_an_expired_lease_does_not_count_against_the_cap(db: Database) -> None:
+    with db.cursor() as cur:
+        slow = make_endpoint(cur)
+        seed_messages(cur, slow, 10)
+        assert len(claim(cur, 100, slow_max_in_flight=2)) == 2
+        cur.execute(
+            "UPDATE tidings.messages SET next_attempt_at = now() - interval '1 second'"
+            " WHERE status = 'in_flight'"
+        )
+        assert len(claim(cur, 100, slow_max_in_flight=2)) == 2
+
+
+@pytest.mark.parametrize("cap_source", ["slow lane", "endpoint"])
+def test_the_cap_holds_under_eight_concurrent_claimers(
+    database_url: str, db: Database, cap_source: str
+) -> None:
+    """Eight claimers on their own connections claim and commit as fast as they can, while a
+    watcher counts the endpoint's rows in flight after every claim: never above the cap, and
+    the cap is reached (the claimers did lease)."""
+    cap = 5
+    with db.cursor() as cur:
+        endpoint = make_endpoint(cur)
+        if cap_source == "endpoint":
+            answered(cur, endpoint)
+            cur.execute(
+                "UPDATE tidings.endpoints SET max_in_flight = %s WHERE id = %s", (cap, endpoint)
+            )
+        seed_messages(cur, endpoint, 400)
+        # Other endpoints' rows, so that the claims have other work to share the batch with.
+        for _ in range(3):
+            seed_messages(cur, make_endpoint(cur), 50)
+    slow_cap = cap if cap_source == "slow lane" else None
+    start = threading.Barrier(9)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    seen: list[int] = []
+
+    def claimer() -> None:
+        conn = psycopg2.connect(database_url)
+        try:
+            start.wait()
+            while not stop.is_set():
+                with conn, conn.cursor() as cur:
+                    rows = claim(cur, 20, slow_max_in_flight=slow_cap)
+                with conn, conn.cursor() as cur:
+                    # Rows of the other endpoints are settled, so that work keeps coming.
+                    cur.execute(
+                        "UPDATE tidings.messages SET status = 'delivered',"
+                        " delivered_at = now(), lease_token = NULL"
+                        " WHERE id = ANY (%s) AND endpoint_id <> %s",
+                        ([r.message_id for r in rows], endpoint),
+                    )
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            conn.close()
+
+    def settle_some() -> None:
+        """Delivers one of the capped endpoint's rows now and then, so the cap is tested
+        again and again rather than once."""
+        conn = psycopg2.connect(database_url)
+        conn.autocommit = True
+        try:
+            start.wait()
+            for _ in range(40):
+                with conn.cursor() as cur:
+                    seen.append(in_flight(cur, endpoint))
+                    cur.execute(
+                        "UPDATE tidings.messages SET status = 'delivered', delivered_at = now(),"
+                        " lease_token = NULL WHERE id = (SELECT id FROM tidings.messages"
+                        " WHERE endpoint_id = %s AND status = 'in_flight' LIMIT 1)",
+                        (endpoint,),
+                    )
+                    seen.append(in_flight(cur, endpoint))
+                stop.wait(0.02)
+        finally:
+            stop.set()
+            conn.close()
+
+    threads = [threading.Thread(target=claimer) for _ in range(8)]
+    threads.append(threading.Thread(target=settle_some))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    with db.cursor() as cur:
+        seen.append(in_flight(cur, endpoint))
+        cur.execute(
+            "SELECT count(*) FROM tidings.messages WHERE endpoint_id = %s AND status = 'delivered'",
+            (endpoint,),
+        )
+        delivered = cur.fetchone()[0]
+    assert max(seen) == cap
+    assert delivered >= 20
+
+
+def test_the_claimer_sends_each_lane_to_its_own_queue(db: Database) -> None:
+    with db.cursor() as cur:
+        slow = make_endpoint(cur)
+        fast = make_endpoint(cur)
+        answered(cur, fast)
+        seed_messages(cur, slow, 3)
+        seed_messages(cur, fast, 4)
+    fast_queue, slow_queue = RecordingQueue(), RecordingQueue()
+    claimer = Claimer(db, fast_queue, pipeline_settings(), slow_queue=slow_queue)
+    assert claimer.claim_once().sent == 7
+    assert len(fast_queue.sent) == 4 and not any(e.slow for e in envelopes(fast_queue.sent))
+    assert len(slow_queue.sent) == 3 and all(e.slow for e in envelopes(slow_queue.sent))
+    # Without a slow lane, every row goes to the delivery queue.
+    with db.cursor() as cur:
+        seed_messages(cur, slow, 2)
+    only = RecordingQueue()
+    assert Claimer(db, only, pipeline_settings()).claim_once().sent == 2
+    assert len(only.sent) == 2
+
+
+def test_a_slow_attempt_moves_its_endpoint_to_the_slow_lane_and_a_quick_one_does_not(
+    db: Database, receiver: Receiver
+) -> None:
+    with db.cursor() as cur:
+        slow = make_endpoint(cur, receiver.url("slow/300"))
+        quick = make_endpoint(cur, receiver.url("ok"))
+        for endpoint in (slow, quick):
+            answered(cur, endpoint)
+            seed_messages(cur, endpoint, 1)
+    pipeline = make_pipeline(db, slow_lane_threshold_ms=200)
+    assert pipeline.claim_and_deliver().delivered == 2
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT endpoint_id FROM tidings.endpoint_health WHERE slow_until > now()"
+            " AND endpoint_id = ANY (%s)",
+            ([slow, quick],),
+        )
+        assert [r[0] for r in cur.fetchall()] == [slow]
+        seed_messages(cur, slow, 1)
+        seed_messages(cur, quick, 1)
+        lanes = {r.endpoint_id: r.slow for r in claim(cur)}
+    assert lanes == {slow: True, quick: False}
+
+
+def test_a_timed_out_attempt_marks_its_endpoint_slow(db: Database, receiver: Receiver) -> None:
+    with db.cursor() as cur:
+        hanging = make_endpoint(cur, receiver.url("hang"))
+        answered(cur, hanging)
+        seed_messages(cur, hanging, 1)
+    pipeline = make_pipeline(db, http_timeout_s=0.3, slow_lane_threshold_ms=10_000)
+    assert pipeline.claim_and_deliver().retried == 1
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT slow_until > now() FROM tidings.endpoint_health WHERE endpoint_id = %s",
+            (hanging,),
+        )
+        assert cur.fetchone() == (True,)
+
+
+def test_a_retry_through_the_queue_goes_back_to_its_lane(db: Database, receiver: Receiver) -> None:
+    with db.cursor() as cur:
+        failing = make_endpoint(cur, receiver.url("status/500"))
+        seed_messages(cur, failing, 1)  # never answered: the slow lane
+    pipeline = make_pipeline(db)
+    slow_queue = RecordingQueue()
+    claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
+    assert claimer.claim_once().sent == 1
+    [record] = slow_queue.receive()
+    sender = Sender(
+        db,
+        pipeline.queue,
+        pipeline.settings,
+        pipeline.transport,
+        keyring=secrets_keyring(),
+        slow_queue=slow_queue,
+    )
+    report = sender.process([QueueRecord(record.message_id, record.body)])
+    assert report.retried == 1
+    retries = [m for m in slow_queue.sent if m.delay_s]
+    assert len(retries) == 1 and envelopes(retries)[0].slow
+    assert not any(m.delay_s for m in pipeline.queue.sent)

@@ -1,0 +1,66 @@
+"""The speed lanes' pure rules: which attempts are slow, and the lane an envelope carries."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidings.delivery.envelope import DeliveryEnvelope, MalformedEnvelope
+from tidings.delivery.lanes import Lane, Timing, lane_of, slow_endpoints
+from tidings.delivery.retry_policy import AttemptError
+
+
+def test_an_attempt_at_the_threshold_or_a_timeout_is_slow_and_a_quick_failure_is_not() -> None:
+    timings = [
+        Timing(1, 999, None),
+        Timing(2, 1000, None),
+        Timing(3, 20, AttemptError.TIMEOUT),
+        Timing(4, 5, AttemptError.CONNECTION_REFUSED),
+        Timing(2, 3000, None),
+    ]
+    assert slow_endpoints(timings, 1000) == [2, 3]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 5),
+            st.integers(0, 20_000),
+            st.sampled_from([None, *AttemptError]),
+        )
+    ),
+    st.integers(1, 20_000),
+)
+def test_slow_endpoints_are_exactly_those_with_a_slow_or_timed_out_attempt(
+    raw: list[tuple[int, int, AttemptError | None]], threshold_ms: int
+) -> None:
+    timings = [Timing(*t) for t in raw]
+    found = slow_endpoints(timings, threshold_ms)
+    assert found == sorted(set(found))
+    for endpoint in {t.endpoint_id for t in timings}:
+        own = [t for t in timings if t.endpoint_id == endpoint]
+        expected = any(t.elapsed_ms >= threshold_ms or t.error is AttemptError.TIMEOUT for t in own)
+        assert (endpoint in found) == expected
+
+
+def test_the_lane_travels_in_the_envelope_only_when_slow() -> None:
+    token = uuid.uuid4()
+    fast = DeliveryEnvelope(7, token, 1, "{}")
+    slow = DeliveryEnvelope(7, token, 1, "{}", slow=True)
+    assert "slow" not in json.loads(fast.to_body())
+    assert DeliveryEnvelope.from_body(slow.to_body()) == slow
+    assert DeliveryEnvelope.from_body(fast.to_body()) == fast
+    assert lane_of(slow.slow) is Lane.SLOW and lane_of(fast.slow) is Lane.FAST
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None, []])
+def test_a_lane_that_is_not_a_boolean_is_malformed(value: object) -> None:
+    body = json.dumps(
+        {"message_id": 1, "lease_token": str(uuid.uuid4()), "attempt": 1, "slow": value}
+    )
+    with pytest.raises(MalformedEnvelope, match="slow must be true or false"):
+        DeliveryEnvelope.from_body(body)
