@@ -94,6 +94,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/percentiles.py
 	$(BIN)/python bench/e2e.py
+	$(BIN)/python bench/isolation.py
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) cdk.out build .pytest_cache .mypy_cache .ruff_cache
