@@ -38,10 +38,11 @@ def keyring() -> Keyring:
 def give_secret(cur: psycopg2.extensions.cursor, endpoint_ids: list[int], secret: str) -> None:
     """Make ``secret`` the signing secret of each endpoint, encrypted as Tidings stores it."""
     for endpoint_id in endpoint_ids:
-        sealed = keyring().seal(cur, endpoint_id, secret)
+        secret_id, sealed = keyring().seal(cur, endpoint_id, secret)
         set_endpoint_secret(
             cur,
             endpoint_id,
+            secret_id=secret_id,
             data_key_id=sealed.data_key_id,
             ciphertext=sealed.ciphertext,
             overlap_s=0,
