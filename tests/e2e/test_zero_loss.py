@@ -3,7 +3,9 @@
 
 Afterwards every message is delivered or dead-lettered, none is left in flight, every delivered
 message reached its receiver, and receivers saw under 1 % duplicates (the same ``webhook-id``
-accepted twice: a kill between a receiver's answer and the record of it).
+accepted twice: a kill between a receiver's answer and the record of it). Every complete request
+carried a valid signature; a request cut short (a kill between its headers and its body) is
+counted as incomplete, and those stay as rare as the kills make them.
 """
 
 from __future__ import annotations
@@ -234,6 +236,9 @@ def test_no_message_is_lost_when_the_runtime_and_database_fail(
     missing = delivered - set(tally.accepted)
     assert not missing, f"{len(missing)} delivered messages never reached the receiver"
     assert tally.duplicates < total * 0.01, tally.duplicates
-    assert tally.bad_signatures == 0
+    complete = tally.requests - tally.incomplete
+    assert tally.bad_signatures == 0, f"{tally.bad_signatures} of {complete} complete requests"
+    # Only requests in flight at a kill (or cut off by their deadline) can arrive incomplete.
+    assert tally.incomplete < total * 0.01, tally.incomplete
     # The receivers did fail: the run went through resets, hangs and 5xx answers.
     assert sum(count for status, count in tally.statuses.items() if status >= 500) > 0

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 import requests
@@ -50,6 +55,86 @@ def test_a_wrong_signature_is_counted(receivers: Receivers) -> None:
     other = signing.generate_secret()
     assert _post(receivers, Kind.HEALTHY, "msg_x", secret=other) == 200
     assert receivers.snapshot()[Kind.HEALTHY].bad_signatures == 1
+
+
+def _send_cut_short(receivers: Receivers, kind: Kind, body: bytes, sent: int) -> bytes:
+    """A correctly signed request for ``body`` of which only the headers and the first ``sent``
+    bytes of the body leave before the sender's side of the connection closes (as when a sender
+    dies between its writes); what came back before the receiver closed."""
+    headers = signing.webhook_headers("msg_cut", int(time.time()), body, [TEST_SECRET])
+    host, port = receivers._server.server_address[:2]
+    head = [f"POST /{kind.value} HTTP/1.1", f"Host: {host}:{port}"]
+    head += [f"{name}: {value}" for name, value in headers.items()]
+    head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    with socket.create_connection((str(host), port), timeout=10) as conn:
+        conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body[:sent])
+        conn.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := conn.recv(4096):
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize("sent", [0, 10], ids=["headers-only", "part-of-the-body"])
+def test_a_request_cut_short_is_incomplete_not_a_bad_signature(
+    receivers: Receivers, sent: int
+) -> None:
+    answer = _send_cut_short(receivers, Kind.HEALTHY, b'{"type": "cut", "data": {"n": 1}}', sent)
+    tally = receivers.snapshot()[Kind.HEALTHY]
+    assert tally.bad_signatures == 0
+    assert tally.incomplete == 1
+    assert tally.requests == 1
+    assert answer == b"", "nobody is left to answer a request cut short"
+    assert not tally.seen and not tally.accepted and not tally.statuses
+    # The whole body, sent the same way, verifies: the signature was never at fault.
+    assert _send_cut_short(receivers, Kind.HEALTHY, b'{"type": "cut"}', 15).startswith(
+        b"HTTP/1.1 200"
+    )
+    tally = receivers.snapshot()[Kind.HEALTHY]
+    assert (tally.incomplete, tally.bad_signatures, tally.accepted) == (1, 0, {"msg_cut": 1})
+
+
+# The real sender, killed once its headers have left and before its body does (http.client
+# writes them separately): SIGKILL in the middle of a request, without depending on timing.
+_KILLED_BETWEEN_HEADERS_AND_BODY = """
+import http.client, os, signal, sys, time
+from tidings.delivery import signing
+from tidings.delivery.http_transport import HttpTransport
+from tidings.delivery.ssrf import parse_allowed_networks
+
+url, secret = sys.argv[1:3]
+body = b'{"type": "killed", "data": {"n": 1}}'
+send = http.client.HTTPConnection.send
+
+def send_then_die(self, data):
+    if data == body:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return send(self, data)
+
+http.client.HTTPConnection.send = send_then_die
+transport = HttpTransport(allowed_networks=parse_allowed_networks(["127.0.0.0/8"]))
+headers = signing.webhook_headers("msg_killed", int(time.time()), body, [secret])
+transport.post(url, body, headers, 10)
+"""
+
+
+def test_a_sender_killed_mid_request_leaves_an_incomplete_request(receivers: Receivers) -> None:
+    layers = Path(__file__).resolve().parents[3] / "layers" / "tidings"
+    url = receivers.url(Kind.HEALTHY)
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_BETWEEN_HEADERS_AND_BODY, url, TEST_SECRET],
+        env={**os.environ, "PYTHONPATH": str(layers)},
+        timeout=60,
+        check=False,
+    )
+    assert killed.returncode == -9
+    deadline = time.monotonic() + 10
+    while receivers.snapshot()[Kind.HEALTHY].requests == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    tally = receivers.snapshot()[Kind.HEALTHY]
+    assert tally.bad_signatures == 0
+    assert (tally.requests, tally.incomplete) == (1, 1)
+    assert not tally.accepted
 
 
 def test_gone_answers_410_and_flaky_fails_about_a_third(receivers: Receivers) -> None:

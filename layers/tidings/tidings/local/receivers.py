@@ -3,6 +3,9 @@
 One HTTP server answers at ``/<kind>`` for every kind of behaviour. Each receiver checks the
 Standard Webhooks signature with the endpoint's secret (once registered) and counts what it saw:
 requests, the ``webhook-id`` of every message it accepted (so duplicates show), bad signatures.
+A request whose body ends before its ``Content-Length`` (a sender killed, or timed out, between
+sending the headers and the body) is counted as incomplete: it is neither verified nor answered,
+so a cut-short request is never mistaken for a bad signature.
 A "dead" endpoint is a loopback port where nothing listens.
 
 The zoo: kinds that misbehave the way real endpoints (and the proxies in front of them) do, each
@@ -148,6 +151,9 @@ class Tally:
     accepted: Counter[str] = field(default_factory=Counter)
     bad_signatures: int = 0
     unsigned: int = 0
+    # Requests whose body ended (the connection closed) before its Content-Length: never
+    # verified, answered or accepted. Counted in ``requests``, not in ``seen``.
+    incomplete: int = 0
     statuses: Counter[int] = field(default_factory=Counter)
 
     @property
@@ -361,6 +367,7 @@ class Receivers:
                     accepted=Counter(t.accepted),
                     bad_signatures=t.bad_signatures,
                     unsigned=t.unsigned,
+                    incomplete=t.incomplete,
                     statuses=Counter(t.statuses),
                 )
                 for kind, t in self.tallies.items()
@@ -373,6 +380,12 @@ class Receivers:
     def _stray(self, path: str) -> None:
         with self._lock:
             self.strays[path] += 1
+
+    def _incomplete(self, kind: Kind) -> None:
+        with self._lock:
+            tally = self.tallies[kind]
+            tally.requests += 1
+            tally.incomplete += 1
 
     def _handle(self, kind: Kind, body: bytes, headers: Mapping[str, str]) -> Reply:
         reply = self.behaviours[kind].reply()
@@ -520,6 +533,13 @@ def _handler_class(receivers: Receivers) -> type[BaseHTTPRequestHandler]:
             if kind is None or kind not in receivers.behaviours:
                 receivers._stray(path)
                 self._answer(404, ())
+                return
+            if len(body) < length:
+                # The connection closed mid-body: the sender is gone (killed, or its deadline
+                # shut the socket) and what arrived is not what it signed. Nobody is left to
+                # answer, and a short body is no evidence against the signature.
+                receivers._incomplete(kind)
+                self.close_connection = True
                 return
             headers = {name.lower(): value for name, value in self.headers.items()}
             reply = receivers._handle(kind, body, headers)
