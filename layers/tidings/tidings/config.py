@@ -27,6 +27,9 @@ DEFAULT_RETRY_SCHEDULE: tuple[float, ...] = (5.0, 300.0, 1800.0, 7200.0, 18000.0
 # The longest delay a schedule may hold, and the most delays.
 MAX_RETRY_DELAY_S = 86_400.0
 MAX_RETRY_DELAYS = 50
+# The bodies an endpoint may receive (tidings.dal.delivery.PayloadFormat; a test keeps the two
+# alike: configuration is read below every other layer).
+PAYLOAD_FORMATS = ("raw", "envelope")
 
 
 class ConfigError(ValueError):
@@ -104,6 +107,12 @@ class Settings:
     circuit_slow_p95_ms: int = 5000
     circuit_cooldown_s: float = 300.0
     circuit_max_cooldown_s: float = 3600.0
+
+    # What a new endpoint receives as the body when neither its request nor its application's
+    # default says (one of PAYLOAD_FORMATS): the producer's payload as it is (raw), or the
+    # Standard Webhooks envelope {"type", "timestamp", "data"} around it (envelope). Endpoints
+    # keep the format they were made with.
+    payload_format: str = "raw"
 
     # Signing
     secret_rotation_overlap_s: float = 86400.0
@@ -246,6 +255,11 @@ class Settings:
         if self.lease_queue_allowance_s < 0:
             raise ConfigError(f"{_env_name('lease_queue_allowance_s')} must not be negative")
         self._validate_retry_schedule()
+        if self.payload_format not in PAYLOAD_FORMATS:
+            raise ConfigError(
+                f"{_env_name('payload_format')} must be one of {', '.join(PAYLOAD_FORMATS)}, "
+                f"got {self.payload_format!r}"
+            )
         if not 0 <= self.sqs_max_delay_s <= 900:
             raise ConfigError(f"{_env_name('sqs_max_delay_s')} must be within 0..900 (SQS limit)")
         if not 0 < self.dead_letter_pattern_share <= 1:

@@ -199,6 +199,14 @@ ROLES: tuple[DatabaseRole, ...] = (
 )
 ROLES_BY_NAME: Mapping[str, DatabaseRole] = {role.name: role for role in ROLES}
 
+# Functions the previous release's code calls and this release's does not, kept (and granted)
+# so that code still running while a release is deployed keeps working; no query of this
+# release needs them. The next release's migration drops them and removes them here.
+PREVIOUS_RELEASE_FUNCTIONS: Mapping[str, frozenset[str]] = {
+    # Replaced by begin_attempts_v2 (migration 0093), which adds the payload format.
+    "tidings_sender": frozenset({"begin_attempts_v1"}),
+}
+
 # Run by the migrator (or `tidings schema` / `tidings secrets reencrypt`) as a member of the
 # owner role: reading the catalogs, and the secrets' upkeep, which opens every stored secret.
 OWNER_QUERIES: frozenset[str] = frozenset(
@@ -227,10 +235,10 @@ OWNER_QUERIES: frozenset[str] = frozenset(
 
 # Functions that run with their owner's rights (SECURITY DEFINER, with a fixed search_path), so
 # that a role needs only EXECUTE on them: what a producer may do is exactly what tidings.enqueue
-# does; the sender reads secrets only through begin_attempts_v1, for rows it holds. Every
-# overload of each name. A later CREATE OR REPLACE resets both attributes, so a migration that
-# redefines one must say SECURITY DEFINER SET search_path = pg_catalog, pg_temp again (a test
-# fails otherwise).
+# does; the sender reads secrets only through begin_attempts_v2 (v1 before it), for rows it
+# holds. Every overload of each name. A later CREATE OR REPLACE resets both attributes, so a
+# migration that redefines one must say SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+# again (a test fails otherwise).
 SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
     {
         "enqueue",
@@ -238,6 +246,7 @@ SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
         "enqueue_event",
         "claim_due_v1",
         "begin_attempts_v1",
+        "begin_attempts_v2",
         "record_outcomes_v1",
         "release_leases_v1",
         "set_endpoint_secret_v1",
