@@ -39,6 +39,8 @@ CREATE TABLE tidings.applications (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     deleted_at timestamp with time zone,
     claim_after_endpoint_id bigint DEFAULT 0 NOT NULL,
+    default_payload_format text,
+    CONSTRAINT applications_default_payload_format_check CHECK ((default_payload_format = ANY (ARRAY['raw'::text, 'envelope'::text]))),
     CONSTRAINT applications_metadata_check CHECK ((jsonb_typeof(metadata) = 'object'::text)),
     CONSTRAINT applications_name_check CHECK ((length(name) <= 200)),
     CONSTRAINT applications_pkey PRIMARY KEY (id),
@@ -153,6 +155,7 @@ CREATE TABLE tidings.endpoints (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     app_id bigint DEFAULT 1 NOT NULL,
     retry_schedule integer[],
+    payload_format text DEFAULT 'raw'::text NOT NULL,
     max_in_flight integer,
     CONSTRAINT endpoints_app_id_fkey FOREIGN KEY (app_id) REFERENCES tidings.applications(id),
     CONSTRAINT endpoints_check CHECK (((previous_secret IS NULL) = (previous_secret_expires_at IS NULL))),
@@ -160,6 +163,7 @@ CREATE TABLE tidings.endpoints (
     CONSTRAINT endpoints_id_app_id_key UNIQUE (id, app_id),
     CONSTRAINT endpoints_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
     CONSTRAINT endpoints_max_in_flight_check CHECK (((max_in_flight >= 1) AND (max_in_flight <= 1000))),
+    CONSTRAINT endpoints_payload_format_check CHECK ((payload_format = ANY (ARRAY['raw'::text, 'envelope'::text]))),
     CONSTRAINT endpoints_pkey PRIMARY KEY (id),
     CONSTRAINT endpoints_previous_secret_check CHECK ((previous_secret ~~ 'whsec\_%'::text)),
     CONSTRAINT endpoints_rate_limit_per_s_check CHECK ((rate_limit_per_s > (0)::double precision)),
@@ -412,6 +416,104 @@ BEGIN
            e.url, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule, sk.data_keys,
            sk.ciphertexts,
            CASE WHEN v.want_payload THEN ev.payload::text END
+    FROM verdict v
+    JOIN tidings.messages m ON m.id = v.id
+    JOIN tidings.endpoints e ON e.id = v.endpoint_id
+    JOIN tidings.events ev ON ev.id = m.event_ref
+    LEFT JOIN started s ON s.id = v.id
+    -- The permitted rows' signing secrets, newest first: the current one and those still in
+    -- their overlap, encrypted (tidings.endpoint_secrets, migration 0070; the sender decrypts).
+    LEFT JOIN LATERAL (
+        SELECT array_agg(es.data_key_id ORDER BY es.id DESC) AS data_keys,
+               array_agg(es.ciphertext ORDER BY es.id DESC) AS ciphertexts
+        FROM tidings.endpoint_secrets es
+        WHERE s.id IS NOT NULL
+          AND es.endpoint_id = v.endpoint_id
+          AND (es.expires_at IS NULL OR es.expires_at > now())
+    ) sk ON true
+    WHERE s.id IS NOT NULL OR v.id IN (SELECT hb.id FROM held_back hb)
+    ORDER BY v.id;
+END $function$;
+
+CREATE OR REPLACE FUNCTION tidings.begin_attempts_v2(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision)
+ RETURNS TABLE(message_id bigint, endpoint_id bigint, permitted boolean, lease_token uuid, event_type text, event_id text, attempts integer, max_attempts integer, url text, timeout_ms integer, rate_limit_per_s double precision, retry_schedule integer[], secret_data_keys bigint[], secrets bytea[], payload text, payload_format text, event_created_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH request AS (
+        SELECT r.id, r.token, r.attempt, r.want_payload
+        FROM unnest(p_ids, p_tokens, p_attempts, p_want_payload)
+            AS r(id, token, attempt, want_payload)
+    ),
+    held AS (
+        SELECT m.id, m.endpoint_id, r.token, r.attempt, r.want_payload,
+               -- A rate-limited endpoint's requests spend the tokens the claim takes from its
+               -- bucket: a retry that came back through the queue has none.
+               m.status = 'failed' AND e.rate_limit_per_s IS NOT NULL AS without_token
+        FROM tidings.messages m
+        JOIN request r ON r.id = m.id AND m.lease_token = r.token AND m.attempts = r.attempt - 1
+        JOIN tidings.endpoints e ON e.id = m.endpoint_id
+        WHERE m.status IN ('in_flight', 'failed')
+    ),
+    probe AS (
+        UPDATE tidings.endpoint_health h
+        SET state = 'half_open', probe_token = c.token, probe_started_at = now()
+        FROM (SELECT DISTINCT ON (held.endpoint_id) held.endpoint_id, held.token
+              FROM held WHERE NOT held.without_token
+              ORDER BY held.endpoint_id, held.id) c
+        WHERE h.endpoint_id = c.endpoint_id
+          AND tidings.probe_may_start(h.state, h.opened_at, h.cooldown_s, h.probe_started_at,
+                                      p_lease_s)
+        RETURNING h.endpoint_id, h.probe_token
+    ),
+    verdict AS (
+        SELECT held.id, held.endpoint_id, held.token, held.attempt, held.want_payload,
+               coalesce(e.enabled AND e.deleted_at IS NULL
+                        AND (h.state = 'closed'
+                             OR (h.state = 'half_open' AND h.probe_token = held.token)
+                             OR p.probe_token = held.token)
+                        AND NOT held.without_token,
+                        false) AS permitted,
+               CASE WHEN h.state = 'open'
+                    THEN h.opened_at + h.cooldown_s * interval '1 second' END AS cooldown_ends_at
+        FROM held
+        JOIN tidings.endpoints e ON e.id = held.endpoint_id
+        JOIN tidings.endpoint_health h ON h.endpoint_id = held.endpoint_id
+        LEFT JOIN probe p ON p.endpoint_id = held.endpoint_id
+    ),
+    started AS (
+        UPDATE tidings.messages m
+        SET status = 'in_flight',
+            lease_token = gen_random_uuid(),
+            next_attempt_at = greatest(m.next_attempt_at,
+                                       now() + p_lease_s * interval '1 second')
+        FROM verdict v
+        WHERE m.id = v.id AND v.permitted
+          AND m.lease_token = v.token AND m.attempts = v.attempt - 1
+        RETURNING m.id, m.lease_token
+    ),
+    held_back AS (
+        UPDATE tidings.messages m
+        SET status = tidings.unleased_status(m.attempts),
+            lease_token = NULL,
+            next_attempt_at = greatest(v.cooldown_ends_at,
+                                       now() + p_hold_back_s * interval '1 second')
+        FROM verdict v
+        WHERE m.id = v.id AND NOT v.permitted
+          AND m.lease_token = v.token AND m.attempts = v.attempt - 1
+        RETURNING m.id
+    )
+    SELECT v.id, v.endpoint_id, s.id IS NOT NULL, s.lease_token,
+           m.event_type, ev.event_id, m.attempts,
+           coalesce(m.max_attempts, e.max_attempts),
+           e.url, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule, sk.data_keys,
+           sk.ciphertexts,
+           CASE WHEN v.want_payload THEN ev.payload::text END,
+           e.payload_format, ev.created_at
     FROM verdict v
     JOIN tidings.messages m ON m.id = v.id
     JOIN tidings.endpoints e ON e.id = v.endpoint_id
@@ -1625,6 +1727,7 @@ CREATE TRIGGER endpoints_have_health AFTER INSERT ON tidings.endpoints FOR EACH 
 
 GRANT EXECUTE ON FUNCTION tidings.analyze_latency_histograms() TO tidings_percentiles;
 GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v1(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision) TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v2(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.claim_due_v1(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.claim_due_v2(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer, p_slow_max_in_flight integer) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.drop_attempt_partition(partition text, lock_timeout_ms integer) TO tidings_pruner;
@@ -1663,12 +1766,12 @@ GRANT INSERT, SELECT, UPDATE ON TABLE tidings.alerts TO tidings_health_monitor;
 GRANT SELECT (deleted_at, id, uid) ON TABLE tidings.applications TO tidings_authorizer;
 GRANT SELECT (id, uid) ON TABLE tidings.applications TO tidings_dead_letter_report;
 GRANT SELECT (deleted_at, id, uid) ON TABLE tidings.applications TO tidings_health_monitor;
-GRANT INSERT (metadata, name, uid) ON TABLE tidings.applications TO tidings_ingest;
-GRANT SELECT (created_at, deleted_at, id, metadata, name, uid, updated_at) ON TABLE tidings.applications TO tidings_ingest;
-GRANT UPDATE (deleted_at, metadata, name, updated_at) ON TABLE tidings.applications TO tidings_ingest;
-GRANT INSERT (metadata, name, uid) ON TABLE tidings.applications TO tidings_operator;
-GRANT SELECT (created_at, deleted_at, id, metadata, name, uid, updated_at) ON TABLE tidings.applications TO tidings_operator;
-GRANT UPDATE (deleted_at, metadata, name, updated_at) ON TABLE tidings.applications TO tidings_operator;
+GRANT INSERT (default_payload_format, metadata, name, uid) ON TABLE tidings.applications TO tidings_ingest;
+GRANT SELECT (created_at, default_payload_format, deleted_at, id, metadata, name, uid, updated_at) ON TABLE tidings.applications TO tidings_ingest;
+GRANT UPDATE (default_payload_format, deleted_at, metadata, name, updated_at) ON TABLE tidings.applications TO tidings_ingest;
+GRANT INSERT (default_payload_format, metadata, name, uid) ON TABLE tidings.applications TO tidings_operator;
+GRANT SELECT (created_at, default_payload_format, deleted_at, id, metadata, name, uid, updated_at) ON TABLE tidings.applications TO tidings_operator;
+GRANT UPDATE (default_payload_format, deleted_at, metadata, name, updated_at) ON TABLE tidings.applications TO tidings_operator;
 GRANT SELECT (attempted_at, endpoint_id, status_code) ON TABLE tidings.attempts TO tidings_health_monitor;
 GRANT SELECT (attempt_number, attempted_at, endpoint_id, error_class, id, message_id, response_excerpt, response_ms, status_code) ON TABLE tidings.attempts TO tidings_ingest;
 GRANT SELECT (attempt_number, attempted_at, endpoint_id, error_class, id, message_id, response_excerpt, response_ms, status_code) ON TABLE tidings.attempts TO tidings_operator;
@@ -1698,12 +1801,12 @@ GRANT SELECT (expires_at, id) ON TABLE tidings.endpoint_secrets TO tidings_prune
 GRANT SELECT (app_id, id, url) ON TABLE tidings.endpoints TO tidings_dead_letter_report;
 GRANT SELECT (app_id, deleted_at, disabled_reason, enabled, id, url) ON TABLE tidings.endpoints TO tidings_health_monitor;
 GRANT UPDATE (disabled_at, disabled_reason, enabled, updated_at) ON TABLE tidings.endpoints TO tidings_health_monitor;
-GRANT INSERT (app_id, description, max_attempts, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_ingest;
-GRANT SELECT (app_id, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, id, max_attempts, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
-GRANT UPDATE (deleted_at, description, disabled_at, disabled_reason, enabled, max_attempts, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
-GRANT INSERT (app_id, description, max_attempts, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_operator;
-GRANT SELECT (app_id, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, id, max_attempts, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
-GRANT UPDATE (deleted_at, description, disabled_at, disabled_reason, enabled, max_attempts, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
+GRANT INSERT (app_id, description, max_attempts, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_ingest;
+GRANT SELECT (app_id, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, id, max_attempts, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
+GRANT UPDATE (deleted_at, description, disabled_at, disabled_reason, enabled, max_attempts, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
+GRANT INSERT (app_id, description, max_attempts, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_operator;
+GRANT SELECT (app_id, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, id, max_attempts, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
+GRANT UPDATE (deleted_at, description, disabled_at, disabled_reason, enabled, max_attempts, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
 GRANT SELECT (event_id, id, payload) ON TABLE tidings.events TO tidings_ingest;
 GRANT SELECT (event_id, id, payload) ON TABLE tidings.events TO tidings_operator;
 GRANT DELETE ON TABLE tidings.events TO tidings_pruner;

@@ -14,6 +14,7 @@ may be visible in it).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -303,6 +304,7 @@ def test_a_link_opens_the_application_and_an_endpoint_receives_an_event(
     page.fill("new-endpoint-url", url)
     page.fill("new-endpoint-description", "Order service")
     page.fill("new-endpoint-event-types", "order.created, order.updated")
+    Select(page.by_id("new-endpoint-payload-format")).select_by_value("envelope")
     page.click("new-endpoint-submit")
     page.wait(lambda: page.shown("created-secret"), "the created endpoint's secret")
     secret = page.by_id("created-secret-value").get_attribute("value")
@@ -330,6 +332,15 @@ def test_a_link_opens_the_application_and_an_endpoint_receives_an_event(
         "the receiver to get both events",
         timeout_s=20,
     )
+    # The body chosen on the form: the envelope, naming the type as the header does.
+    for request in system.receiver.requests_to("ok"):
+        envelope = json.loads(request.body)
+        assert set(envelope) == {"type", "timestamp", "data"}
+        assert envelope["type"] == request.headers["webhook-event-type"]
+    assert {r.headers["webhook-event-type"] for r in system.receiver.requests_to("ok")} == {
+        "order.created",
+        "order.updated",
+    }
     # A second endpoint that always fails, with one retry a second after the first attempt.
     failing = system.call(
         "POST",
@@ -513,8 +524,17 @@ def test_rotating_then_revealing_shows_the_same_secret(system: System, page: Por
     page.wait(lambda: page.text("edit-endpoint-url-error"), "the URL's error")
     page.fill("edit-endpoint-url", system.ids["ok_url"])
     page.fill("edit-endpoint-description", XSS_DESCRIPTION)
+    assert (
+        Select(page.by_id("edit-endpoint-payload-format")).first_selected_option.get_attribute(
+            "value"
+        )
+        == "envelope"
+    )
+    assert page.by_testid("fact-body").text == "envelope"
+    Select(page.by_id("edit-endpoint-payload-format")).select_by_value("raw")
     page.click("edit-endpoint-submit")
     page.wait_status("Changes saved")
+    assert page.by_testid("fact-body").text == "raw"
     # The description is text: shown literally, never markup.
     assert page.by_testid("fact-description").text == XSS_DESCRIPTION
     assert page.driver.find_elements(By.CSS_SELECTOR, "main b") == []

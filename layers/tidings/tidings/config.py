@@ -30,6 +30,9 @@ DEFAULT_RETRY_SCHEDULE: tuple[float, ...] = (5.0, 300.0, 1800.0, 7200.0, 18000.0
 # The longest delay a schedule may hold, and the most delays.
 MAX_RETRY_DELAY_S = 86_400.0
 MAX_RETRY_DELAYS = 50
+# The bodies an endpoint may receive (tidings.dal.delivery.PayloadFormat; a test keeps the two
+# alike: configuration is read below every other layer).
+PAYLOAD_FORMATS = ("raw", "envelope")
 
 
 class ConfigError(ValueError):
@@ -143,6 +146,12 @@ class Settings:
     circuit_cooldown_s: float = 300.0
     circuit_max_cooldown_s: float = 3600.0
 
+    # What a new endpoint receives as the body when neither its request nor its application's
+    # default says (one of PAYLOAD_FORMATS): the producer's payload as it is (raw), or the
+    # Standard Webhooks envelope {"type", "timestamp", "data"} around it (envelope). Endpoints
+    # keep the format they were made with.
+    payload_format: str = "raw"
+
     # Signing
     secret_rotation_overlap_s: float = 86400.0
     # At most this many secrets sign a delivery at once: the current one and those rotated out
@@ -249,6 +258,13 @@ class Settings:
         updated.validate()
         return updated
 
+    def _validate_finite(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            # nan passes every comparison in validate, and inf every upper bound.
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{_env_name(f.name)} must be a finite number, got {value}")
+
     def validate(self) -> None:
         positive = (
             "claim_batch_size",
@@ -282,17 +298,18 @@ class Settings:
             "portal_session_s",
             "portal_link_max_s",
         )
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            # nan passes every comparison below, and inf every upper bound.
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"{_env_name(f.name)} must be a finite number, got {value}")
+        self._validate_finite()
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_env_name(name)} must be positive, got {getattr(self, name)}")
         if self.lease_queue_allowance_s < 0:
             raise ConfigError(f"{_env_name('lease_queue_allowance_s')} must not be negative")
         self._validate_retry_schedule()
+        if self.payload_format not in PAYLOAD_FORMATS:
+            raise ConfigError(
+                f"{_env_name('payload_format')} must be one of {', '.join(PAYLOAD_FORMATS)}, "
+                f"got {self.payload_format!r}"
+            )
         if not 0 <= self.sqs_max_delay_s <= 900:
             raise ConfigError(f"{_env_name('sqs_max_delay_s')} must be within 0..900 (SQS limit)")
         if not 0 < self.dead_letter_pattern_share <= 1:

@@ -16,7 +16,15 @@ def create(api: Api, uid: str, **fields: object) -> dict:
 
 def test_create_read_list_change(api: Api) -> None:
     acme = create(api, "acme", name="Acme Inc.", metadata={"plan": "pro"})
-    assert set(acme) == {"id", "uid", "name", "metadata", "created_at", "updated_at"}
+    assert set(acme) == {
+        "id",
+        "uid",
+        "name",
+        "metadata",
+        "default_payload_format",
+        "created_at",
+        "updated_at",
+    }
     assert (acme["uid"], acme["name"], acme["metadata"]) == ("acme", "Acme Inc.", {"plan": "pro"})
     assert "claim_after_endpoint_id" not in api.get("/v1/apps/acme").raw
     assert api.get("/v1/apps/acme").body == acme

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tidings.config import Settings
-from tidings.dal.delivery import MessageStatus, StartedAttempt
+from tidings.dal.delivery import MessageStatus, PayloadFormat, StartedAttempt
 from tidings.delivery.attempt import (
     Attempt,
     Job,
@@ -52,6 +52,8 @@ def _attempt(
         retry_schedule=None,
         secrets=("whsec_x",),
         payload="{}",
+        payload_format=PayloadFormat.RAW,
+        event_created_at=NOW,
     )
     envelope = DeliveryEnvelope(message_id, token, attempts + 1)
     return Attempt(Job(f"r{message_id}", envelope, row, "{}"), at, result)

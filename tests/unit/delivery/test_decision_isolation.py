@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidings.config import Settings
-from tidings.dal.delivery import OUTCOME_STATUSES, MessageStatus, StartedAttempt
+from tidings.dal.delivery import OUTCOME_STATUSES, MessageStatus, PayloadFormat, StartedAttempt
 from tidings.delivery import attempt as attempt_module
 from tidings.delivery import retry_schedule
 from tidings.delivery import sender as sender_module
@@ -58,6 +58,8 @@ def _attempt(result: HttpResult, *, attempts: int = 0, max_attempts: int | None 
         retry_schedule=None,
         secrets=("whsec_x",),
         payload=PAYLOAD,
+        payload_format=PayloadFormat.RAW,
+        event_created_at=NOW,
     )
     envelope = DeliveryEnvelope(42, uuid.UUID(int=42), attempts + 1)
     return Attempt(Job("r42", envelope, row, PAYLOAD), NOW, result)

@@ -23,6 +23,7 @@ from tidings.logic.endpoints import (
     Endpoint,
     EndpointHealth,
     EndpointPage,
+    PayloadFormatName,
     RevealedSecret,
     RotatedSecret,
 )
@@ -189,6 +190,11 @@ class CreateEndpoint(_Strict):
         json_schema_extra={"deprecated": True},
     )
     timeout_ms: int | None = Field(default=None, ge=100, le=60_000)
+    payload_format: PayloadFormatName | None = Field(
+        default=None,
+        description="The body the endpoint receives: raw (the payload as sent) or envelope "
+        "({type, timestamp, data}); absent: the application's default, else the deployment's",
+    )
 
 
 class UpdateEndpoint(_Strict):
@@ -207,6 +213,9 @@ class UpdateEndpoint(_Strict):
         json_schema_extra={"deprecated": True},
     )
     timeout_ms: int | None = Field(default=None, ge=100, le=60_000)
+    payload_format: PayloadFormatName | None = Field(
+        default=None, description="raw or envelope (a format must be named: null is refused)"
+    )
     enabled: bool | None = None
 
 
@@ -232,6 +241,11 @@ class CreateApplication(_Strict):
     )
     name: str = Field(default="", max_length=200)
     metadata: Metadata = Field(default_factory=dict, description="Your own string pairs")
+    default_payload_format: PayloadFormatName | None = Field(
+        default=None,
+        description="The body its new endpoints receive when they do not say (raw or envelope); "
+        "absent or null: the deployment's default",
+    )
 
 
 class UpdateApplication(_Strict):
@@ -239,6 +253,11 @@ class UpdateApplication(_Strict):
 
     name: str | None = Field(default=None, max_length=200)
     metadata: Metadata | None = None
+    default_payload_format: PayloadFormatName | None = Field(
+        default=None,
+        description="The body its new endpoints receive when they do not say; null: back to "
+        "the deployment's default. Existing endpoints keep theirs.",
+    )
 
 
 class CreateToken(_Strict):

@@ -265,6 +265,7 @@ def create_endpoint(
         timeout_ms=body.timeout_ms,
         rate_limit_per_s=body.rate_limit_per_s,
         retry_schedule=body.retry_schedule,
+        payload_format=body.payload_format,
         settings=wiring.settings(),
         app_id=app.id,
     )
@@ -499,7 +500,11 @@ def _own_portal_url() -> str:
 def create_application(body: Annotated[CreateApplication, Body()]) -> Response[Application]:
     access.require(principal(router), Action.MANAGE_APPLICATIONS)
     created = applications.create_application(
-        wiring.database(), uid=body.uid, name=body.name, metadata=body.metadata
+        wiring.database(),
+        uid=body.uid,
+        name=body.name,
+        metadata=body.metadata,
+        default_payload_format=body.default_payload_format,
     )
     return _json(201, created)
 
@@ -544,7 +549,11 @@ def update_application(app: AppPath, body: Annotated[UpdateApplication, Body()])
     access.require(who, Action.MANAGE_APPLICATIONS)
     found = applications.visible(wiring.database(), app, who)
     return applications.update_application(
-        wiring.database(), found, name=body.name, metadata=body.metadata
+        wiring.database(),
+        found,
+        name=body.name,
+        metadata=body.metadata,
+        changes=body.model_dump(include={"default_payload_format"}, exclude_unset=True),
     )
 
 

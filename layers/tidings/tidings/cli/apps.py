@@ -8,6 +8,7 @@ from typing import Any
 
 from tidings.cli import CommandError
 from tidings.cli.support import print_json, target, use_case_errors, when
+from tidings.config import PAYLOAD_FORMATS
 from tidings.local.progress import table
 
 
@@ -22,6 +23,13 @@ def register(subparsers: Any) -> None:
     create.add_argument("--name", default="", help="a name for people")
     create.add_argument(
         "--metadata", default=None, metavar="JSON", help='your own string pairs: {"plan": "pro"}'
+    )
+    create.add_argument(
+        "--default-payload-format",
+        choices=PAYLOAD_FORMATS,
+        default=None,
+        help="the body its new endpoints receive when they do not say: raw or envelope "
+        "(default: the deployment's)",
     )
     create.add_argument("--json", action="store_true", help="print JSON")
     create.set_defaults(handler=run_create)
@@ -42,7 +50,11 @@ def run_create(args: argparse.Namespace) -> int:
             raise CommandError(f"--metadata is not valid JSON: {exc}") from None
     with target() as where, use_case_errors():
         created = applications.create_application(
-            where.db, uid=args.uid, name=args.name, metadata=metadata
+            where.db,
+            uid=args.uid,
+            name=args.name,
+            metadata=metadata,
+            default_payload_format=args.default_payload_format,
         )
     if args.json:
         print_json(created)

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from tidings.cli.support import (
+    OperatorError,
     add_app_option,
     chosen_app,
     keyring_for,
@@ -19,6 +20,7 @@ from tidings.cli.support import (
     use_case_errors,
     when,
 )
+from tidings.config import PAYLOAD_FORMATS
 from tidings.local.progress import LiveDisplay, progress_bar, table
 
 
@@ -34,6 +36,8 @@ def endpoint_id(text: str) -> int:
 
 # What ``--retry-schedule`` takes to go back to the deployment's schedule.
 DEFAULT_SCHEDULE_WORD = "default"
+# ``update`` without --retry-schedule: None would mean "the deployment's schedule".
+_UNCHANGED: Any = object()
 
 
 def time_arg(text: str) -> datetime:
@@ -121,6 +125,13 @@ def register(subparsers: Any) -> None:
         help="its own waits between attempts, e.g. 5,300,1800,7200 (default: the deployment's)",
     )
     add.add_argument(
+        "--payload-format",
+        choices=PAYLOAD_FORMATS,
+        default=None,
+        help="the body it receives: raw (the payload as sent) or envelope ({type, timestamp, "
+        "data}); default: the application's default, else the deployment's",
+    )
+    add.add_argument(
         "--max-attempts", type=int, default=None, help="deprecated: use --retry-schedule"
     )
     add.add_argument("--timeout-ms", type=int, default=None)
@@ -139,14 +150,22 @@ def register(subparsers: Any) -> None:
     add_app_option(show)
     show.set_defaults(handler=run_show)
 
-    update = actions.add_parser("update", help="change an endpoint's retry schedule")
+    update = actions.add_parser(
+        "update", help="change an endpoint's retry schedule and/or its payload format"
+    )
     update.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
     update.add_argument(
         "--retry-schedule",
         type=retry_schedule_arg,
-        required=True,
+        default=_UNCHANGED,
         metavar="SECONDS",
         help="its own waits between attempts, e.g. 5,300,1800 ('default': the deployment's)",
+    )
+    update.add_argument(
+        "--payload-format",
+        choices=PAYLOAD_FORMATS,
+        default=None,
+        help="the body it receives: raw or envelope",
     )
     update.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(update)
@@ -211,6 +230,7 @@ def run_add(args: argparse.Namespace) -> int:
             timeout_ms=args.timeout_ms,
             rate_limit_per_s=args.rate_limit,
             retry_schedule=args.retry_schedule,
+            payload_format=args.payload_format,
             settings=where.settings,
         )
     if args.json:
@@ -219,6 +239,7 @@ def run_add(args: argparse.Namespace) -> int:
     print(f"endpoint {created.id} added to application {app.uid}: {created.url}")
     print(f"  event types: {', '.join(created.event_types)}")
     print(f"  retries:     {describe_schedule(created.retry_schedule)}")
+    print(f"  body:        {created.payload_format}")
     print(f"  secret:      {created.secret}")
     print("  (the secret is shown this once; keep it to verify signatures)")
     print(f"  ({secrets_key_notice(keyring.master)})")
@@ -286,6 +307,7 @@ def run_show(args: argparse.Namespace) -> int:
         ("retries", f"{describe_schedule(found.retry_schedule)}: {source}"),
         ("rate limit", f"{found.rate_limit_per_s:g}/s" if found.rate_limit_per_s else "-"),
         ("timeout", f"{found.timeout_ms} ms" if found.timeout_ms else "the deployment's"),
+        ("body", found.payload_format),
         ("created", when(found.created_at)),
         ("updated", when(found.updated_at)),
     ]
@@ -298,19 +320,25 @@ def run_show(args: argparse.Namespace) -> int:
 def run_update(args: argparse.Namespace) -> int:
     from tidings.logic import endpoints
 
+    changes: dict[str, object] = {}
+    if args.retry_schedule is not _UNCHANGED:
+        changes["retry_schedule"] = args.retry_schedule
+    if args.payload_format is not None:
+        changes["payload_format"] = args.payload_format
+    if not changes:
+        raise OperatorError("nothing to change: give --retry-schedule and/or --payload-format")
     with target() as where, use_case_errors():
         app = chosen_app(where, args.app)
         changed = endpoints.update_endpoint(
-            where.db,
-            args.endpoint_id,
-            {"retry_schedule": args.retry_schedule},
-            settings=where.settings,
-            app_id=app.id,
+            where.db, args.endpoint_id, changes, settings=where.settings, app_id=app.id
         )
     if args.json:
         print_json(changed)
-    else:
+        return 0
+    if "retry_schedule" in changes:
         print(f"endpoint {changed.id}: retries {describe_schedule(changed.retry_schedule)}")
+    if "payload_format" in changes:
+        print(f"endpoint {changed.id}: body {changed.payload_format}")
     return 0
 
 

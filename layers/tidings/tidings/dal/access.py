@@ -207,6 +207,16 @@ ROLES: tuple[DatabaseRole, ...] = (
 )
 ROLES_BY_NAME: Mapping[str, DatabaseRole] = {role.name: role for role in ROLES}
 
+# Functions the previous release's code calls and this release's does not, kept (and granted)
+# so that code still running while a release is deployed keeps working; no query of this
+# release needs them. The next release's migration drops them and removes them here.
+PREVIOUS_RELEASE_FUNCTIONS: Mapping[str, frozenset[str]] = {
+    # Replaced by begin_attempts_v2 (migration 0093), which adds the payload format.
+    "tidings_sender": frozenset({"begin_attempts_v1"}),
+    # Replaced by claim_due_v2 (migration 0094), which names each row's lane.
+    "tidings_claimer": frozenset({"claim_due_v1"}),
+}
+
 # Run by the migrator (or `tidings schema` / `tidings secrets reencrypt`) as a member of the
 # owner role: reading the catalogs, and the secrets' upkeep, which opens every stored secret.
 OWNER_QUERIES: frozenset[str] = frozenset(
@@ -239,10 +249,10 @@ OWNER_QUERIES: frozenset[str] = frozenset(
 
 # Functions that run with their owner's rights (SECURITY DEFINER, with a fixed search_path), so
 # that a role needs only EXECUTE on them: what a producer may do is exactly what tidings.enqueue
-# does; the sender reads secrets only through begin_attempts_v1, for rows it holds. Every
-# overload of each name. A later CREATE OR REPLACE resets both attributes, so a migration that
-# redefines one must say SECURITY DEFINER SET search_path = pg_catalog, pg_temp again (a test
-# fails otherwise).
+# does; the sender reads secrets only through begin_attempts_v2 (v1 before it), for rows it
+# holds. Every overload of each name. A later CREATE OR REPLACE resets both attributes, so a
+# migration that redefines one must say SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+# again (a test fails otherwise).
 SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
     {
         "enqueue",
@@ -252,6 +262,7 @@ SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
         "claim_due_v2",
         "mark_slow_v1",
         "begin_attempts_v1",
+        "begin_attempts_v2",
         "record_outcomes_v1",
         "release_leases_v1",
         "set_endpoint_secret_v2",
@@ -265,8 +276,3 @@ SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
     }
 )
 DEFINER_SEARCH_PATH = "pg_catalog, pg_temp"
-
-# Hot functions a release replaced with a new version, kept (with their grants) for one more
-# release: while a deploy runs, the functions of the release before still call them. The next
-# release drops them. Function name -> the role that keeps EXECUTE on it.
-PREVIOUS_RELEASE_FUNCTIONS: Mapping[str, str] = {"claim_due_v1": "tidings_claimer"}

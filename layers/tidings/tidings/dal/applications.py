@@ -14,11 +14,22 @@ DEFAULT_APP_UID = "default"
 
 
 def insert_application(
-    cur: Cursor, *, uid: str, name: str, metadata: Mapping[str, str]
+    cur: Cursor,
+    *,
+    uid: str,
+    name: str,
+    metadata: Mapping[str, str],
+    default_payload_format: str | None = None,
 ) -> dict[str, Any] | None:
     """The new application, or None when its uid is taken."""
     cur.execute(
-        sql("insert_application"), {"uid": uid, "name": name, "metadata": json.dumps(metadata)}
+        sql("insert_application"),
+        {
+            "uid": uid,
+            "name": name,
+            "metadata": json.dumps(metadata),
+            "default_payload_format": default_payload_format,
+        },
     )
     rows = fetch_dicts(cur)
     return rows[0] if rows else None
@@ -39,9 +50,17 @@ def list_applications(cur: Cursor, *, after_id: int, limit: int) -> list[dict[st
 
 
 def update_application(
-    cur: Cursor, app_id: int, *, name: str | None, metadata: Mapping[str, str] | None
+    cur: Cursor,
+    app_id: int,
+    *,
+    name: str | None,
+    metadata: Mapping[str, str] | None,
+    set_default_payload_format: bool = False,
+    default_payload_format: str | None = None,
 ) -> dict[str, Any] | None:
-    """Change the fields given (not None); None when the application is not there."""
+    """Change the fields given (name and metadata when not None, the default payload format when
+    ``set_default_payload_format``, None for the deployment's); None when the application is not
+    there."""
     cur.execute(
         sql("update_application"),
         {
@@ -50,6 +69,8 @@ def update_application(
             "name": name,
             "set_metadata": metadata is not None,
             "metadata": None if metadata is None else json.dumps(metadata),
+            "set_default_payload_format": set_default_payload_format,
+            "default_payload_format": default_payload_format,
         },
     )
     rows = fetch_dicts(cur)

@@ -54,6 +54,15 @@ class AttemptRequest:
     want_payload: bool = True
 
 
+class PayloadFormat(enum.StrEnum):
+    """What an endpoint receives as the body (``endpoints.payload_format``): the producer's
+    payload as it is (raw), or the Standard Webhooks envelope around it,
+    ``{"type": ..., "timestamp": ..., "data": <payload>}``."""
+
+    RAW = "raw"
+    ENVELOPE = "envelope"
+
+
 @dataclass(frozen=True, slots=True)
 class StartedAttempt:
     """A row a sender may (``permitted``) or may not send now, with what sending needs.
@@ -78,6 +87,10 @@ class StartedAttempt:
     # The endpoint's signing secrets, encrypted, newest first (empty for a held-back row).
     secrets: tuple[SealedSecret, ...] = field(repr=False)
     payload: str | None = field(repr=False)
+    # What the body is: the payload itself, or the envelope around it (``PayloadFormat``).
+    payload_format: PayloadFormat
+    # When Tidings accepted the event: an envelope's timestamp, the same on every attempt.
+    event_created_at: datetime
 
     @property
     def lease(self) -> Lease:
@@ -262,6 +275,8 @@ def begin_attempts(
                 )
             ),
             payload=row["payload"],
+            payload_format=PayloadFormat(row["payload_format"]),
+            event_created_at=row["event_created_at"],
         )
         for row in fetch_dicts(cur)
     ]

@@ -18,6 +18,7 @@ UPDATABLE_FIELDS = (
     "retry_schedule",
     "timeout_ms",
     "rate_limit_per_s",
+    "payload_format",
     "enabled",
     "event_types",
 )
@@ -34,8 +35,11 @@ def insert_endpoint(
     timeout_ms: int | None,
     rate_limit_per_s: float | None,
     retry_schedule: Sequence[float] | None = None,
+    payload_format: str | None = None,
+    deployment_payload_format: str = "raw",
 ) -> dict[str, Any] | None:
-    """The new endpoint, or None when its application is not there (any more)."""
+    """The new endpoint, or None when its application is not there (any more). Without a
+    ``payload_format`` it takes its application's default, else ``deployment_payload_format``."""
     cur.execute(
         sql("insert_endpoint"),
         {
@@ -47,6 +51,8 @@ def insert_endpoint(
             "timeout_ms": timeout_ms,
             "rate_limit_per_s": rate_limit_per_s,
             "retry_schedule": _seconds(retry_schedule),
+            "payload_format": payload_format,
+            "deployment_payload_format": deployment_payload_format,
         },
     )
     rows = fetch_dicts(cur)

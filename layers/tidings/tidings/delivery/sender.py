@@ -47,6 +47,7 @@ from tidings.delivery.attempt import (
 from tidings.delivery.envelope import DeliveryEnvelope, MalformedEnvelope
 from tidings.delivery.http_transport import HttpResult, HttpTransport
 from tidings.delivery.lanes import Lane, Timing, lane_of, slow_endpoints
+from tidings.delivery.request_body import EVENT_TYPE_HEADER, event_type_header, request_body
 from tidings.delivery.retry_policy import AttemptError, NextAction
 from tidings.observability import logger, metrics
 from tidings.queue import MAX_DELAY_S, DeliveryQueue, OutgoingMessage
@@ -304,7 +305,9 @@ class Sender:
             return Attempt(job, attempted_at, _NOT_SENT)
 
     def _post(self, job: Job, budget_s: float | None, keys: Mapping[int, DataKey]) -> HttpResult:
-        body = job.payload.encode("utf-8")
+        row = job.row
+        # Built once, before signing: the signature covers exactly the bytes sent.
+        body = request_body(row.payload_format, row.event_type, row.event_created_at, job.payload)
         timeout_s = (
             job.row.timeout_ms / 1000 if job.row.timeout_ms else self.settings.http_timeout_s
         )
@@ -315,6 +318,7 @@ class Sender:
             headers = signing.webhook_headers(
                 webhook_id(job.row.message_id), int(time.time()), body, secrets
             )
+            headers[EVENT_TYPE_HEADER] = event_type_header(row.event_type)
         except ValueError:
             # A stored secret that cannot sign (or does not open) must not take the rest of the
             # batch down.

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tidings.dal import applications as dal
 from tidings.dal.applications import DEFAULT_APP_ID, DEFAULT_APP_UID
@@ -20,6 +20,7 @@ from tidings.logic.access import Principal, sees
 from tidings.logic.errors import Conflict, InvalidInput, NotFound
 from tidings.logic.validation import (
     check_limit,
+    check_payload_format,
     clean_text,
     decode_cursor,
     encode_cursor,
@@ -53,6 +54,10 @@ class Application(BaseModel):
     uid: str
     name: str
     metadata: dict[str, str]
+    default_payload_format: str | None = Field(
+        description="What the application's new endpoints receive as the body when they do not "
+        "say (raw or envelope); null: the deployment's default"
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -108,14 +113,24 @@ def check_metadata(metadata: Any) -> dict[str, str]:
 
 
 def create_application(
-    db: Database, *, uid: str, name: str = "", metadata: Mapping[str, str] | None = None
+    db: Database,
+    *,
+    uid: str,
+    name: str = "",
+    metadata: Mapping[str, str] | None = None,
+    default_payload_format: str | None = None,
 ) -> Application:
-    """A new application; its uid must not be taken (also by a deleted application)."""
+    """A new application; its uid must not be taken (also by a deleted application). Its new
+    endpoints receive ``default_payload_format`` unless they say otherwise (None: the
+    deployment's)."""
     uid = check_uid(uid)
     name = clean_text(name, "name", max_length=MAX_NAME, allow_empty=True)
     checked = check_metadata(metadata or {})
+    fmt = _optional_format(default_payload_format)
     row = db.run(
-        lambda cur: dal.insert_application(cur, uid=uid, name=name, metadata=checked),
+        lambda cur: dal.insert_application(
+            cur, uid=uid, name=name, metadata=checked, default_payload_format=fmt
+        ),
         transaction=True,
     )
     if row is None:
@@ -158,15 +173,29 @@ def update_application(
     *,
     name: str | None = None,
     metadata: Mapping[str, str] | None = None,
+    changes: Mapping[str, Any] | None = None,
 ) -> Application:
-    """Change the name and/or the metadata (replaced whole); the uid never changes."""
+    """Change the name and/or the metadata (replaced whole); the uid never changes. ``changes``
+    may hold ``default_payload_format`` (None: back to the deployment's), the one field whose
+    null is a value, not an absence; it changes what new endpoints get, never existing ones."""
     checked_name = (
         None if name is None else clean_text(name, "name", max_length=MAX_NAME, allow_empty=True)
     )
     checked_metadata = None if metadata is None else check_metadata(metadata)
+    extra = dict(changes or {})
+    unknown = sorted(set(extra) - {"default_payload_format"})
+    if unknown:
+        raise InvalidInput("unknown_field", f"{unknown[0]} cannot be changed", unknown[0])
+    set_format = "default_payload_format" in extra
+    fmt = _optional_format(extra.get("default_payload_format"))
     row = db.run(
         lambda cur: dal.update_application(
-            cur, app.id, name=checked_name, metadata=checked_metadata
+            cur,
+            app.id,
+            name=checked_name,
+            metadata=checked_metadata,
+            set_default_payload_format=set_format,
+            default_payload_format=fmt,
         ),
         transaction=True,
     )
@@ -193,3 +222,7 @@ def delete_application(db: Database, app: Application) -> DeletedApplication:
     return DeletedApplication(
         id=app.id, uid=app.uid, endpoints_disabled=endpoints, messages_dead_lettered=messages
     )
+
+
+def _optional_format(value: Any) -> str | None:
+    return None if value is None else check_payload_format(value, "default_payload_format")

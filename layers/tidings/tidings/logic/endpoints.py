@@ -26,6 +26,7 @@ from tidings.logic.validation import (
     MAX_TEXT,
     check_id,
     check_limit,
+    check_payload_format,
     clean_text,
     decode_cursor,
     encode_cursor,
@@ -49,6 +50,7 @@ Seconds = Annotated[
     PlainSerializer(lambda v: int(v) if float(v).is_integer() else v, return_type=float),
 ]
 ScheduleSource = Literal["endpoint", "max_attempts", "default"]
+PayloadFormatName = Literal["raw", "envelope"]
 
 
 class Endpoint(BaseModel):
@@ -73,6 +75,11 @@ class Endpoint(BaseModel):
     )
     timeout_ms: int | None
     rate_limit_per_s: float | None
+    payload_format: PayloadFormatName = Field(
+        description="What the endpoint receives as the body: the producer's payload as it is "
+        "(raw), or the Standard Webhooks envelope {type, timestamp, data} around it (envelope). "
+        "Every request also names the event's type in the webhook-event-type header."
+    )
     # While rotated-out secrets still sign: when the last of them stops.
     previous_secret_expires_at: datetime | None
     created_at: datetime
@@ -142,13 +149,15 @@ def create_endpoint(
     timeout_ms: int | None = None,
     rate_limit_per_s: float | None = None,
     retry_schedule: Sequence[float] | None = None,
+    payload_format: str | None = None,
     settings: Settings | None = None,
     resolver: ssrf.Resolver | None = None,
     app_id: int = DEFAULT_APP_ID,
 ) -> CreatedEndpoint:
     """Create an endpoint of an application after checking its URL against the SSRF rules;
     returns its secret. ``retry_schedule`` (its own) and ``max_attempts`` (deprecated) exclude
-    each other."""
+    each other. Without a ``payload_format`` it gets its application's default for new
+    endpoints, else the deployment's."""
     cfg = settings or get_settings()
     if retry_schedule is not None and max_attempts is not None:
         raise _conflicting_schedule()
@@ -165,11 +174,15 @@ def create_endpoint(
         cfg,
         resolver,
     )
+    if payload_format is not None:
+        fields["payload_format"] = check_payload_format(payload_format, "payload_format")
     secret = signing.generate_secret()
     key = _sealing_key(db, keyring)
 
     def create(cur: Cursor) -> dict[str, Any] | None:
-        row = dal.insert_endpoint(cur, app_id=app_id, **fields)
+        row = dal.insert_endpoint(
+            cur, app_id=app_id, deployment_payload_format=cfg.payload_format, **fields
+        )
         if row is not None:
             _install(cur, row["id"], key, secret, cfg)
         return row
@@ -224,7 +237,8 @@ def update_endpoint(
     app_id: int = DEFAULT_APP_ID,
 ) -> Endpoint:
     """Change the given fields (url, description, event_types, retry_schedule, max_attempts,
-    timeout_ms, rate_limit_per_s, enabled); a None override goes back to the deployment default.
+    timeout_ms, rate_limit_per_s, payload_format, enabled); a None override goes back to the
+    deployment default (payload_format has no such default: it must name a format).
     Setting a retry_schedule clears max_attempts (deprecated) and setting max_attempts clears the
     endpoint's own schedule: the two exclude each other."""
     check_id(endpoint_id, "endpoint_id")
@@ -436,6 +450,8 @@ def _checked_fields(
             checked[name] = _optional_int(value, name, 100, 60_000)
         elif name == "rate_limit_per_s":
             checked[name] = _optional_rate(value)
+        elif name == "payload_format":
+            checked[name] = check_payload_format(value, name)
         else:
             raise InvalidInput("unknown_field", f"{name} is not an endpoint field", name)
     return checked

@@ -8,10 +8,12 @@ import json
 import math
 from typing import Any
 
+from tidings.dal.delivery import PayloadFormat
 from tidings.logic.errors import InvalidInput, PayloadTooLarge
 
 MAX_JSON_DEPTH = 64
 MAX_TEXT = 200
+PAYLOAD_FORMATS = tuple(f.value for f in PayloadFormat)
 
 
 def clean_text(value: str, field: str, *, max_length: int, allow_empty: bool = False) -> str:
@@ -120,4 +122,13 @@ def check_limit(limit: int, *, maximum: int = 100) -> int:
 def check_id(value: int, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63:
         raise InvalidInput("invalid_value", f"{field} must be a positive 64-bit integer", field)
+    return value
+
+
+def check_payload_format(value: Any, field: str) -> str:
+    """``value`` if it names a payload format (raw, envelope)."""
+    if not isinstance(value, str) or value not in PAYLOAD_FORMATS:
+        raise InvalidInput(
+            "invalid_value", f"{field} must be one of {', '.join(PAYLOAD_FORMATS)}", field
+        )
     return value

@@ -1,14 +1,14 @@
 -- name: insert_application
 -- Creates an application; nothing when its uid is taken (by a live or a deleted application).
-INSERT INTO tidings.applications (uid, name, metadata)
-VALUES (%(uid)s, %(name)s, %(metadata)s::jsonb)
+INSERT INTO tidings.applications (uid, name, metadata, default_payload_format)
+VALUES (%(uid)s, %(name)s, %(metadata)s::jsonb, %(default_payload_format)s::text)
 ON CONFLICT (uid) DO NOTHING
-RETURNING id, uid, name, metadata, created_at, updated_at
+RETURNING id, uid, name, metadata, default_payload_format, created_at, updated_at
 
 -- name: find_application
 -- The live application a reference names: the one whose uid it is, else, for a reference made of
 -- digits, the one whose id it is (a uid wins over an id).
-SELECT a.id, a.uid, a.name, a.metadata, a.created_at, a.updated_at
+SELECT a.id, a.uid, a.name, a.metadata, a.default_payload_format, a.created_at, a.updated_at
 FROM tidings.applications a
 WHERE a.deleted_at IS NULL
   AND (a.uid = %(ref)s OR a.id = %(id)s::bigint)
@@ -18,20 +18,24 @@ LIMIT 1
 -- name: list_applications
 -- A page of live applications by ascending id after the cursor id (0 for the first page); one
 -- more row than the page size tells whether another page follows.
-SELECT a.id, a.uid, a.name, a.metadata, a.created_at, a.updated_at
+SELECT a.id, a.uid, a.name, a.metadata, a.default_payload_format, a.created_at, a.updated_at
 FROM tidings.applications a
 WHERE a.deleted_at IS NULL AND a.id > %(after_id)s
 ORDER BY a.id
 LIMIT %(limit)s + 1
 
 -- name: update_application
--- Changes the name and/or the metadata (each when its set_ flag is true) of a live application.
+-- Changes the name, the metadata and/or the default payload format of its new endpoints (each
+-- when its set_ flag is true; a NULL format means the deployment's) of a live application.
 UPDATE tidings.applications a
 SET name = CASE WHEN %(set_name)s THEN %(name)s ELSE a.name END,
     metadata = CASE WHEN %(set_metadata)s THEN %(metadata)s::jsonb ELSE a.metadata END,
+    default_payload_format = CASE WHEN %(set_default_payload_format)s
+                                  THEN %(default_payload_format)s::text
+                                  ELSE a.default_payload_format END,
     updated_at = now()
 WHERE a.id = %(app_id)s AND a.deleted_at IS NULL
-RETURNING a.id, a.uid, a.name, a.metadata, a.created_at, a.updated_at
+RETURNING a.id, a.uid, a.name, a.metadata, a.default_payload_format, a.created_at, a.updated_at
 
 -- name: mark_application_deleted
 -- The first step of deleting an application, committed on its own: marks it deleted (not

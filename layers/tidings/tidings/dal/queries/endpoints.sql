@@ -3,20 +3,24 @@
 -- trigger), and returns its public columns; nothing when the application is not there. The
 -- application is held FOR KEY SHARE until the commit, so a concurrent deletion of it waits for
 -- this endpoint and disables it. Its signing secret follows in the same transaction
--- (set_endpoint_secret), encrypted for the id this returns.
+-- (set_endpoint_secret), encrypted for the id this returns. Its payload format is the one asked
+-- for, else its application's default for new endpoints, else the deployment's.
 WITH app AS (
-    SELECT a.id FROM tidings.applications a
+    SELECT a.id, a.default_payload_format FROM tidings.applications a
     WHERE a.id = %(app_id)s AND a.deleted_at IS NULL
     FOR KEY SHARE
 ),
 created AS (
     INSERT INTO tidings.endpoints (app_id, url, description, max_attempts, timeout_ms,
-                                   rate_limit_per_s, retry_schedule)
+                                   rate_limit_per_s, retry_schedule, payload_format)
     SELECT app.id, %(url)s, %(description)s, %(max_attempts)s, %(timeout_ms)s,
-           %(rate_limit_per_s)s, %(retry_schedule)s::integer[]
+           %(rate_limit_per_s)s, %(retry_schedule)s::integer[],
+           coalesce(%(payload_format)s::text, app.default_payload_format,
+                    %(deployment_payload_format)s::text)
     FROM app
     RETURNING id, app_id, url, description, enabled, disabled_reason, disabled_at, max_attempts,
-              timeout_ms, rate_limit_per_s, retry_schedule, created_at, updated_at
+              timeout_ms, rate_limit_per_s, retry_schedule, payload_format, created_at,
+              updated_at
 ),
 subscribed AS (
     INSERT INTO tidings.subscriptions (endpoint_id, app_id, event_type)
@@ -26,7 +30,7 @@ subscribed AS (
 SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        %(event_types)s::text[] AS event_types, c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
        NULL::timestamptz AS previous_secret_expires_at, c.created_at, c.updated_at,
-       c.retry_schedule
+       c.retry_schedule, c.payload_format
 FROM created c
 
 -- name: get_endpoint
@@ -38,7 +42,7 @@ SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        e.max_attempts, e.timeout_ms, e.rate_limit_per_s,
        (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
         WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
-       e.created_at, e.updated_at, e.retry_schedule
+       e.created_at, e.updated_at, e.retry_schedule, e.payload_format
 FROM tidings.endpoints e
 WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL
 
@@ -51,7 +55,7 @@ SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        e.max_attempts, e.timeout_ms, e.rate_limit_per_s,
        (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
         WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
-       e.created_at, e.updated_at, e.retry_schedule
+       e.created_at, e.updated_at, e.retry_schedule, e.payload_format
 FROM tidings.endpoints e
 WHERE e.app_id = %(app_id)s AND e.deleted_at IS NULL AND e.id > %(after_id)s
 ORDER BY e.id
@@ -72,6 +76,8 @@ WITH changed AS (
         timeout_ms = CASE WHEN %(set_timeout_ms)s THEN %(timeout_ms)s ELSE e.timeout_ms END,
         rate_limit_per_s = CASE WHEN %(set_rate_limit_per_s)s THEN %(rate_limit_per_s)s
                                 ELSE e.rate_limit_per_s END,
+        payload_format = CASE WHEN %(set_payload_format)s THEN %(payload_format)s::text
+                              ELSE e.payload_format END,
         enabled = CASE WHEN %(set_enabled)s THEN %(enabled)s ELSE e.enabled END,
         disabled_reason = CASE
             WHEN NOT %(set_enabled)s OR %(enabled)s = e.enabled THEN e.disabled_reason
@@ -85,7 +91,7 @@ WITH changed AS (
     WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL
     RETURNING e.id, e.app_id, e.url, e.description, e.enabled, e.disabled_reason,
               e.disabled_at, e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule,
-              e.created_at, e.updated_at
+              e.payload_format, e.created_at, e.updated_at
 ),
 unsubscribed AS (
     DELETE FROM tidings.subscriptions s
@@ -109,7 +115,7 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
        (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
         WHERE s.endpoint_id = c.id AND s.expires_at > now()) AS previous_secret_expires_at,
-       c.created_at, c.updated_at, c.retry_schedule
+       c.created_at, c.updated_at, c.retry_schedule, c.payload_format
 FROM changed c
 
 -- name: soft_delete_endpoint

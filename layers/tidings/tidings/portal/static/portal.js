@@ -611,7 +611,7 @@
     var form = $("new-endpoint-form");
     form.hidden = !show;
     $("add-endpoint").setAttribute("aria-expanded", show ? "true" : "false");
-    clearFieldErrors("new-endpoint", ["url", "description", "event-types"]);
+    clearFieldErrors("new-endpoint", ["url", "description", "event-types", "payload-format"]);
     if (show) {
       $("created-secret").hidden = true;
       $("created-secret-value").value = "";
@@ -623,7 +623,7 @@
 
   async function createEndpoint(event) {
     event.preventDefault();
-    clearFieldErrors("new-endpoint", ["url", "description", "event-types"]);
+    clearFieldErrors("new-endpoint", ["url", "description", "event-types", "payload-format"]);
     var url = $("new-endpoint-url").value.trim();
     if (!url) {
       showFieldError("new-endpoint", { field: "url", message: "Enter the endpoint's URL." });
@@ -634,6 +634,9 @@
       description: $("new-endpoint-description").value,
       event_types: splitEventTypes($("new-endpoint-event-types").value),
     };
+    // Left out unless chosen: the endpoint then gets its application's default.
+    var payloadFormat = $("new-endpoint-payload-format").value;
+    if (payloadFormat) body.payload_format = payloadFormat;
     var button = $("new-endpoint-submit");
     button.disabled = true;
     try {
@@ -673,7 +676,7 @@
       $("endpoint-delete-confirm").hidden = true;
       $("rotate-confirm").hidden = true;
       $("recover-result").textContent = "";
-      clearFieldErrors("edit-endpoint", ["url", "description", "event-types"]);
+      clearFieldErrors("edit-endpoint", ["url", "description", "event-types", "payload-format"]);
       clearFieldErrors("recover", ["since", "until"]);
       hideSecret();
       renderEndpoint(endpoint, true);
@@ -710,6 +713,7 @@
         ],
       ],
       ["Event types", (endpoint.event_types || []).join(", ")],
+      ["Body", endpoint.payload_format === "envelope" ? "envelope" : "raw"],
       ["Retry schedule", schedule ? schedule + source : "—"],
       ["Timeout", endpoint.timeout_ms ? formatMs(endpoint.timeout_ms) : "default"],
       ["Rate limit", endpoint.rate_limit_per_s ? endpoint.rate_limit_per_s + " per second" : "none"],
@@ -726,6 +730,7 @@
       $("edit-endpoint-url").value = endpoint.url;
       $("edit-endpoint-description").value = endpoint.description || "";
       $("edit-endpoint-event-types").value = (endpoint.event_types || []).join(", ");
+      $("edit-endpoint-payload-format").value = endpoint.payload_format || "raw";
     }
   }
 
@@ -733,7 +738,7 @@
     event.preventDefault();
     var endpoint = state.endpoint;
     if (!endpoint) return;
-    clearFieldErrors("edit-endpoint", ["url", "description", "event-types"]);
+    clearFieldErrors("edit-endpoint", ["url", "description", "event-types", "payload-format"]);
     var url = $("edit-endpoint-url").value.trim();
     if (!url) {
       showFieldError("edit-endpoint", { field: "url", message: "Enter the endpoint's URL." });
@@ -743,6 +748,7 @@
       url: url,
       description: $("edit-endpoint-description").value,
       event_types: splitEventTypes($("edit-endpoint-event-types").value),
+      payload_format: $("edit-endpoint-payload-format").value,
     };
     var button = $("edit-endpoint-submit");
     button.disabled = true;
