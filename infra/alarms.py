@@ -30,6 +30,7 @@ class Alarms(Construct):
         config: StageConfig,
         topic: sns.ITopic,
         queue: sqs.IQueue,
+        slow_queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
         functions: Mapping[str, lambda_.IFunction],
         database: rds.IDatabaseInstance,
@@ -48,12 +49,25 @@ class Alarms(Construct):
             description="Messages wait in the delivery queue: senders are failing or too few",
         )
         self._add(
+            "SlowLaneOldestMessageAge",
+            slow_queue.metric_approximate_age_of_oldest_message(
+                period=_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
+            ),
+            threshold=config.oldest_message_alarm_s,
+            evaluation_periods=2,
+            description=(
+                "Messages wait in the slow lane's delivery queue: its senders are failing or too "
+                "few (slowSenderMaxConcurrency)"
+            ),
+        )
+        self._add(
             "DeadLetters",
             dead_letter_queue.metric_approximate_number_of_messages_visible(
                 period=_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
             ),
             threshold=1,
             comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            # Both lanes' queues redrive to this one.
             description="SQS gave up on delivery messages: look at the dead-letter queue",
         )
         for name, function in functions.items():

@@ -61,6 +61,8 @@ class StageConfig:
     log_level: str
     log_retention_days: int
     sender_max_concurrency: int
+    # The slow lane's senders (one message each), beside the fast lane's: tidings.delivery.lanes.
+    slow_sender_max_concurrency: int
     dlq_max_receive_count: int
     http_timeout_s: int
     # TCP ports the sender may open to webhook endpoints on public addresses.
@@ -138,7 +140,11 @@ def stage_config(lookup: Callable[[str], Any]) -> StageConfig:
         nat_gateways=_integer(setting, "natGateways", minimum=1, maximum=3),
         log_level=_text(setting, "logLevel").upper(),
         log_retention_days=_integer(setting, "logRetentionDays", minimum=1),
+        # 2 is the least maximum concurrency an SQS event source accepts.
         sender_max_concurrency=_integer(setting, "senderMaxConcurrency", minimum=2, maximum=1000),
+        slow_sender_max_concurrency=_integer(
+            setting, "slowSenderMaxConcurrency", minimum=2, maximum=1000
+        ),
         dlq_max_receive_count=_integer(
             lambda name: setting(name, MAX_RECEIVE_COUNT), "dlqMaxReceiveCount", 1, 1000
         ),

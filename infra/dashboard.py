@@ -1,5 +1,6 @@
 """The CloudWatch dashboard: throughput, queue depth, age of the oldest message, dead letters
-and delivery latency percentiles.
+and delivery latency percentiles. The SQS figures are shown for each lane's queue (the fast lane's
+and the slow lane's) side by side.
 
 Queue and Lambda figures come from the AWS namespaces; deliveries, dead letters and latency are
 the metrics the claimer and sender emit through Powertools (EMF) in the ``Tidings`` namespace,
@@ -49,11 +50,13 @@ class Dashboard(Construct):
         *,
         dashboard_name: str,
         queue: sqs.IQueue,
+        slow_queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
         functions: Mapping[str, lambda_.IFunction],
     ) -> None:
         super().__init__(scope, construct_id)
         sender = functions["sender"]
+        lanes = (("fast lane", queue), ("slow lane", slow_queue))
         claimer = functions["claimer"]
         latency = [
             _tidings_metric(DELIVERY_LATENCY_METRIC, percentile, f"latency {percentile}")
@@ -79,22 +82,32 @@ class Dashboard(Construct):
                         width=_WIDTH,
                         left=list(outcomes.values()),
                         right=[
-                            queue.metric_number_of_messages_sent(period=_PERIOD, label="SQS: sent"),
-                            queue.metric_number_of_messages_deleted(
-                                period=_PERIOD, label="SQS: handled"
-                            ),
+                            metric
+                            for lane, q in lanes
+                            for metric in (
+                                q.metric_number_of_messages_sent(
+                                    period=_PERIOD, label=f"SQS {lane}: sent"
+                                ),
+                                q.metric_number_of_messages_deleted(
+                                    period=_PERIOD, label=f"SQS {lane}: handled"
+                                ),
+                            )
                         ],
                     ),
                     cloudwatch.GraphWidget(
                         title="Queue depth",
                         width=_WIDTH,
                         left=[
-                            queue.metric_approximate_number_of_messages_visible(
-                                period=_PERIOD, label="SQS: waiting"
-                            ),
-                            queue.metric_approximate_number_of_messages_not_visible(
-                                period=_PERIOD, label="SQS: in flight"
-                            ),
+                            metric
+                            for lane, q in lanes
+                            for metric in (
+                                q.metric_approximate_number_of_messages_visible(
+                                    period=_PERIOD, label=f"SQS {lane}: waiting"
+                                ),
+                                q.metric_approximate_number_of_messages_not_visible(
+                                    period=_PERIOD, label=f"SQS {lane}: in flight"
+                                ),
+                            )
                         ],
                         right=backlog,
                     ),
@@ -104,10 +117,13 @@ class Dashboard(Construct):
                         title="Age of the oldest undelivered message (s)",
                         width=_WIDTH,
                         left=[
-                            queue.metric_approximate_age_of_oldest_message(
-                                period=_PERIOD,
-                                statistic=cloudwatch.Stats.MAXIMUM,
-                                label="SQS: oldest queued",
+                            *(
+                                q.metric_approximate_age_of_oldest_message(
+                                    period=_PERIOD,
+                                    statistic=cloudwatch.Stats.MAXIMUM,
+                                    label=f"SQS {lane}: oldest queued",
+                                )
+                                for lane, q in lanes
                             ),
                             _tidings_metric(
                                 OLDEST_UNDELIVERED_METRIC,

@@ -4,8 +4,9 @@ security group.
 Every role starts with only what any function here needs (writing its own log group, the
 network interfaces Lambda manages in the VPC, X-Ray segments) and gains the grants its spec
 asks for: logging in to RDS Proxy as its own database user (IAM authentication: it reads no
-secret), sending to the delivery queue, publishing alerts, making or opening the data keys of
-signing secrets, making API keys in the API's usage plan, writing the first admin token's secret.
+secret), sending to both lanes' delivery queues, publishing alerts, making or opening the data
+keys of signing secrets, making API keys in the API's usage plan, writing the first admin token's
+secret.
 The migrator alone reads the master user's secret, and the secrets of the login users it makes.
 """
 
@@ -84,6 +85,7 @@ class Functions(Construct):
         function_subnets: ec2.SubnetSelection,
         database: Database,
         delivery_queue: sqs.IQueue,
+        slow_delivery_queue: sqs.IQueue,
         alerts_topic: sns.ITopic,
         admin_token_secret: secretsmanager.ISecret,
         signing_key: SigningSecretsKey,
@@ -96,6 +98,7 @@ class Functions(Construct):
         self._function_subnets = function_subnets
         self._database = database
         self._queue = delivery_queue
+        self._slow_queue = slow_delivery_queue
         self._topic = alerts_topic
         self._admin_token_secret = admin_token_secret
         self._functions_root = functions_root
@@ -231,7 +234,10 @@ class Functions(Construct):
             self._database.proxy.grant_connect(role, spec.database_user)
         self._signing_key.grant(role, spec)
         if spec.sends_to_queue:
+            # Both lanes: the claimer sends each row to its lane's queue, and the sender's
+            # retries through SQS go back to the lane they came from.
             self._queue.grant_send_messages(role)
+            self._slow_queue.grant_send_messages(role)
         if spec.publishes_alerts:
             self._topic.grant_publish(role)
             acknowledge(
@@ -295,6 +301,7 @@ class Functions(Construct):
             environment["TIDINGS_SECRETS_KMS_KEY_ID"] = self._signing_key.key.key_arn
         if spec.sends_to_queue:
             environment["TIDINGS_DELIVERY_QUEUE_URL"] = self._queue.queue_url
+            environment["TIDINGS_SLOW_DELIVERY_QUEUE_URL"] = self._slow_queue.queue_url
         if spec.publishes_alerts:
             environment["TIDINGS_ALERTS_TOPIC_ARN"] = self._topic.topic_arn
         if spec.reaches_endpoints:

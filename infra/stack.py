@@ -26,14 +26,14 @@ from infra.schedules import Schedules
 from infra.signing_keys import SigningSecretsKey
 from infra.tokens import AdminToken
 from tidings.deployment import (
+    FAST_LANE,
     FUNCTION_SPECS,
     PRODUCER_ROLE,
     SCHEDULED_FUNCTIONS,
     SENDER,
+    SLOW_LANE,
     producer_database_user,
 )
-
-SENDER_BATCH_SIZE = 10
 
 
 class TidingsStack(Stack):
@@ -91,18 +91,26 @@ class TidingsStack(Stack):
             function_subnets=network.function_subnets,
             database=self.database,
             delivery_queue=self.delivery.queue,
+            slow_delivery_queue=self.delivery.slow_queue,
             alerts_topic=self.alerts.topic,
             admin_token_secret=self.admin_token.secret,
             signing_key=self.signing_key,
         )
-        self.functions["sender"].add_event_source(
-            SqsEventSource(
-                self.delivery.queue,
-                batch_size=SENDER_BATCH_SIZE,
-                report_batch_item_failures=True,
-                max_concurrency=config.sender_max_concurrency,
+        # The sender drains both lanes, each under a concurrency of its own: batches from the
+        # fast lane's queue, one message at a time from the slow lane's, so a slow endpoint holds
+        # up no other endpoint's deliveries and the fast lane's senders are never all waiting.
+        for queue, lane, max_concurrency in (
+            (self.delivery.queue, FAST_LANE, config.sender_max_concurrency),
+            (self.delivery.slow_queue, SLOW_LANE, config.slow_sender_max_concurrency),
+        ):
+            self.functions["sender"].add_event_source(
+                SqsEventSource(
+                    queue,
+                    batch_size=lane.batch_size,
+                    report_batch_item_failures=True,
+                    max_concurrency=max_concurrency,
+                )
             )
-        )
         self.migrations = SchemaMigrations(
             self,
             "Migrations",
@@ -129,8 +137,8 @@ class TidingsStack(Stack):
             expressions=config.schedules,
         )
         # Nothing runs a handler before the schema it needs is in place (CloudFormation creates
-        # or updates a resource only after those it depends on): on the first deploy, the
-        # queue's event source and the schedules start after the migrations; on an upgrade,
+        # or updates a resource only after those it depends on): on the first deploy, both
+        # lanes' event sources and the schedules start after the migrations; on an upgrade,
         # every function but the migrator takes its new code only once the migrations that
         # code needs have run.
         for name, deployed in self.functions.by_name.items():
@@ -166,6 +174,7 @@ class TidingsStack(Stack):
             config=config,
             topic=self.alerts.topic,
             queue=self.delivery.queue,
+            slow_queue=self.delivery.slow_queue,
             dead_letter_queue=self.delivery.dead_letter_queue,
             functions=monitored,
             database=self.database.instance,
@@ -175,6 +184,7 @@ class TidingsStack(Stack):
             "Dashboard",
             dashboard_name=f"Tidings-{config.stage}",
             queue=self.delivery.queue,
+            slow_queue=self.delivery.slow_queue,
             dead_letter_queue=self.delivery.dead_letter_queue,
             functions=monitored,
         )

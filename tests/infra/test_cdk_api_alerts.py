@@ -187,14 +187,25 @@ def test_alarms_cover_queue_age_dead_letters_functions_and_database(dev: Synthes
     alarms = _alarms_by_metric(dev)
     topic = {"Ref": dev.logical_id(dev.stack.alerts.topic)}
     queue_id = dev.logical_id(dev.stack.delivery.queue)
+    slow_queue_id = dev.logical_id(dev.stack.delivery.slow_queue)
     dlq_id = dev.logical_id(dev.stack.delivery.dead_letter_queue)
 
-    (age,) = alarms["ApproximateAgeOfOldestMessage"]
-    assert age["Dimensions"][0]["Value"] == {"Fn::GetAtt": [queue_id, "QueueName"]}
-    assert age["Threshold"] == dev.config.oldest_message_alarm_s
+    # The age of the oldest message, in each lane's queue.
+    ages = alarms["ApproximateAgeOfOldestMessage"]
+    assert sorted(json.dumps(age["Dimensions"]) for age in ages) == sorted(
+        json.dumps([{"Name": "QueueName", "Value": {"Fn::GetAtt": [i, "QueueName"]}}])
+        for i in (queue_id, slow_queue_id)
+    )
+    for age in ages:
+        assert age["Threshold"] == dev.config.oldest_message_alarm_s
+        assert age["EvaluationPeriods"] == 2
+    # One dead-letter queue, which both lanes redrive to: one alarm covers them.
     (dead,) = alarms["ApproximateNumberOfMessagesVisible"]
     assert dead["Dimensions"][0]["Value"] == {"Fn::GetAtt": [dlq_id, "QueueName"]}
     assert dead["Threshold"] == 1
+    for lane_queue in (queue_id, slow_queue_id):
+        redrive = dev.raw["Resources"][lane_queue]["Properties"]["RedrivePolicy"]
+        assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": [dlq_id, "Arn"]}
 
     function_ids = {dev.logical_id(fn.function) for fn in dev.stack.functions.by_name.values()}
     for metric in ("Errors", "Throttles"):
@@ -235,6 +246,12 @@ def test_dashboard_shows_throughput_depth_age_dead_letters_and_latency(dev: Synt
     assert '\\"Tidings\\",\\"DeliveryLatency\\",\\"service\\",\\"tidings\\"' in body
     for percentile in ("p50", "p95", "p99"):
         assert f'\\"stat\\":\\"{percentile}\\"' in body, percentile
+    # Both lanes' queues, and the dead-letter queue they share.
+    for queue in (dev.stack.delivery.queue, dev.stack.delivery.slow_queue):
+        queue_id = dev.logical_id(queue)
+        assert body.count(f'"{queue_id}"') >= 5, queue_id  # sent, handled, waiting, in flight, age
+    for lane in ("fast lane", "slow lane"):
+        assert f"SQS {lane}: oldest queued" in body, lane
     assert dev.logical_id(dev.stack.delivery.dead_letter_queue) in body
     dev.template.has_resource_properties(
         "AWS::CloudWatch::Dashboard", {"DashboardName": Match.string_like_regexp("Tidings-dev")}

@@ -59,6 +59,25 @@ def test_stage_comes_from_the_context_and_single_settings_override_it() -> None:
     assert ports == (443, 8443)
 
 
+def test_each_lanes_sender_concurrency_is_a_stage_setting_of_its_own() -> None:
+    context = cdk_json_context()
+    dev = stage_config(_lookup(context))
+    prod = stage_config(_lookup({**context, "stage": "prod"}))
+    assert (dev.sender_max_concurrency, dev.slow_sender_max_concurrency) == (5, 5)
+    assert (prod.sender_max_concurrency, prod.slow_sender_max_concurrency) == (50, 50)
+    # From the command line, one without the other; 2 is the least an SQS event source takes.
+    overridden = stage_config(_lookup({**context, "slowSenderMaxConcurrency": "2"}))
+    assert (overridden.sender_max_concurrency, overridden.slow_sender_max_concurrency) == (5, 2)
+    # A stage of one's own must name it, like the fast lane's.
+    stages = {
+        "dev": {
+            k: v for k, v in context["stages"]["dev"].items() if k != "slowSenderMaxConcurrency"
+        }
+    }
+    with pytest.raises(StageConfigError, match="lacks the setting 'slowSenderMaxConcurrency'"):
+        stage_config(_lookup({**context, "stages": stages}))
+
+
 def test_schedules_can_be_overridden_one_at_a_time() -> None:
     context = {**cdk_json_context(), "schedules": {"pruner": "rate(6 hours)"}}
     config = stage_config(_lookup(context))
@@ -72,6 +91,11 @@ def test_schedules_can_be_overridden_one_at_a_time() -> None:
         ({"stage": "staging"}, "stage 'staging' is not defined"),
         ({"natGateways": "0"}, "natGateways must be 1..3"),
         ({"senderMaxConcurrency": "ten"}, "senderMaxConcurrency must be an integer"),
+        ({"slowSenderMaxConcurrency": "ten"}, "slowSenderMaxConcurrency must be an integer"),
+        # 2 is the least maximum concurrency an SQS event source takes.
+        ({"slowSenderMaxConcurrency": "1"}, "slowSenderMaxConcurrency must be 2..1000, got 1"),
+        ({"slowSenderMaxConcurrency": 1001}, "slowSenderMaxConcurrency must be 2..1000, got 1001"),
+        ({"slowSenderMaxConcurrency": True}, "slowSenderMaxConcurrency must be an integer"),
         ({"deletionProtection": "maybe"}, "deletionProtection must be true or false"),
         ({"alarmEmail": "not-an-address"}, "alarmEmail 'not-an-address' is not an email"),
         ({"logLevel": "LOUD"}, "logLevel 'LOUD'"),

@@ -1,4 +1,5 @@
-"""Delivery queue, sender event source, functions, roles and schedules."""
+"""Delivery queues (one per speed lane), the sender's event sources, functions, roles and
+schedules."""
 
 from __future__ import annotations
 
@@ -8,8 +9,15 @@ from typing import Any
 import pytest
 
 from tests.infra.conftest import Synthesized
-from tidings.config import Settings
-from tidings.deployment import FUNCTION_SPECS, SENDER, schedule_interval_s
+from tidings.config import Settings, known_variables
+from tidings.deployment import (
+    FAST_LANE,
+    FUNCTION_SPECS,
+    QUEUE_VISIBILITY_TIMEOUT_S,
+    SENDER,
+    SLOW_LANE,
+    schedule_interval_s,
+)
 
 REQUIRED_ENVIRONMENT = {
     "POWERTOOLS_SERVICE_NAME",
@@ -19,6 +27,8 @@ REQUIRED_ENVIRONMENT = {
     "TIDINGS_DATABASE_NAME",
     "TIDINGS_DATABASE_ROOT_CERT",
 }
+# What a function that sends to the queues (spec.sends_to_queue) is given: both lanes' queues.
+QUEUE_ENVIRONMENT = {"TIDINGS_DELIVERY_QUEUE_URL", "TIDINGS_SLOW_DELIVERY_QUEUE_URL"}
 
 
 def _function(synth: Synthesized, name: str) -> dict[str, Any]:
@@ -31,10 +41,28 @@ def _function_id(synth: Synthesized, name: str) -> str:
 
 
 def _queue_ids(synth: Synthesized) -> tuple[str, str]:
+    """The fast lane's delivery queue and the dead-letter queue both lanes share."""
     return (
         synth.logical_id(synth.stack.delivery.queue),
         synth.logical_id(synth.stack.delivery.dead_letter_queue),
     )
+
+
+def _lane_queue_ids(synth: Synthesized) -> tuple[str, str]:
+    """The fast lane's delivery queue and the slow lane's."""
+    return (
+        synth.logical_id(synth.stack.delivery.queue),
+        synth.logical_id(synth.stack.delivery.slow_queue),
+    )
+
+
+def _sender_mappings(synth: Synthesized) -> dict[str, dict[str, Any]]:
+    """The sender's event source mappings, by the logical id of the queue each reads."""
+    mappings = synth.resources("AWS::Lambda::EventSourceMapping").values()
+    by_queue: dict[str, dict[str, Any]] = {
+        mapping["Properties"]["EventSourceArn"]["Fn::GetAtt"][0]: mapping for mapping in mappings
+    }
+    return by_queue
 
 
 def _statements_of_role(synth: Synthesized, role_id: str) -> list[dict[str, Any]]:
@@ -75,8 +103,38 @@ def test_queue_has_a_dead_letter_queue_and_outlasts_six_sender_timeouts(
     }
 
 
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_each_lane_has_a_delivery_queue_alike_redriving_to_the_shared_dead_letter_queue(
+    stage: str, request: pytest.FixtureRequest
+) -> None:
+    synth: Synthesized = request.getfixturevalue(stage)
+    fast_id, slow_id = _lane_queue_ids(synth)
+    _, dlq_id = _queue_ids(synth)
+    # Two delivery queues and one dead-letter queue, nothing else.
+    assert set(synth.resources("AWS::SQS::Queue")) == {fast_id, slow_id, dlq_id}
+    assert fast_id != slow_id
+    fast, slow = (synth.raw["Resources"][i]["Properties"] for i in (fast_id, slow_id))
+    # The same construct makes both: the same encryption, visibility, retention and redrive.
+    assert slow == fast
+    assert slow["VisibilityTimeout"] == QUEUE_VISIBILITY_TIMEOUT_S
+    assert slow["SqsManagedSseEnabled"] is True
+    assert slow["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]},
+        "maxReceiveCount": synth.config.dlq_max_receive_count,
+    }
+    # The dead-letter queue itself redrives nowhere.
+    assert "RedrivePolicy" not in synth.raw["Resources"][dlq_id]["Properties"]
+
+
+def test_the_fast_lane_keeps_the_delivery_queues_logical_id(dev: Synthesized) -> None:
+    # An existing stack keeps its queue, and the messages in it, when the slow lane is added.
+    fast_id, slow_id = _lane_queue_ids(dev)
+    assert fast_id.startswith("DeliveryQueue")
+    assert slow_id.startswith("DeliverySlowQueue")
+
+
 def test_queues_are_encrypted_and_refuse_plain_http(dev: Synthesized) -> None:
-    for queue_id in _queue_ids(dev):
+    for queue_id in {*_queue_ids(dev), *_lane_queue_ids(dev)}:
         assert dev.raw["Resources"][queue_id]["Properties"]["SqsManagedSseEnabled"] is True
         (policy,) = [
             policy["Properties"]["PolicyDocument"]
@@ -90,20 +148,28 @@ def test_queues_are_encrypted_and_refuse_plain_http(dev: Synthesized) -> None:
 
 
 @pytest.mark.parametrize("stage", ["dev", "prod"])
-def test_sender_reads_the_queue_with_partial_batch_failures_and_bounded_concurrency(
+def test_sender_reads_each_lane_with_partial_batch_failures_and_its_own_concurrency(
     stage: str, request: pytest.FixtureRequest
 ) -> None:
     synth: Synthesized = request.getfixturevalue(stage)
-    queue_id, _ = _queue_ids(synth)
-    (mapping,) = synth.resources("AWS::Lambda::EventSourceMapping").values()
-    properties = mapping["Properties"]
-    assert properties["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
-    assert properties["FunctionName"] == {"Ref": _function_id(synth, "sender")}
-    assert properties["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    assert properties["BatchSize"] == 10
-    assert properties["ScalingConfig"] == {
-        "MaximumConcurrency": synth.config.sender_max_concurrency
+    fast_id, slow_id = _lane_queue_ids(synth)
+    mappings = _sender_mappings(synth)
+    assert set(mappings) == {fast_id, slow_id}
+    expected = {
+        fast_id: (FAST_LANE.batch_size, synth.config.sender_max_concurrency),
+        slow_id: (SLOW_LANE.batch_size, synth.config.slow_sender_max_concurrency),
     }
+    for queue_id, (batch_size, max_concurrency) in expected.items():
+        properties = mappings[queue_id]["Properties"]
+        assert properties["FunctionName"] == {"Ref": _function_id(synth, "sender")}
+        assert properties["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+        assert properties["BatchSize"] == batch_size, queue_id
+        assert properties["ScalingConfig"] == {"MaximumConcurrency": max_concurrency}
+        assert properties.get("Enabled", True) is True
+    assert (FAST_LANE.batch_size, SLOW_LANE.batch_size) == (10, 1)
+    # The stage's figures, from cdk.json.
+    concurrency = (synth.config.sender_max_concurrency, synth.config.slow_sender_max_concurrency)
+    assert concurrency == {"dev": (5, 5), "prod": (50, 50)}[stage]
 
 
 def test_every_function_is_python_on_arm64_with_both_layers(dev: Synthesized) -> None:
@@ -126,7 +192,7 @@ def test_environment_follows_the_contract(dev: Synthesized) -> None:
     instance_id = dev.logical_id(dev.stack.database.instance)
     master = dev.stack.resolve(dev.stack.database.secret.secret_arn)
     signing_key = dev.stack.resolve(dev.stack.signing_key.key.key_arn)
-    queue_id, _ = _queue_ids(dev)
+    queue_id, slow_queue_id = _lane_queue_ids(dev)
     topic_id = dev.logical_id(dev.stack.alerts.topic)
     for spec in FUNCTION_SPECS:
         environment = _function(dev, spec.name)["Properties"]["Environment"]["Variables"]
@@ -157,9 +223,11 @@ def test_environment_follows_the_contract(dev: Synthesized) -> None:
             else {"Fn::GetAtt": [proxy_id, "Endpoint"]}
         )
         assert environment["TIDINGS_DATABASE_HOST"] == expected_host, spec.name
-        assert ("TIDINGS_DELIVERY_QUEUE_URL" in environment) is spec.sends_to_queue
+        for variable in QUEUE_ENVIRONMENT:
+            assert (variable in environment) is spec.sends_to_queue, (spec.name, variable)
         if spec.sends_to_queue:
             assert environment["TIDINGS_DELIVERY_QUEUE_URL"] == {"Ref": queue_id}
+            assert environment["TIDINGS_SLOW_DELIVERY_QUEUE_URL"] == {"Ref": slow_queue_id}
         assert ("TIDINGS_ALERTS_TOPIC_ARN" in environment) is spec.publishes_alerts
         if spec.publishes_alerts:
             assert environment["TIDINGS_ALERTS_TOPIC_ARN"] == {"Ref": topic_id}
@@ -173,8 +241,23 @@ def test_environment_follows_the_contract(dev: Synthesized) -> None:
         # The scheduled report claims what no report has named, whatever the schedule: no window.
         assert "TIDINGS_DEAD_LETTER_REPORT_WINDOW_S" not in environment, spec.name
     assert [s.name for s in FUNCTION_SPECS if s.connects_directly] == ["migrator"]
+    assert [s.name for s in FUNCTION_SPECS if s.sends_to_queue] == ["claimer", "sender"]
     assert [s.name for s in FUNCTION_SPECS if s.manages_usage_keys] == ["authorizer"]
     assert [s.name for s in FUNCTION_SPECS if s.bootstraps_admin_token] == ["migrator"]
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_every_tidings_variable_the_stack_sets_is_one_tidings_reads(
+    stage: str, request: pytest.FixtureRequest
+) -> None:
+    # A TIDINGS_* variable Tidings does not read stops every cold start (exit 2).
+    synth: Synthesized = request.getfixturevalue(stage)
+    known = known_variables()
+    for spec in FUNCTION_SPECS:
+        environment = _function(synth, spec.name)["Properties"]["Environment"]["Variables"]
+        unknown = {name for name in environment if name.startswith("TIDINGS_")} - known
+        assert not unknown, (spec.name, sorted(unknown))
+    assert known >= QUEUE_ENVIRONMENT
 
 
 def test_only_the_listed_applications_are_metrics_dimensions(
@@ -209,8 +292,8 @@ def test_the_ingest_function_knows_the_ports_the_sender_may_open(
 
 
 def test_each_function_has_its_own_role_granting_what_its_spec_needs(dev: Synthesized) -> None:
-    queue_id, _ = _queue_ids(dev)
-    queue_arn = {"Fn::GetAtt": [queue_id, "Arn"]}
+    queue_arns = [{"Fn::GetAtt": [queue_id, "Arn"]} for queue_id in _lane_queue_ids(dev)]
+    _, dlq_id = _queue_ids(dev)
     topic = {"Ref": dev.logical_id(dev.stack.alerts.topic)}
     admin_secret = {"Ref": dev.logical_id(dev.stack.admin_token.secret)}
     database = dev.stack.database
@@ -257,9 +340,14 @@ def test_each_function_has_its_own_role_granting_what_its_spec_needs(dev: Synthe
             assert statement["Condition"] == {
                 "StringEquals": {"kms:EncryptionContext:tidings": "signing-secrets"}
             }
-        queue_actions = _actions_on(statements, queue_arn)
-        assert ("sqs:SendMessage" in queue_actions) is spec.sends_to_queue, spec.name
-        assert ("sqs:ReceiveMessage" in queue_actions) is (spec is SENDER), spec.name
+        # Both lanes: the claimer sends each row to its lane, the sender's retries go back to
+        # theirs; only the sender receives, from both.
+        for queue_arn in queue_arns:
+            queue_actions = _actions_on(statements, queue_arn)
+            assert ("sqs:SendMessage" in queue_actions) is spec.sends_to_queue, spec.name
+            assert ("sqs:ReceiveMessage" in queue_actions) is (spec is SENDER), spec.name
+        # Nothing reads or writes the dead-letter queue but SQS's redrive.
+        assert _actions_on(statements, {"Fn::GetAtt": [dlq_id, "Arn"]}) == set(), spec.name
         assert ("sns:Publish" in _actions_on(statements, topic)) is spec.publishes_alerts
         admin_token = _actions_on(statements, admin_secret)
         assert ("secretsmanager:PutSecretValue" in admin_token) is spec.bootstraps_admin_token
@@ -328,11 +416,13 @@ def test_nothing_runs_a_handler_before_the_migrations(
 ) -> None:
     synth: Synthesized = request.getfixturevalue(stage)
     (schema_id,) = synth.resources("Custom::TidingsSchema")
-    # The sender's event source and every schedule: on a first deploy, nothing calls a
-    # handler before the schema exists.
-    (mapping,) = synth.resources("AWS::Lambda::EventSourceMapping").values()
-    assert mapping["Properties"]["FunctionName"] == {"Ref": _function_id(synth, "sender")}
-    assert schema_id in _depends_on(mapping)
+    # The sender's event sources (both lanes) and every schedule: on a first deploy, nothing
+    # calls a handler before the schema exists.
+    mappings = _sender_mappings(synth)
+    assert set(mappings) == set(_lane_queue_ids(synth))
+    for queue_id, mapping in mappings.items():
+        assert mapping["Properties"]["FunctionName"] == {"Ref": _function_id(synth, "sender")}
+        assert schema_id in _depends_on(mapping), queue_id
     rules = synth.resources("AWS::Events::Rule")
     assert len(rules) == len(synth.config.schedules) > 0
     for logical_id, rule in rules.items():
@@ -349,10 +439,10 @@ def test_the_local_runtime_imitates_the_deployed_queue_timeouts_and_schedules(
     """What the stack deploys and what `tidings dev` imitates come from one table."""
     from tidings.local import runtime, scheduler
 
-    queue_id, _ = _queue_ids(dev)
-    queue = dev.raw["Resources"][queue_id]["Properties"]
-    assert queue["VisibilityTimeout"] == runtime.QUEUE_VISIBILITY_TIMEOUT_S
-    assert queue["RedrivePolicy"]["maxReceiveCount"] == runtime.MAX_RECEIVE_COUNT
+    for queue_id in _lane_queue_ids(dev):
+        queue = dev.raw["Resources"][queue_id]["Properties"]
+        assert queue["VisibilityTimeout"] == runtime.QUEUE_VISIBILITY_TIMEOUT_S
+        assert queue["RedrivePolicy"]["maxReceiveCount"] == runtime.MAX_RECEIVE_COUNT
     assert _function(dev, "sender")["Properties"]["Timeout"] == runtime.SENDER_TIMEOUT_S
     for name, interval_s in scheduler.DEFAULT_INTERVALS_S.items():
         expression = dev.config.schedules[name]
