@@ -740,8 +740,8 @@ BEGIN
     ORDER BY l.id;
 END $function$;
 
-CREATE OR REPLACE FUNCTION tidings.claim_due_v2(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer, p_slow_max_in_flight integer)
- RETURNS TABLE(message_id bigint, endpoint_id bigint, event_type text, event_id text, attempts integer, lease_token uuid, payload text, slow boolean)
+CREATE OR REPLACE FUNCTION tidings.claim_due_v2(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer, p_slow_max_in_flight integer, p_untried_max_in_flight integer)
+ RETURNS TABLE(message_id bigint, endpoint_id bigint, event_type text, event_id text, attempts integer, lease_token uuid, payload text, slow boolean, untried boolean)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -753,6 +753,7 @@ DECLARE
     v_quotas     integer[];
     v_tokens     double precision[];
     v_slow       boolean[];
+    v_untried    boolean[];
     v_caps       integer[];
 BEGIN
     -- 1. Capacity: no more than max_in_flight rows in flight in all (live leases only).
@@ -792,16 +793,17 @@ BEGIN
     candidate AS (
         -- Due endpoints that are enabled and whose circuit lets something through: closed,
         -- cooled down after opening, or half open with a probe gone stale.
-        -- Slow: an attempt of the last slow_until hold was slow, or none was ever recorded (an
-        -- endpoint earns the fast lane with its first answer). A slow endpoint, and one with a
-        -- limit of its own, has a cap on its rows in flight.
+        -- Slow: an attempt of the last slow_until hold was slow. Untried: no attempt ever
+        -- answered. A slow or untried endpoint, and one with a limit of its own, has a cap on
+        -- its rows in flight.
         SELECT s.*,
                coalesce(s.max_in_flight,
-                        CASE WHEN s.slow THEN p_slow_max_in_flight END) AS cap
+                        CASE WHEN s.slow THEN p_slow_max_in_flight
+                             WHEN s.untried THEN p_untried_max_in_flight END) AS cap
         FROM (
         SELECT e.id AS endpoint_id, e.app_id, e.rate_limit_per_s, h.state, e.max_in_flight,
-               (coalesce(h.slow_until > now(), false)
-                OR (h.last_success_at IS NULL AND h.last_failure_at IS NULL)) AS slow
+               coalesce(h.slow_until > now(), false) AS slow,
+               (h.last_success_at IS NULL AND h.last_failure_at IS NULL) AS untried
         FROM queued q
         JOIN tidings.endpoints e ON e.id = q.endpoint_id
         JOIN tidings.endpoint_health h ON h.endpoint_id = q.endpoint_id
@@ -833,7 +835,7 @@ BEGIN
         FOR UPDATE OF h SKIP LOCKED
     ),
     eligible AS MATERIALIZED (
-        SELECT c.endpoint_id, c.app_id, b.tokens, c.slow, c.cap,
+        SELECT c.endpoint_id, c.app_id, b.tokens, c.slow, c.untried, c.cap,
                least(CASE WHEN c.state = 'closed' THEN v_capacity ELSE 1 END,
                      CASE WHEN c.rate_limit_per_s IS NULL THEN v_capacity
                           ELSE floor(b.tokens)::integer END,
@@ -862,14 +864,14 @@ BEGIN
         -- part capped by its allowance (one row for a probe candidate, the whole tokens of a
         -- rate-limited endpoint). A part left unused is not passed on: the claimer claims again
         -- at once after a round that leased rows.
-        SELECT t.endpoint_id, t.app_id, t.tokens, t.slow, t.cap, t.turn, t.endpoints,
+        SELECT t.endpoint_id, t.app_id, t.tokens, t.slow, t.untried, t.cap, t.turn, t.endpoints,
                t.after_endpoint_id,
                a.quota AS app_quota,
                least(t.allowance,
                      a.quota / t.endpoints
                      + CASE WHEN t.turn <= a.quota % t.endpoints THEN 1 ELSE 0 END) AS quota
         FROM (
-            SELECT g.endpoint_id, g.app_id, g.tokens, g.slow, g.cap, g.allowance,
+            SELECT g.endpoint_id, g.app_id, g.tokens, g.slow, g.untried, g.cap, g.allowance,
                    ap.claim_after_endpoint_id AS after_endpoint_id,
                    row_number() OVER (PARTITION BY g.app_id
                                       ORDER BY g.endpoint_id <= ap.claim_after_endpoint_id,
@@ -912,8 +914,8 @@ BEGIN
                         FOR NO KEY UPDATE OF f SKIP LOCKED)
     )
     SELECT array_agg(t.endpoint_id), array_agg(t.quota), array_agg(t.tokens),
-           array_agg(t.slow), array_agg(t.cap)
-    INTO v_endpoints, v_quotas, v_tokens, v_slow, v_caps
+           array_agg(t.slow), array_agg(t.untried), array_agg(t.cap)
+    INTO v_endpoints, v_quotas, v_tokens, v_slow, v_untried, v_caps
     FROM endpoint_turn t
     WHERE t.quota > 0;
 
@@ -939,8 +941,9 @@ BEGIN
     -- 3. Lease each endpoint's part, oldest due first, and debit the buckets.
     RETURN QUERY
     WITH part AS (
-        SELECT p.endpoint_id, p.quota, p.tokens, p.slow
-        FROM unnest(v_endpoints, v_quotas, v_tokens, v_slow) AS p(endpoint_id, quota, tokens, slow)
+        SELECT p.endpoint_id, p.quota, p.tokens, p.slow, p.untried
+        FROM unnest(v_endpoints, v_quotas, v_tokens, v_slow, v_untried)
+             AS p (endpoint_id, quota, tokens, slow, untried)
         WHERE p.quota > 0
     ),
     picked AS MATERIALIZED (
@@ -977,8 +980,9 @@ BEGIN
     SELECT l.id, l.endpoint_id, l.event_type, ev.event_id, l.attempts, l.lease_token,
            CASE WHEN octet_length(ev.payload::text) <= p_inline_payload_bytes
                 THEN ev.payload::text END,
-           (SELECT p.slow FROM part p WHERE p.endpoint_id = l.endpoint_id)
+           pt.slow, pt.untried
     FROM leased l
+    JOIN part pt ON pt.endpoint_id = l.endpoint_id
     CROSS JOIN LATERAL (
         SELECT e.event_id, e.payload FROM tidings.events e WHERE e.id = l.event_ref
     ) ev
@@ -1729,7 +1733,7 @@ GRANT EXECUTE ON FUNCTION tidings.analyze_latency_histograms() TO tidings_percen
 GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v1(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v2(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.claim_due_v1(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer) TO tidings_claimer;
-GRANT EXECUTE ON FUNCTION tidings.claim_due_v2(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer, p_slow_max_in_flight integer) TO tidings_claimer;
+GRANT EXECUTE ON FUNCTION tidings.claim_due_v2(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer, p_slow_max_in_flight integer, p_untried_max_in_flight integer) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.drop_attempt_partition(partition text, lock_timeout_ms integer) TO tidings_pruner;
 GRANT EXECUTE ON FUNCTION tidings.endpoint_signing_secret_v1(p_app_id bigint, p_endpoint_id bigint) TO tidings_ingest;
 GRANT EXECUTE ON FUNCTION tidings.enqueue(event_type text, payload jsonb, event_id text, endpoint_ids bigint[], application text) TO tidings_operator;

@@ -356,7 +356,7 @@ def test_a_producer_may_enqueue_and_nothing_else(
             "SELECT * FROM tidings.begin_attempts_v1('{1}', '{}', '{1}', '{t}', 60, 1)",
             "SELECT tidings.set_endpoint_secret_v2(1, 1, 1, '\\x00', 0, 5)",
             "SELECT * FROM tidings.claim_due_v1(10, 60, 60, 0, 100)",
-            "SELECT * FROM tidings.claim_due_v2(10, 60, 60, 0, 100, 10)",
+            "SELECT * FROM tidings.claim_due_v2(10, 60, 60, 0, 100, 10, 1)",
             "SELECT tidings.mark_slow_v1('{1}', 60)",
             "CREATE TABLE tidings.intruder (id int)",
         }

@@ -162,7 +162,9 @@ def test_two_claimers_cannot_spend_the_same_tokens(database_url: str) -> None:
         seed_messages(cur, limited, 100)
     first = psycopg2.connect(database_url)  # its claim is not committed yet
     with first.cursor() as cur:
-        cur.execute("SELECT count(*) FROM tidings.claim_due_v2(100, 60, 60, 0, 1000000, NULL)")
+        cur.execute(
+            "SELECT count(*) FROM tidings.claim_due_v2(100, 60, 60, 0, 1000000, NULL, NULL)"
+        )
         assert cur.fetchone() == (5,)
     with db.cursor() as cur:
         assert claim(cur, 100) == []  # the bucket is locked: skipped, not waited for

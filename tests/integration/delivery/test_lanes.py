@@ -5,6 +5,7 @@ own queue. Concurrency is checked with several real connections."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,11 +38,19 @@ def claim(cur: Any, batch_size: int = 100, **kw: Any) -> list[delivery.ClaimedMe
 
 
 def answered(cur: Any, endpoint_id: int) -> None:
-    """The endpoint has answered once: it is out of its first probation in the slow lane."""
+    """The endpoint has answered once: it is no longer untried."""
     cur.execute(
         "UPDATE tidings.endpoint_health SET last_success_at = now() WHERE endpoint_id = %s",
         (endpoint_id,),
     )
+
+
+def slow_endpoint(cur: Any, url: str = "https://receiver.example/hook") -> int:
+    """An endpoint that answered, slowly: in the slow lane."""
+    endpoint = make_endpoint(cur, url)
+    answered(cur, endpoint)
+    delivery.mark_slow(cur, [endpoint], hold_s=600)
+    return endpoint
 
 
 def in_flight(cur: Any, endpoint_id: int) -> int:
@@ -54,13 +63,18 @@ def in_flight(cur: Any, endpoint_id: int) -> int:
     return int(row[0])
 
 
-def test_an_endpoint_that_never_answered_is_slow_until_it_answers(db: Database) -> None:
+def test_an_endpoint_that_never_answered_is_untried_one_row_at_a_time_until_it_answers(
+    db: Database,
+) -> None:
     with db.cursor() as cur:
         endpoint = make_endpoint(cur)
         seed_messages(cur, endpoint, 4)
-        assert {r.slow for r in claim(cur, 2)} == {True}
+        [first] = claim(cur, 10, untried_max_in_flight=1)
+        assert first.untried and not first.slow
+        assert claim(cur, 10, untried_max_in_flight=1) == []
         answered(cur, endpoint)
-        assert {r.slow for r in claim(cur, 2)} == {False}
+        rows = claim(cur, 10, untried_max_in_flight=1)
+        assert len(rows) == 3 and not any(r.untried or r.slow for r in rows)
 
 
 def test_a_slow_mark_lasts_its_hold_and_a_fresh_one_is_not_rewritten(db: Database) -> None:
@@ -85,7 +99,7 @@ def test_a_slow_endpoint_gets_no_more_rows_than_its_cap_and_a_fast_one_has_none(
     db: Database,
 ) -> None:
     with db.cursor() as cur:
-        slow = make_endpoint(cur)
+        slow = slow_endpoint(cur)
         fast = make_endpoint(cur)
         answered(cur, fast)
         seed_messages(cur, slow, 50)
@@ -117,7 +131,7 @@ def test_an_endpoints_own_cap_holds_in_either_lane(db: Database) -> None:
 
 def test_an_expired_lease_does_not_count_against_the_cap(db: Database) -> None:
     with db.cursor() as cur:
-        slow = make_endpoint(cur)
+        slow = slow_endpoint(cur)
         seed_messages(cur, slow, 10)
         assert len(claim(cur, 100, slow_max_in_flight=2)) == 2
         cur.execute(
@@ -136,7 +150,7 @@ def test_the_cap_holds_under_eight_concurrent_claimers(
     the cap is reached (the claimers did lease)."""
     cap = 5
     with db.cursor() as cur:
-        endpoint = make_endpoint(cur)
+        endpoint = slow_endpoint(cur) if cap_source == "slow lane" else make_endpoint(cur)
         if cap_source == "endpoint":
             answered(cur, endpoint)
             cur.execute(
@@ -214,15 +228,20 @@ def test_the_cap_holds_under_eight_concurrent_claimers(
 
 def test_the_claimer_sends_each_lane_to_its_own_queue(db: Database) -> None:
     with db.cursor() as cur:
-        slow = make_endpoint(cur)
+        slow = slow_endpoint(cur)
         fast = make_endpoint(cur)
+        untried = make_endpoint(cur)
         answered(cur, fast)
         seed_messages(cur, slow, 3)
         seed_messages(cur, fast, 4)
+        seed_messages(cur, untried, 5)
     fast_queue, slow_queue = RecordingQueue(), RecordingQueue()
     claimer = Claimer(db, fast_queue, pipeline_settings(), slow_queue=slow_queue)
-    assert claimer.claim_once().sent == 7
-    assert len(fast_queue.sent) == 4 and not any(e.slow for e in envelopes(fast_queue.sent))
+    assert claimer.claim_once().sent == 8
+    fast_sent = envelopes(fast_queue.sent)
+    assert len(fast_sent) == 5 and not any(e.slow for e in fast_sent)
+    # The untried endpoint: one row, in the fast lane, marked so the sender cuts it short.
+    assert sum(e.untried for e in fast_sent) == 1
     assert len(slow_queue.sent) == 3 and all(e.slow for e in envelopes(slow_queue.sent))
     # Without a slow lane, every row goes to the delivery queue.
     with db.cursor() as cur:
@@ -273,8 +292,8 @@ def test_a_timed_out_attempt_marks_its_endpoint_slow(db: Database, receiver: Rec
 
 def test_a_retry_through_the_queue_goes_back_to_its_lane(db: Database, receiver: Receiver) -> None:
     with db.cursor() as cur:
-        failing = make_endpoint(cur, receiver.url("status/500"))
-        seed_messages(cur, failing, 1)  # never answered: the slow lane
+        failing = slow_endpoint(cur, receiver.url("status/500"))
+        seed_messages(cur, failing, 1)
     pipeline = make_pipeline(db)
     slow_queue = RecordingQueue()
     claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
@@ -293,3 +312,76 @@ def test_a_retry_through_the_queue_goes_back_to_its_lane(db: Database, receiver:
     retries = [m for m in slow_queue.sent if m.delay_s]
     assert len(retries) == 1 and envelopes(retries)[0].slow
     assert not any(m.delay_s for m in pipeline.queue.sent)
+
+
+def test_an_untried_endpoint_is_cut_at_the_threshold_and_retried_in_the_slow_lane(
+    db: Database, receiver: Receiver
+) -> None:
+    with db.cursor() as cur:
+        untried = make_endpoint(cur, receiver.url("slow/3000"))
+        seed_messages(cur, untried, 2)
+    pipeline = make_pipeline(db, slow_lane_threshold_ms=300, http_timeout_s=10)
+    slow_queue = RecordingQueue()
+    claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
+    assert claimer.claim_once().sent == 1
+    sender = Sender(
+        db,
+        pipeline.queue,
+        pipeline.settings,
+        pipeline.transport,
+        keyring=secrets_keyring(),
+        slow_queue=slow_queue,
+    )
+    [record] = pipeline.queue.receive()
+    started = time.monotonic()
+    report = sender.process([QueueRecord(record.message_id, record.body)])
+    assert time.monotonic() - started < 2.0
+    assert report.retried == 1
+    [retry] = envelopes([m for m in slow_queue.sent if m.delay_s])
+    assert retry.slow and not retry.untried
+    with db.cursor() as cur:
+        cur.execute("SELECT error_class FROM tidings.attempts WHERE endpoint_id = %s", (untried,))
+        assert cur.fetchall() == [("timeout",)]
+        # No longer untried, and slow: its next row goes to the slow lane.
+        [row] = claim(cur, 10, untried_max_in_flight=1, slow_max_in_flight=10)
+        assert row.slow and not row.untried
+
+
+def test_an_untried_endpoints_quick_answer_is_recorded_before_its_batch_ends(
+    db: Database, receiver: Receiver
+) -> None:
+    with db.cursor() as cur:
+        quick = make_endpoint(cur, receiver.url("ok"))
+        # A known endpoint of the fast lane that has just turned slow holds the batch.
+        known = make_endpoint(cur, receiver.url("slow/1500"))
+        answered(cur, known)
+        seed_messages(cur, quick, 1)
+        seed_messages(cur, known, 1)
+    pipeline = make_pipeline(db)
+    pipeline.claimer.claim_once()
+    received = pipeline.queue.receive()
+    assert len(received) == 2
+    finished = threading.Event()
+
+    def run() -> None:
+        pipeline.sender.process([QueueRecord(m.message_id, m.body) for m in received])
+        finished.set()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    delivered_early = False
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not finished.is_set():
+        with db.cursor() as cur:
+            cur.execute(
+                "SELECT status::text FROM tidings.messages WHERE endpoint_id = %s", (quick,)
+            )
+            if cur.fetchone() == ("delivered",):
+                delivered_early = not finished.is_set()
+                break
+        time.sleep(0.02)
+    worker.join(10)
+    assert delivered_early, "the untried endpoint's answer waited for its batch"
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM tidings.messages WHERE status = 'delivered'")
+        assert cur.fetchone() == (2,)

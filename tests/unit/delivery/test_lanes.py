@@ -57,10 +57,16 @@ def test_the_lane_travels_in_the_envelope_only_when_slow() -> None:
     assert lane_of(slow.slow) is Lane.SLOW and lane_of(fast.slow) is Lane.FAST
 
 
+@pytest.mark.parametrize("flag", ["slow", "untried"])
 @pytest.mark.parametrize("value", ["yes", 1, None, []])
-def test_a_lane_that_is_not_a_boolean_is_malformed(value: object) -> None:
+def test_a_lane_flag_that_is_not_a_boolean_is_malformed(flag: str, value: object) -> None:
     body = json.dumps(
-        {"message_id": 1, "lease_token": str(uuid.uuid4()), "attempt": 1, "slow": value}
+        {"message_id": 1, "lease_token": str(uuid.uuid4()), "attempt": 1, flag: value}
     )
-    with pytest.raises(MalformedEnvelope, match="slow must be true or false"):
+    with pytest.raises(MalformedEnvelope, match=f"{flag} must be true or false"):
         DeliveryEnvelope.from_body(body)
+
+
+def test_an_untried_row_says_so_in_its_envelope() -> None:
+    envelope = DeliveryEnvelope(7, uuid.uuid4(), 1, None, untried=True)
+    assert DeliveryEnvelope.from_body(envelope.to_body()).untried

@@ -37,8 +37,10 @@ class ClaimedMessage:
     lease_token: uuid.UUID
     # The payload's JSON text when it is small enough to travel in the queue message.
     payload: str | None
-    # The endpoint is in the slow lane: a recent attempt was slow, or it has never answered.
+    # The endpoint is in the slow lane: a recent attempt was slow.
     slow: bool = False
+    # No attempt of the endpoint has ever answered: its speed is not known yet.
+    untried: bool = False
 
     @property
     def lease(self) -> Lease:
@@ -173,10 +175,12 @@ def claim_due(
     inline_payload_bytes: int = 0,
     max_in_flight: int = 1_000_000,
     slow_max_in_flight: int | None = None,
+    untried_max_in_flight: int | None = None,
 ) -> list[ClaimedMessage]:
     """Lease up to ``batch_size`` due rows for ``lease_s`` seconds, fewer when that would put
-    more than ``max_in_flight`` rows in flight, or more than ``slow_max_in_flight`` (None: no
-    limit) of a slow endpoint's. A half-open circuit's probe counts as gone stale once it has
+    more than ``max_in_flight`` rows in flight, more than ``slow_max_in_flight`` of a slow
+    endpoint's, or more than ``untried_max_in_flight`` of one that never answered (None: no
+    limit). A half-open circuit's probe counts as gone stale once it has
     run ``probe_lease_s`` (default ``lease_s``) without an outcome."""
     cur.execute(
         sql("claim_due"),
@@ -184,6 +188,7 @@ def claim_due(
             "batch_size": batch_size,
             "max_in_flight": max_in_flight,
             "slow_max_in_flight": slow_max_in_flight,
+            "untried_max_in_flight": untried_max_in_flight,
             "lease_s": lease_s,
             "probe_lease_s": lease_s if probe_lease_s is None else probe_lease_s,
             "inline_payload_bytes": inline_payload_bytes,
@@ -199,6 +204,7 @@ def claim_due(
             lease_token=row["lease_token"],
             payload=row["payload"],
             slow=row["slow"],
+            untried=row["untried"],
         )
         for row in fetch_dicts(cur)
     ]

@@ -23,6 +23,10 @@ from tidings.delivery.lanes import Lane, lane_of
 from tidings.observability import logger, metrics
 from tidings.queue import DeliveryQueue, OutgoingMessage
 
+# An endpoint that has never answered gets this many rows in flight until it does: its speed is
+# unknown, and one request is what it takes to learn it.
+UNTRIED_MAX_IN_FLIGHT = 1
+
 
 @dataclass(frozen=True, slots=True)
 class ClaimRound:
@@ -97,6 +101,7 @@ class Claimer:
                 inline_payload_bytes=INLINE_PAYLOAD_BYTES,
                 max_in_flight=self.settings.claim_max_in_flight,
                 slow_max_in_flight=self.settings.slow_lane_max_in_flight,
+                untried_max_in_flight=UNTRIED_MAX_IN_FLIGHT,
             )
         )
         if not rows:
@@ -159,7 +164,12 @@ class Claimer:
             OutgoingMessage(
                 id=str(row.message_id),
                 body=DeliveryEnvelope(
-                    row.message_id, row.lease_token, row.attempts + 1, row.payload, row.slow
+                    row.message_id,
+                    row.lease_token,
+                    row.attempts + 1,
+                    row.payload,
+                    slow=row.slow,
+                    untried=row.untried,
                 ).to_body(),
             )
             for row in rows

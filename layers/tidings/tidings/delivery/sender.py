@@ -21,7 +21,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -176,16 +176,17 @@ class Sender:
                 failed_record_ids=frozenset(poison | unsent),
                 skipped=skipped + len(jobs) + len(unsendable),
             )
-        attempts = self._send_all(jobs, budget_s, keys) + [
-            Attempt(job, datetime.now(UTC), _NOT_SENT) for job in unsendable
-        ]
+        sent, early = self._send_all(jobs, budget_s, keys)
+        attempts = sent + [Attempt(job, datetime.now(UTC), _NOT_SENT) for job in unsendable]
         now = datetime.now(UTC)
         decisions = [self._decide(attempt, now) for attempt in attempts]
-        # Before the outcomes: the first answer of an endpoint ends its probation in the slow
-        # lane, and must not leave it in the fast lane when that answer was slow.
-        self._mark_slow(attempts)
+        # Before the outcomes: an untried endpoint's first answer takes it out of its cap, and
+        # must not leave it in the fast lane when that answer was slow.
+        slow = self._mark_slow(attempts) | {
+            endpoint for recorded_early in early for endpoint in recorded_early.slow
+        }
         try:
-            decisions, recorded = self._record(decisions)
+            decisions, recorded = self._record(decisions) if decisions else ([], _NOTHING_WRITTEN)
         except _UNAVAILABLE:
             logger.exception(
                 "database unavailable after sending; the attempted records return to the queue",
@@ -195,8 +196,12 @@ class Sender:
                 failed_record_ids=frozenset(poison | {a.job.record_id for a in attempts}),
                 skipped=skipped,
             )
+        decisions = [d for e in early for d in e.decisions] + decisions
+        recorded = _merged([*(e.recorded for e in early), recorded])
         written = [d for d in decisions if d.outcome.lease.message_id in recorded.written_ids]
-        self._requeue([d for d in written if d.step.action is NextAction.RETRY_VIA_QUEUE])
+        self._requeue(
+            [d for d in written if d.step.action is NextAction.RETRY_VIA_QUEUE], slow=slow
+        )
         _report_observations(decisions, recorded)
         return BatchReport(
             failed_record_ids=frozenset(poison),
@@ -208,21 +213,39 @@ class Sender:
             skipped=skipped,
         )
 
-    def _mark_slow(self, attempts: Sequence[Attempt]) -> None:
-        """Put the endpoints of slow (or timed-out) attempts in the slow lane. Nothing is written
-        for a batch of quick attempts; a failure here costs the lane, never the outcomes."""
+    def _mark_slow(self, attempts: Sequence[Attempt]) -> set[int]:
+        """Put the endpoints of slow (or timed-out) attempts in the slow lane; returns them.
+        Nothing is written for quick attempts; a failure here costs the lane, never the
+        outcomes."""
         slow = slow_endpoints(
             (Timing(a.job.row.endpoint_id, a.result.elapsed_ms, a.result.error) for a in attempts),
             self.settings.slow_lane_threshold_ms,
         )
         if not slow:
-            return
+            return set()
         try:
             self.db.run(
                 lambda cur: delivery.mark_slow(cur, slow, hold_s=self.settings.slow_lane_hold_s)
             )
         except _UNAVAILABLE:
             logger.exception("could not mark slow endpoints", extra={"endpoint_ids": slow})
+        return set(slow)
+
+    def _record_now(self, attempt: Attempt) -> _RecordedEarly | None:
+        """Decide and record one attempt at once (an untried endpoint's: its answer lifts its
+        cap); None when the database is unavailable, leaving it to the batch's record."""
+        decision = self._decide(attempt, datetime.now(UTC))
+        slow = self._mark_slow([attempt])
+        try:
+            decisions, recorded = self._record([decision])
+        except _UNAVAILABLE:
+            logger.warning(
+                "could not record an untried endpoint's attempt at once; it is recorded with "
+                "its batch",
+                extra={"message_id": attempt.job.row.message_id},
+            )
+            return None
+        return _RecordedEarly(decisions, recorded, frozenset(slow))
 
     def _data_keys(self, jobs: Sequence[Job]) -> Mapping[int, DataKey] | None:
         """The opened data keys of the jobs' signing secrets (from the keyring's cache, else one
@@ -274,15 +297,29 @@ class Sender:
 
     def _send_all(
         self, jobs: Sequence[Job], budget_s: float | None, keys: Mapping[int, DataKey]
-    ) -> list[Attempt]:
-        """Send every job concurrently; attempts come back in the order they finished."""
-        futures: list[Future[tuple[float, Attempt]]] = [
-            self._executor.submit(self._send_timed, job, budget_s, keys) for job in jobs
-        ]
+    ) -> tuple[list[Attempt], list[_RecordedEarly]]:
+        """Send every job concurrently. An untried endpoint's attempt (cut short at the slow-lane
+        threshold) is recorded as soon as it comes back, so that a quick endpoint's cap lifts
+        at its first answer rather than when the batch ends; the other attempts come back in the
+        order they finished, for the batch's record."""
+        futures: dict[Future[tuple[float, Attempt]], Job] = {
+            self._executor.submit(self._send_timed, job, budget_s, keys): job for job in jobs
+        }
+        early: list[_RecordedEarly] = []
+        recorded: set[Future[tuple[float, Attempt]]] = set()
+        untried = [future for future, job in futures.items() if job.envelope.untried]
+        for future in as_completed(untried):
+            done = self._record_now(future.result()[1])
+            if done is not None:
+                early.append(done)
+                recorded.add(future)
         # Woken once, when all are done, rather than once per request.
         wait(futures)
-        finished = sorted((future.result() for future in futures), key=lambda done: done[0])
-        return [attempt for _, attempt in finished]
+        finished = sorted(
+            (future.result() for future in futures if future not in recorded),
+            key=lambda done: done[0],
+        )
+        return [attempt for _, attempt in finished], early
 
     def _send_timed(
         self, job: Job, budget_s: float | None, keys: Mapping[int, DataKey]
@@ -313,6 +350,10 @@ class Sender:
         )
         if budget_s is not None:
             timeout_s = min(timeout_s, budget_s)
+        if job.envelope.untried:
+            # Its speed is unknown: it may hold this batch no longer than the slow-lane threshold
+            # (a longer answer is cut, counted a timeout, and retried in the slow lane).
+            timeout_s = min(timeout_s, self.settings.slow_lane_threshold_ms / 1000)
         try:
             secrets = open_secrets(keys, job.row.endpoint_id, job.row.secrets)
             headers = signing.webhook_headers(
@@ -401,9 +442,10 @@ class Sender:
             )
         )
 
-    def _requeue(self, retries: Sequence[Decision]) -> None:
-        """Send retry messages; a row whose message the queue refused (or that could not be
-        built) is released at once, to wait out its delay in the database."""
+    def _requeue(self, retries: Sequence[Decision], *, slow: set[int]) -> None:
+        """Send retry messages, each to its lane's queue (the slow lane's when it came from
+        there or its endpoint was just found slow); a row whose message the queue refused (or
+        that could not be built) is released at once, to wait out its delay in the database."""
         if not retries:
             return
         by_id = {str(d.outcome.lease.message_id): d for d in retries}
@@ -411,8 +453,10 @@ class Sender:
         unbuilt: list[str] = []
         for key, d in by_id.items():
             try:
-                lane = lane_of(d.attempt.job.envelope.slow)
-                outgoing.setdefault(lane, []).append(_retry_message(key, d))
+                in_slow_lane = d.attempt.job.envelope.slow or d.outcome.endpoint_id in slow
+                outgoing.setdefault(lane_of(in_slow_lane), []).append(
+                    _retry_message(key, d, slow=in_slow_lane)
+                )
             except Exception as exc:
                 _log_internal_error(
                     "building a retry message failed; the row waits out its delay in the database",
@@ -484,7 +528,7 @@ _NOT_SENT = HttpResult(None, AttemptError.INTERNAL, 0, detail="internal error in
 _NOTHING_WRITTEN = delivery.RecordResult(frozenset(), (), frozenset())
 
 
-def _retry_message(key: str, decision: Decision) -> OutgoingMessage:
+def _retry_message(key: str, decision: Decision, *, slow: bool) -> OutgoingMessage:
     return OutgoingMessage(
         id=key,
         body=DeliveryEnvelope(
@@ -492,10 +536,19 @@ def _retry_message(key: str, decision: Decision) -> OutgoingMessage:
             decision.outcome.lease.token,
             decision.outcome.attempt_number + 1,
             decision.attempt.job.payload,
-            decision.attempt.job.envelope.slow,
+            slow=slow,
         ).to_body(),
         delay_s=min(MAX_DELAY_S, math.ceil(decision.step.delay_s)),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _RecordedEarly:
+    """An attempt recorded as soon as it came back, apart from its batch."""
+
+    decisions: list[Decision]
+    recorded: delivery.RecordResult
+    slow: frozenset[int]
 
 
 def _merged(results: Sequence[delivery.RecordResult]) -> delivery.RecordResult:

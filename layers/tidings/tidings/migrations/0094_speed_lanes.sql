@@ -3,13 +3,16 @@
 -- A sender batch lasts as long as its slowest request, so an endpoint that answers in seconds
 -- used to hold back every endpoint whose rows shared its batches. The claim now tells each row's
 -- lane: slow for an endpoint one of whose attempts was slow within the last hold (the sender
--- marks it: endpoint_health.slow_until), and for an endpoint that has never answered yet (its
--- first answer earns the fast lane); fast otherwise. The claimer sends each lane to its own
+-- marks it: endpoint_health.slow_until), fast otherwise. The claimer sends each lane to its own
 -- queue: the fast lane's senders take batches, the slow lane's take one message at a time, with
 -- a concurrency of their own, so neither a slow endpoint's time nor its Lambda bill falls on
 -- another's. A slow endpoint also has a cap on its rows in flight (the claimer's setting, or the
 -- endpoint's own max_in_flight, which caps it in either lane): it gets its messages at the pace
--- it can take and cannot fill the slow lane alone.
+-- it can take and cannot fill the slow lane alone. An endpoint that has never answered is
+-- "untried": its speed is unknown, so it gets p_untried_max_in_flight rows at a time (one, from
+-- the claimer) until it answers; the sender cuts an untried row's request short at the slow
+-- threshold and records its outcome as soon as it comes, so an untried endpoint holds a fast
+-- batch no longer than the threshold, and a quick one is out of its cap at its first answer.
 
 ALTER TABLE tidings.endpoint_health ADD COLUMN slow_until timestamptz;
 
@@ -30,9 +33,10 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- claim_due_v2: claim_due_v1 (0041), and
---   * each row comes with its endpoint's lane (slow: true for the slow lane);
---   * an endpoint with a cap (its own max_in_flight, else p_slow_max_in_flight while it is slow;
---     NULL: no cap) gets no more rows than leave its rows in flight within the cap. Its health
+--   * each row comes with its endpoint's lane (slow: true for the slow lane) and whether its
+--     endpoint has never answered (untried);
+--   * an endpoint with a cap (its own max_in_flight, else p_slow_max_in_flight while it is slow,
+--     else p_untried_max_in_flight while it is untried; NULL: no cap) gets no more rows than leave its rows in flight within the cap. Its health
 --     row is locked like a rate-limited endpoint's bucket (SKIP LOCKED, kept to the commit) and
 --     its rows in flight are counted again, after the lock, by a statement of their own (2b).
 -- An endpoint without a cap costs nothing more than before.
@@ -43,9 +47,11 @@ CREATE FUNCTION tidings.claim_due_v2(
     p_probe_lease_s         double precision,
     p_inline_payload_bytes  integer,
     p_max_in_flight         integer,
-    p_slow_max_in_flight    integer
+    p_slow_max_in_flight    integer,
+    p_untried_max_in_flight integer
 ) RETURNS TABLE (message_id bigint, endpoint_id bigint, event_type text, event_id text,
-                 attempts integer, lease_token uuid, payload text, slow boolean)
+                 attempts integer, lease_token uuid, payload text, slow boolean,
+                 untried boolean)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -54,6 +60,7 @@ DECLARE
     v_quotas     integer[];
     v_tokens     double precision[];
     v_slow       boolean[];
+    v_untried    boolean[];
     v_caps       integer[];
 BEGIN
     -- 1. Capacity: no more than max_in_flight rows in flight in all (live leases only).
@@ -93,16 +100,17 @@ BEGIN
     candidate AS (
         -- Due endpoints that are enabled and whose circuit lets something through: closed,
         -- cooled down after opening, or half open with a probe gone stale.
-        -- Slow: an attempt of the last slow_until hold was slow, or none was ever recorded (an
-        -- endpoint earns the fast lane with its first answer). A slow endpoint, and one with a
-        -- limit of its own, has a cap on its rows in flight.
+        -- Slow: an attempt of the last slow_until hold was slow. Untried: no attempt ever
+        -- answered. A slow or untried endpoint, and one with a limit of its own, has a cap on
+        -- its rows in flight.
         SELECT s.*,
                coalesce(s.max_in_flight,
-                        CASE WHEN s.slow THEN p_slow_max_in_flight END) AS cap
+                        CASE WHEN s.slow THEN p_slow_max_in_flight
+                             WHEN s.untried THEN p_untried_max_in_flight END) AS cap
         FROM (
         SELECT e.id AS endpoint_id, e.app_id, e.rate_limit_per_s, h.state, e.max_in_flight,
-               (coalesce(h.slow_until > now(), false)
-                OR (h.last_success_at IS NULL AND h.last_failure_at IS NULL)) AS slow
+               coalesce(h.slow_until > now(), false) AS slow,
+               (h.last_success_at IS NULL AND h.last_failure_at IS NULL) AS untried
         FROM queued q
         JOIN tidings.endpoints e ON e.id = q.endpoint_id
         JOIN tidings.endpoint_health h ON h.endpoint_id = q.endpoint_id
@@ -134,7 +142,7 @@ BEGIN
         FOR UPDATE OF h SKIP LOCKED
     ),
     eligible AS MATERIALIZED (
-        SELECT c.endpoint_id, c.app_id, b.tokens, c.slow, c.cap,
+        SELECT c.endpoint_id, c.app_id, b.tokens, c.slow, c.untried, c.cap,
                least(CASE WHEN c.state = 'closed' THEN v_capacity ELSE 1 END,
                      CASE WHEN c.rate_limit_per_s IS NULL THEN v_capacity
                           ELSE floor(b.tokens)::integer END,
@@ -163,14 +171,14 @@ BEGIN
         -- part capped by its allowance (one row for a probe candidate, the whole tokens of a
         -- rate-limited endpoint). A part left unused is not passed on: the claimer claims again
         -- at once after a round that leased rows.
-        SELECT t.endpoint_id, t.app_id, t.tokens, t.slow, t.cap, t.turn, t.endpoints,
+        SELECT t.endpoint_id, t.app_id, t.tokens, t.slow, t.untried, t.cap, t.turn, t.endpoints,
                t.after_endpoint_id,
                a.quota AS app_quota,
                least(t.allowance,
                      a.quota / t.endpoints
                      + CASE WHEN t.turn <= a.quota % t.endpoints THEN 1 ELSE 0 END) AS quota
         FROM (
-            SELECT g.endpoint_id, g.app_id, g.tokens, g.slow, g.cap, g.allowance,
+            SELECT g.endpoint_id, g.app_id, g.tokens, g.slow, g.untried, g.cap, g.allowance,
                    ap.claim_after_endpoint_id AS after_endpoint_id,
                    row_number() OVER (PARTITION BY g.app_id
                                       ORDER BY g.endpoint_id <= ap.claim_after_endpoint_id,
@@ -213,8 +221,8 @@ BEGIN
                         FOR NO KEY UPDATE OF f SKIP LOCKED)
     )
     SELECT array_agg(t.endpoint_id), array_agg(t.quota), array_agg(t.tokens),
-           array_agg(t.slow), array_agg(t.cap)
-    INTO v_endpoints, v_quotas, v_tokens, v_slow, v_caps
+           array_agg(t.slow), array_agg(t.untried), array_agg(t.cap)
+    INTO v_endpoints, v_quotas, v_tokens, v_slow, v_untried, v_caps
     FROM endpoint_turn t
     WHERE t.quota > 0;
 
@@ -240,8 +248,9 @@ BEGIN
     -- 3. Lease each endpoint's part, oldest due first, and debit the buckets.
     RETURN QUERY
     WITH part AS (
-        SELECT p.endpoint_id, p.quota, p.tokens, p.slow
-        FROM unnest(v_endpoints, v_quotas, v_tokens, v_slow) AS p(endpoint_id, quota, tokens, slow)
+        SELECT p.endpoint_id, p.quota, p.tokens, p.slow, p.untried
+        FROM unnest(v_endpoints, v_quotas, v_tokens, v_slow, v_untried)
+             AS p (endpoint_id, quota, tokens, slow, untried)
         WHERE p.quota > 0
     ),
     picked AS MATERIALIZED (
@@ -278,8 +287,9 @@ BEGIN
     SELECT l.id, l.endpoint_id, l.event_type, ev.event_id, l.attempts, l.lease_token,
            CASE WHEN octet_length(ev.payload::text) <= p_inline_payload_bytes
                 THEN ev.payload::text END,
-           (SELECT p.slow FROM part p WHERE p.endpoint_id = l.endpoint_id)
+           pt.slow, pt.untried
     FROM leased l
+    JOIN part pt ON pt.endpoint_id = l.endpoint_id
     CROSS JOIN LATERAL (
         SELECT e.event_id, e.payload FROM tidings.events e WHERE e.id = l.event_ref
     ) ev
@@ -313,10 +323,11 @@ LANGUAGE sql AS $$
 $$;
 
 ALTER FUNCTION tidings.claim_due_v2(integer, double precision, double precision, integer, integer,
-                                    integer)
+                                    integer, integer)
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION tidings.mark_slow_v1(bigint[], double precision)
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 GRANT EXECUTE ON FUNCTION tidings.claim_due_v2(integer, double precision, double precision,
-                                               integer, integer, integer) TO tidings_claimer;
+                                               integer, integer, integer, integer)
+    TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.mark_slow_v1(bigint[], double precision) TO tidings_sender;

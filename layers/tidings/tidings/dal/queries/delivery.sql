@@ -4,10 +4,11 @@
 -- stopped; skips disabled endpoints and open circuits, gives a cooled-down endpoint one probe
 -- row, spends rate-limited endpoints' tokens, keeps no more than max_in_flight rows in flight in
 -- all and no more than an endpoint's cap of its own (its max_in_flight, else slow_max_in_flight
--- while it is slow); each row says whether its endpoint is in the slow lane.
+-- while it is slow, else untried_max_in_flight until it first answers); each row says whether
+-- its endpoint is in the slow lane and whether it has ever answered.
 SELECT * FROM tidings.claim_due_v2(%(batch_size)s, %(lease_s)s, %(probe_lease_s)s,
                                    %(inline_payload_bytes)s, %(max_in_flight)s,
-                                   %(slow_max_in_flight)s);
+                                   %(slow_max_in_flight)s, %(untried_max_in_flight)s);
 
 -- name: mark_slow
 -- Puts endpoints whose attempt was slow in the slow lane for hold_s seconds
