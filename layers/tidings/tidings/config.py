@@ -123,6 +123,9 @@ class Settings:
     slow_lane_threshold_ms: int = 1000
     slow_lane_hold_s: float = 600.0
     slow_lane_max_in_flight: int = 10
+    # An endpoint that has never answered gets this many rows in flight until it does (its speed
+    # is unknown: one request is what it takes to learn it).
+    untried_max_in_flight: int = 1
 
     # Attempts
     http_timeout_s: float = 15.0
@@ -272,6 +275,7 @@ class Settings:
             "slow_lane_threshold_ms",
             "slow_lane_hold_s",
             "slow_lane_max_in_flight",
+            "untried_max_in_flight",
             "lease_s",
             "http_timeout_s",
             "circuit_failure_threshold",

@@ -27,10 +27,14 @@ def pipeline_settings(**changes: Any) -> Settings:
         http_timeout_s=5.0,
         claim_idle_poll_s=0.05,
         claim_stop_before_timeout_s=1.0,
-        # An endpoint that has never answered is claimed into the slow lane, at most
-        # slow_lane_max_in_flight rows at a time (tests/integration/delivery/test_lanes.py);
-        # the pipelines here claim new endpoints' backlogs whole.
+        # An endpoint that has never answered gets untried_max_in_flight rows at a time, and a
+        # slow one slow_lane_max_in_flight (tests/integration/delivery/test_lanes.py); the
+        # pipelines here claim new endpoints' backlogs whole.
         slow_lane_max_in_flight=1000,
+        untried_max_in_flight=1000,
+        # Nor is an untried endpoint's request cut short, nor an endpoint marked slow, at the
+        # timeouts these tests use; test_lanes.py sets its own threshold.
+        slow_lane_threshold_ms=60_000,
     )
     return base.replace(**changes)
 

@@ -236,7 +236,8 @@ def test_the_claimer_sends_each_lane_to_its_own_queue(db: Database) -> None:
         seed_messages(cur, fast, 4)
         seed_messages(cur, untried, 5)
     fast_queue, slow_queue = RecordingQueue(), RecordingQueue()
-    claimer = Claimer(db, fast_queue, pipeline_settings(), slow_queue=slow_queue)
+    settings = pipeline_settings(untried_max_in_flight=1)
+    claimer = Claimer(db, fast_queue, settings, slow_queue=slow_queue)
     assert claimer.claim_once().sent == 8
     fast_sent = envelopes(fast_queue.sent)
     assert len(fast_sent) == 5 and not any(e.slow for e in fast_sent)
@@ -320,7 +321,9 @@ def test_an_untried_endpoint_is_cut_at_the_threshold_and_retried_in_the_slow_lan
     with db.cursor() as cur:
         untried = make_endpoint(cur, receiver.url("slow/3000"))
         seed_messages(cur, untried, 2)
-    pipeline = make_pipeline(db, slow_lane_threshold_ms=300, http_timeout_s=10)
+    pipeline = make_pipeline(
+        db, slow_lane_threshold_ms=300, http_timeout_s=10, untried_max_in_flight=1
+    )
     slow_queue = RecordingQueue()
     claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
     assert claimer.claim_once().sent == 1

@@ -210,10 +210,10 @@ def test_a_retry_message_that_cannot_be_built_leaves_its_row_to_the_database(
     _, retried = _endpoint(db, receiver.url("status/503"), 2)
     real_build = sender_module._retry_message
 
-    def build(key: str, decision: Any) -> Any:
+    def build(key: str, decision: Any, **lane: Any) -> Any:
         if key == str(retried[0]):
             raise ValueError("cannot build")
-        return real_build(key, decision)
+        return real_build(key, decision, **lane)
 
     monkeypatch.setattr(sender_module, "_retry_message", build)
 

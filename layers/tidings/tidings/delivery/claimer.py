@@ -23,10 +23,6 @@ from tidings.delivery.lanes import Lane, lane_of
 from tidings.observability import logger, metrics
 from tidings.queue import DeliveryQueue, OutgoingMessage
 
-# An endpoint that has never answered gets this many rows in flight until it does: its speed is
-# unknown, and one request is what it takes to learn it.
-UNTRIED_MAX_IN_FLIGHT = 1
-
 
 @dataclass(frozen=True, slots=True)
 class ClaimRound:
@@ -70,6 +66,8 @@ class ClaimerSettings(Protocol):
     def lease_s(self) -> float: ...
     @property
     def slow_lane_max_in_flight(self) -> int: ...
+    @property
+    def untried_max_in_flight(self) -> int: ...
 
 
 class Claimer:
@@ -101,7 +99,7 @@ class Claimer:
                 inline_payload_bytes=INLINE_PAYLOAD_BYTES,
                 max_in_flight=self.settings.claim_max_in_flight,
                 slow_max_in_flight=self.settings.slow_lane_max_in_flight,
-                untried_max_in_flight=UNTRIED_MAX_IN_FLIGHT,
+                untried_max_in_flight=self.settings.untried_max_in_flight,
             )
         )
         if not rows:
