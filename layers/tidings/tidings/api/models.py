@@ -17,7 +17,9 @@ from pydantic import (
 
 from tidings.logic.applications import UID_PATTERN, Application, ApplicationPage
 from tidings.logic.endpoints import (
+    MAX_MAX_IN_FLIGHT,
     MAX_RATE_LIMIT_PER_S,
+    MIN_MAX_IN_FLIGHT,
     MIN_RATE_LIMIT_PER_S,
     CreatedEndpoint,
     Endpoint,
@@ -71,6 +73,16 @@ RateLimit = Annotated[
         le=MAX_RATE_LIMIT_PER_S,
         description="Requests per second to this endpoint, at least one a minute (1/60).",
     ),
+]
+MaxInFlight = Annotated[
+    int,
+    Field(
+        ge=MIN_MAX_IN_FLIGHT,
+        le=MAX_MAX_IN_FLIGHT,
+        description="The endpoint's own cap on its deliveries in flight, in either lane (null: "
+        "none of its own; in the slow lane the deployment's cap applies, 10 by default).",
+    ),
+    BeforeValidator(_not_a_boolean),
 ]
 RetryDelay = Annotated[
     int, Field(ge=1, le=86_400, description="seconds"), BeforeValidator(_not_a_boolean)
@@ -189,6 +201,7 @@ class CreateEndpoint(_Strict):
         json_schema_extra={"deprecated": True},
     )
     timeout_ms: int | None = Field(default=None, ge=100, le=60_000)
+    max_in_flight: MaxInFlight | None = None
 
 
 class UpdateEndpoint(_Strict):
@@ -207,6 +220,7 @@ class UpdateEndpoint(_Strict):
         json_schema_extra={"deprecated": True},
     )
     timeout_ms: int | None = Field(default=None, ge=100, le=60_000)
+    max_in_flight: MaxInFlight | None = None
     enabled: bool | None = None
 
 

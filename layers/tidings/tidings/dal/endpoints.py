@@ -18,6 +18,7 @@ UPDATABLE_FIELDS = (
     "retry_schedule",
     "timeout_ms",
     "rate_limit_per_s",
+    "max_in_flight",
     "enabled",
     "event_types",
 )
@@ -34,6 +35,7 @@ def insert_endpoint(
     timeout_ms: int | None,
     rate_limit_per_s: float | None,
     retry_schedule: Sequence[float] | None = None,
+    max_in_flight: int | None = None,
 ) -> dict[str, Any] | None:
     """The new endpoint, or None when its application is not there (any more)."""
     cur.execute(
@@ -47,6 +49,7 @@ def insert_endpoint(
             "timeout_ms": timeout_ms,
             "rate_limit_per_s": rate_limit_per_s,
             "retry_schedule": _seconds(retry_schedule),
+            "max_in_flight": max_in_flight,
         },
     )
     rows = fetch_dicts(cur)
