@@ -497,6 +497,9 @@ def test_rotating_then_revealing_shows_the_same_secret(system: System, page: Por
     page.open(system.link())
     open_endpoint(page, system.ids["ok_url"])
     assert "Order service" in page.by_id("endpoint-facts").text
+    # It answered at once: the fast lane, with no cap of its own.
+    assert page.by_testid("lane-badge").text == "Fast lane"
+    assert page.by_testid("fact-max-in-flight").text == "none of its own"
     assert not page.shown("secret-shown")
     page.wait(lambda: page.all_by_testid("hourly-chart"), "the endpoint's health")
     page.screenshot("endpoint")
@@ -574,10 +577,18 @@ def test_rotating_then_revealing_shows_the_same_secret(system: System, page: Por
 
 def test_an_endpoint_is_deleted_after_a_confirmation(system: System, page: PortalPage) -> None:
     doomed = system.call(
-        "POST", "v1/apps/acme/endpoints", {"url": system.receiver.url("ok/doomed")}, expect=201
+        "POST",
+        "v1/apps/acme/endpoints",
+        {"url": system.receiver.url("ok/doomed"), "max_in_flight": 3},
+        expect=201,
     )
     page.open(system.link())
     open_endpoint(page, doomed["url"])
+    # It has not answered yet: the slow lane, explained, under its own cap.
+    assert page.by_testid("lane-badge").text == "Slow lane"
+    explained = page.by_testid("lane-explanation").text
+    assert "has not answered yet" in explained and "at most 3 in flight" in explained
+    assert page.by_testid("fact-max-in-flight").text == "3"
     page.click("endpoint-delete")
     assert page.shown("endpoint-delete-confirm")
     page.click("endpoint-delete-no")

@@ -212,6 +212,74 @@ def test_a_rate_limit_of_one_request_a_minute_or_more_is_kept(api: Api, rate: fl
     assert created["rate_limit_per_s"] == rate
 
 
+@pytest.mark.parametrize("cap", [0, -1, 1001, 2.5, True, "many", [5], {"n": 5}])
+def test_a_max_in_flight_outside_1_to_1000_is_refused(api: Api, db: Database, cap: object) -> None:
+    reply = api.post("/v1/endpoints", {"url": PUBLIC_URL, "max_in_flight": cap})
+    assert (reply.status, reply.error["field"]) == (422, "max_in_flight"), reply.raw
+    created = api.create_endpoint(max_in_flight=4)
+    changed = api.patch(f"/v1/endpoints/{created['id']}", {"max_in_flight": cap})
+    assert (changed.status, changed.error["field"]) == (422, "max_in_flight"), changed.raw
+    assert api.get(f"/v1/endpoints/{created['id']}").body["max_in_flight"] == 4
+
+
+def test_max_in_flight_is_set_changed_and_cleared(api: Api, db: Database) -> None:
+    created = api.create_endpoint(max_in_flight=1)
+    path = f"/v1/endpoints/{created['id']}"
+    assert (created["max_in_flight"], created["in_flight_limit"]) == (1, 1)
+    assert api.get(path).body["max_in_flight"] == 1
+    changed = api.patch(path, {"max_in_flight": 1000})
+    assert (changed.status, changed.body["max_in_flight"]) == (200, 1000), changed.raw
+    assert api.patch(path, {"description": "kept"}).body["max_in_flight"] == 1000
+    cleared = api.patch(path, {"max_in_flight": None})
+    assert cleared.body["max_in_flight"] is None
+    # Not answered yet: the slow lane's cap.
+    assert cleared.body["in_flight_limit"] == 10
+    assert api.get(path).body == cleared.body
+    with db.cursor() as cur:
+        cur.execute("SELECT max_in_flight FROM tidings.endpoints WHERE id = %s", (created["id"],))
+        assert cur.fetchone() == (None,)
+    listed = api.get("/v1/endpoints").body["items"]
+    assert [(e["id"], e["max_in_flight"]) for e in listed] == [(created["id"], None)]
+
+
+def test_an_endpoint_shows_its_lane(api: Api, db: Database) -> None:
+    created = api.create_endpoint()
+    path = f"/v1/endpoints/{created['id']}"
+    # Never answered: it starts in the slow lane, with no hold to end.
+    assert (created["lane"], created["slow_until"]) == ("slow", None)
+    assert (api.get(path).body["lane"], api.get(path).body["slow_until"]) == ("slow", None)
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoint_health SET last_success_at = now() WHERE endpoint_id = %s",
+            (created["id"],),
+        )
+    fast = api.get(path).body
+    assert (fast["lane"], fast["slow_until"], fast["in_flight_limit"]) == ("fast", None, None)
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoint_health SET slow_until = now() + interval '10 minutes'"
+            " WHERE endpoint_id = %s RETURNING slow_until",
+            (created["id"],),
+        )
+        row = cur.fetchone()
+    assert row is not None
+    slow = api.get(path).body
+    assert (slow["lane"], slow["in_flight_limit"]) == ("slow", 10)
+    assert datetime.fromisoformat(slow["slow_until"]) == row[0]
+    assert api.get("/v1/endpoints").body["items"][0]["lane"] == "slow"
+    assert api.patch(path, {"max_in_flight": 3}).body["lane"] == "slow"
+    assert api.get(path).body["in_flight_limit"] == 3
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoint_health SET slow_until = now() - interval '1 second'"
+            " WHERE endpoint_id = %s",
+            (created["id"],),
+        )
+    passed = api.get(path).body
+    # An endpoint's own cap holds in either lane.
+    assert (passed["lane"], passed["slow_until"], passed["in_flight_limit"]) == ("fast", None, 3)
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -222,6 +290,7 @@ def test_a_rate_limit_of_one_request_a_minute_or_more_is_kept(api: Api, rate: fl
         ({"url": PUBLIC_URL, "max_attempts": 0}, "max_attempts"),
         ({"url": PUBLIC_URL, "timeout_ms": 10}, "timeout_ms"),
         ({"url": PUBLIC_URL, "rate_limit_per_s": -1}, "rate_limit_per_s"),
+        ({"url": PUBLIC_URL, "max_in_flight": 0}, "max_in_flight"),
         ({"url": PUBLIC_URL, "description": "x" * 1001}, "description"),
         ({"url": PUBLIC_URL, "description": "nul\x00"}, "description"),
         ({"url": PUBLIC_URL, "secret": "whsec_mine"}, "secret"),

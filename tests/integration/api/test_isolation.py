@@ -230,6 +230,26 @@ def test_a_replay_or_an_event_naming_another_applications_things_is_refused(
     assert (own.status, own.body) == (200, {"requeued": 1})
 
 
+def test_another_applications_endpoint_cap_and_lane_are_as_unknown_as_its_other_fields(
+    gateway: Gateway, world: World, db: Database
+) -> None:
+    before = _state(db)
+    for app in ("acme", "globex", str(world.globex)):
+        path = f"/v1/apps/{app}/endpoints/{world.globex_endpoint}"
+        for method, body in (("PATCH", {"max_in_flight": 1}), ("PATCH", {"max_in_flight": None})):
+            reply = gateway.call(method, path, body, token=world.acme_token)
+            assert reply.status == 404, (app, body, reply.raw)
+        read = gateway.call("GET", path, token=world.acme_token)
+        assert read.status == 404 and "lane" not in read.raw and "max_in_flight" not in read.raw
+    assert _state(db) == before
+    # Its own application's token sets and reads it.
+    own = f"/v1/apps/globex/endpoints/{world.globex_endpoint}"
+    changed = gateway.call("PATCH", own, {"max_in_flight": 2}, token=world.globex_token)
+    assert (changed.status, changed.body["max_in_flight"]) == (200, 2), changed.raw
+    shown = gateway.call("GET", own, token=world.globex_token).body
+    assert (shown["max_in_flight"], shown["lane"]) == (2, "slow")
+
+
 def test_no_list_shows_another_applications_rows(gateway: Gateway, world: World) -> None:
     for token, app, endpoint, messages in (
         (world.acme_token, "acme", world.acme_endpoint, world.acme_messages),
@@ -314,7 +334,7 @@ def _state(db: Database) -> list[Any]:
             "SELECT (SELECT json_agg(m ORDER BY m.id) FROM (SELECT id, status, attempts,"
             " next_attempt_at FROM tidings.messages) m),"
             " (SELECT json_agg(e ORDER BY e.id) FROM (SELECT id, url, description, enabled,"
-            " secret, deleted_at FROM tidings.endpoints) e),"
+            " secret, deleted_at, max_in_flight FROM tidings.endpoints) e),"
             " (SELECT json_agg(a ORDER BY a.id) FROM tidings.applications a),"
             " (SELECT count(*) FROM tidings.events), (SELECT count(*) FROM tidings.tokens)"
         )

@@ -264,3 +264,47 @@ def test_a_message_says_what_it_waits_for(api: Api, db: Database) -> None:
     assert "410 Gone" in wait["explanation"]
     dead_letter(db, [message_id])
     assert waiting_for()["reason"] == "dead_letter"
+
+
+def test_a_due_message_of_a_slow_endpoint_at_its_cap_says_so(api: Api, db: Database) -> None:
+    with db.cursor() as cur:
+        endpoint = make_endpoint(cur)
+    [message_id] = send(api, event_id="slow-1")
+    with db.cursor() as cur:
+        # Ten others of the endpoint leased (the slow lane's cap), and an answer that took long.
+        seed_messages(cur, endpoint, 10, status="in_flight")
+        cur.execute(
+            "UPDATE tidings.messages SET next_attempt_at = now() + interval '5 minutes'"
+            " WHERE endpoint_id = %s AND status = 'in_flight'",
+            (endpoint,),
+        )
+        cur.execute(
+            "UPDATE tidings.endpoint_health SET last_success_at = now(),"
+            " slow_until = now() + interval '10 minutes' WHERE endpoint_id = %s",
+            (endpoint,),
+        )
+
+    def waiting_for() -> dict:
+        reply = api.get(f"/v1/messages/{message_id}")
+        assert reply.status == 200, reply.raw
+        return reply.body["waiting_for"]
+
+    wait = waiting_for()
+    assert (wait["reason"], wait["until"]) == ("in_flight_limit", None)
+    assert "in the slow lane (answers took ≥ 1 s or timed out; until " in wait["explanation"]
+    assert "has 10 deliveries in flight, its limit" in wait["explanation"]
+    # Its own cap, higher than the lane's, lets it go.
+    assert api.patch(f"/v1/endpoints/{endpoint}", {"max_in_flight": 11}).status == 200
+    wait = waiting_for()
+    assert wait["reason"] == "due"
+    assert "slow lane" in wait["explanation"] and "at most 11 at once" in wait["explanation"]
+    # Once the hold has passed, the fast lane has no cap.
+    assert api.patch(f"/v1/endpoints/{endpoint}", {"max_in_flight": None}).status == 200
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoint_health SET slow_until = now() - interval '1 second'"
+            " WHERE endpoint_id = %s",
+            (endpoint,),
+        )
+    wait = waiting_for()
+    assert wait["reason"] == "due" and "slow lane" not in wait["explanation"]

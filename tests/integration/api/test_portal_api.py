@@ -148,6 +148,7 @@ def test_a_read_only_session_reads_and_changes_nothing(
     for method, path, body in (
         ("POST", "/endpoints", {"url": PUBLIC_URL}),
         ("PATCH", f"/endpoints/{endpoint}", {"enabled": False}),
+        ("PATCH", f"/endpoints/{endpoint}", {"max_in_flight": 1}),
         ("DELETE", f"/endpoints/{endpoint}", None),
         ("POST", f"/endpoints/{endpoint}/rotate-secret", {}),
         ("GET", f"/endpoints/{endpoint}/secret", None),
@@ -159,8 +160,42 @@ def test_a_read_only_session_reads_and_changes_nothing(
         answer = gateway.call(method, base + path, body, token=token)
         assert (answer.status, answer.error["code"]) == (403, "forbidden"), (method, path)
     with db.cursor() as cur:
-        cur.execute("SELECT enabled FROM tidings.endpoints WHERE id = %s", (endpoint,))
-        assert cur.fetchone() == (True,)
+        cur.execute(
+            "SELECT enabled, max_in_flight FROM tidings.endpoints WHERE id = %s", (endpoint,)
+        )
+        assert cur.fetchone() == (True, None)
+
+
+def test_a_session_sees_its_endpoints_lane_and_cap(
+    gateway: Gateway, db: Database, acme: int
+) -> None:
+    with db.cursor() as cur:
+        endpoint = make_endpoint(cur, app_id=acme)
+    admin = admin_token(db)
+    path = f"/v1/apps/acme/endpoints/{endpoint}"
+    for read_only in (True, False):
+        made = gateway.call(
+            "POST", "/v1/apps/acme/portal-links", {"read_only": read_only}, token=admin
+        )
+        token = open_link(gateway, made.body["url"]).body["token"]
+        # Not answered yet: the slow lane, with its cap.
+        shown = gateway.call("GET", path, token=token).body
+        assert (shown["lane"], shown["slow_until"], shown["max_in_flight"]) == ("slow", None, None)
+        assert shown["in_flight_limit"] == 10
+    # The page's form edits URL, description and event types only; the cap is the API's.
+    changed = gateway.call("PATCH", path, {"max_in_flight": 2}, token=token)
+    assert (changed.status, changed.body["max_in_flight"]) == (200, 2), changed.raw
+    refused = gateway.call("PATCH", path, {"max_in_flight": 0}, token=token)
+    assert (refused.status, refused.error["field"]) == (422, "max_in_flight")
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.endpoint_health SET last_success_at = now(),"
+            " slow_until = now() + interval '10 minutes' WHERE endpoint_id = %s",
+            (endpoint,),
+        )
+    shown = gateway.call("GET", path, token=token).body
+    assert (shown["lane"], shown["in_flight_limit"]) == ("slow", 2)
+    assert shown["slow_until"] is not None
 
 
 def test_revoking_the_token_that_made_a_link_voids_the_link(

@@ -107,3 +107,65 @@ def test_explanations_say_the_error_and_the_pace() -> None:
     due = explain(facts(rate_limit_per_s=2.5)).explanation
     assert "due for 40 s" in due
     assert "2.5 a second" in due
+
+
+SLOW_UNTIL = NOW + timedelta(minutes=7)
+
+
+def test_a_slow_endpoint_at_its_cap_says_so() -> None:
+    wait = explain(facts(slow_lane=True, slow_until=SLOW_UNTIL, in_flight=10))
+    assert (wait.reason, wait.until) == (WaitReason.IN_FLIGHT_LIMIT, None)
+    assert wait.explanation == (
+        "due, but its endpoint is in the slow lane (answers took ≥ 1 s or timed out; until "
+        "2026-11-30 12:07:00 UTC) and has 10 deliveries in flight, its limit: the claimer "
+        "leases it when one of those ends"
+    )
+
+
+def test_an_endpoint_that_has_not_answered_yet_is_in_the_slow_lane() -> None:
+    wait = explain(facts(slow_lane=True, in_flight=3, slow_lane_max_in_flight=3))
+    assert wait.reason is WaitReason.IN_FLIGHT_LIMIT
+    assert "slow lane (it has not answered yet) and has 3 deliveries" in wait.explanation
+
+
+def test_the_threshold_is_the_deployments() -> None:
+    wait = explain(
+        facts(slow_lane=True, slow_until=SLOW_UNTIL, in_flight=10, slow_lane_threshold_ms=2500)
+    )
+    assert "answers took ≥ 2.5 s" in wait.explanation
+
+
+def test_below_its_cap_a_slow_endpoints_message_is_due_and_the_lane_is_named() -> None:
+    wait = explain(facts(slow_lane=True, slow_until=SLOW_UNTIL, in_flight=9))
+    assert wait.reason is WaitReason.DUE
+    assert "its endpoint is in the slow lane" in wait.explanation
+    assert "one per sender invocation, at most 10 at once" in wait.explanation
+
+
+def test_a_fast_endpoint_has_no_cap_unless_its_own() -> None:
+    assert explain(facts(in_flight=500)).reason is WaitReason.DUE
+    assert "slow lane" not in explain(facts(in_flight=500)).explanation
+    own = explain(facts(max_in_flight=1, in_flight=1))
+    assert own.reason is WaitReason.IN_FLIGHT_LIMIT
+    assert own.explanation == (
+        "due, but its endpoint has 1 delivery in flight, its limit (max_in_flight 1): the "
+        "claimer leases it when one of those ends"
+    )
+
+
+def test_an_endpoints_own_cap_replaces_the_slow_lanes() -> None:
+    above_lane = facts(slow_lane=True, slow_until=SLOW_UNTIL, max_in_flight=20, in_flight=10)
+    assert explain(above_lane).reason is WaitReason.DUE
+    assert "at most 20 at once" in explain(above_lane).explanation
+    below_lane = explain(facts(slow_lane=True, slow_until=SLOW_UNTIL, max_in_flight=2, in_flight=2))
+    assert below_lane.reason is WaitReason.IN_FLIGHT_LIMIT
+    assert "slow lane" in below_lane.explanation
+    assert "its limit (max_in_flight 2)" in below_lane.explanation
+
+
+def test_the_cap_only_matters_once_the_message_is_due() -> None:
+    capped = {"slow_lane": True, "in_flight": 10}
+    assert explain(facts(next_attempt_at=LATER, **capped)).reason is WaitReason.SCHEDULED
+    assert explain(facts(circuit_state="half_open", **capped)).reason is WaitReason.CIRCUIT_PROBING
+    leased = facts(status="in_flight", leased=True, next_attempt_at=LATER, **capped)
+    assert explain(leased).reason is WaitReason.BEING_DELIVERED

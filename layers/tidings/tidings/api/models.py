@@ -17,7 +17,9 @@ from pydantic import (
 
 from tidings.logic.applications import UID_PATTERN, Application, ApplicationPage
 from tidings.logic.endpoints import (
+    MAX_MAX_IN_FLIGHT,
     MAX_RATE_LIMIT_PER_S,
+    MIN_MAX_IN_FLIGHT,
     MIN_RATE_LIMIT_PER_S,
     CreatedEndpoint,
     Endpoint,
@@ -72,6 +74,16 @@ RateLimit = Annotated[
         le=MAX_RATE_LIMIT_PER_S,
         description="Requests per second to this endpoint, at least one a minute (1/60).",
     ),
+]
+MaxInFlight = Annotated[
+    int,
+    Field(
+        ge=MIN_MAX_IN_FLIGHT,
+        le=MAX_MAX_IN_FLIGHT,
+        description="The endpoint's own cap on its deliveries in flight, in either lane (null: "
+        "none of its own; in the slow lane the deployment's cap applies, 10 by default).",
+    ),
+    BeforeValidator(_not_a_boolean),
 ]
 RetryDelay = Annotated[
     int, Field(ge=1, le=86_400, description="seconds"), BeforeValidator(_not_a_boolean)
@@ -195,6 +207,7 @@ class CreateEndpoint(_Strict):
         description="The body the endpoint receives: raw (the payload as sent) or envelope "
         "({type, timestamp, data}); absent: the application's default, else the deployment's",
     )
+    max_in_flight: MaxInFlight | None = None
 
 
 class UpdateEndpoint(_Strict):
@@ -216,6 +229,7 @@ class UpdateEndpoint(_Strict):
     payload_format: PayloadFormatName | None = Field(
         default=None, description="raw or envelope (a format must be named: null is refused)"
     )
+    max_in_flight: MaxInFlight | None = None
     enabled: bool | None = None
 
 

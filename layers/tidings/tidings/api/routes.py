@@ -187,7 +187,9 @@ def send_events(app: AppScope, batch: Annotated[EventBatch, Body()]) -> Response
     tags=["messages"],
 )
 def get_message(app: AppScope, message_id: MessageIdPath) -> MessageDetail:
-    return messages.get_message(wiring.database(), message_id, app_id=app.id)
+    return messages.get_message(
+        wiring.database(), message_id, app_id=app.id, settings=wiring.settings()
+    )
 
 
 @app_routes(
@@ -266,6 +268,7 @@ def create_endpoint(
         rate_limit_per_s=body.rate_limit_per_s,
         retry_schedule=body.retry_schedule,
         payload_format=body.payload_format,
+        max_in_flight=body.max_in_flight,
         settings=wiring.settings(),
         app_id=app.id,
     )

@@ -34,10 +34,11 @@ def endpoint_id(text: str) -> int:
     return value
 
 
-# What ``--retry-schedule`` takes to go back to the deployment's schedule.
+# What ``--retry-schedule`` takes to go back to the deployment's schedule, and
+# ``--max-in-flight`` to drop the endpoint's own cap.
 DEFAULT_SCHEDULE_WORD = "default"
-# ``update`` without --retry-schedule: None would mean "the deployment's schedule".
-_UNCHANGED: Any = object()
+# An option ``update`` was not given (None is a value: back to the deployment's default).
+_KEEP: Any = object()
 
 
 def time_arg(text: str) -> datetime:
@@ -72,6 +73,37 @@ def retry_schedule_arg(text: str) -> tuple[float, ...] | None:
         return parse_endpoint_schedule(delays)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"retry schedule {text!r} {exc}") from None
+
+
+def max_in_flight_arg(text: str) -> int | None:
+    """``5``: at most 5 deliveries in flight (1..1000); ``default``: no cap of its own."""
+    from tidings.logic.endpoints import MAX_MAX_IN_FLIGHT, MIN_MAX_IN_FLIGHT
+
+    if text.strip().lower() == DEFAULT_SCHEDULE_WORD:
+        return None
+    if (
+        not text.isascii()
+        or not text.isdigit()
+        or not MIN_MAX_IN_FLIGHT <= int(text) <= MAX_MAX_IN_FLIGHT
+    ):
+        raise argparse.ArgumentTypeError(
+            f"max in flight {text!r} must be a whole number "
+            f"{MIN_MAX_IN_FLIGHT}..{MAX_MAX_IN_FLIGHT} (or 'default': no cap of its own)"
+        )
+    return int(text)
+
+
+def describe_lane(endpoint: Any) -> str:
+    """``slow (answers slow until 2026-05-01 12:00:00; at most 10 in flight)``, ``fast``."""
+    if endpoint.lane == "fast":
+        cap = endpoint.in_flight_limit
+        return "fast" if cap is None else f"fast (at most {cap} in flight)"
+    why = (
+        f"answers slow until {when(endpoint.slow_until)} UTC"
+        if endpoint.slow_until is not None
+        else "not answered yet"
+    )
+    return f"slow ({why}; at most {endpoint.in_flight_limit} in flight)"
 
 
 def describe_schedule(delays: list[float]) -> str:
@@ -135,6 +167,14 @@ def register(subparsers: Any) -> None:
         "--max-attempts", type=int, default=None, help="deprecated: use --retry-schedule"
     )
     add.add_argument("--timeout-ms", type=int, default=None)
+    add.add_argument(
+        "--max-in-flight",
+        type=max_in_flight_arg,
+        default=None,
+        metavar="N",
+        help="its own cap on deliveries in flight at once, 1..1000, in either lane (default: "
+        "none; in the slow lane, TIDINGS_SLOW_LANE_MAX_IN_FLIGHT)",
+    )
     add.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(add)
     add.set_defaults(handler=run_add)
@@ -151,21 +191,29 @@ def register(subparsers: Any) -> None:
     show.set_defaults(handler=run_show)
 
     update = actions.add_parser(
-        "update", help="change an endpoint's retry schedule and/or its payload format"
+        "update",
+        help="change an endpoint's retry schedule, payload format or cap on deliveries in flight",
     )
     update.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
     update.add_argument(
         "--retry-schedule",
         type=retry_schedule_arg,
-        default=_UNCHANGED,
+        default=_KEEP,
         metavar="SECONDS",
         help="its own waits between attempts, e.g. 5,300,1800 ('default': the deployment's)",
     )
     update.add_argument(
         "--payload-format",
         choices=PAYLOAD_FORMATS,
-        default=None,
+        default=_KEEP,
         help="the body it receives: raw or envelope",
+    )
+    update.add_argument(
+        "--max-in-flight",
+        type=max_in_flight_arg,
+        default=_KEEP,
+        metavar="N",
+        help="its own cap on deliveries in flight at once, 1..1000 ('default': none of its own)",
     )
     update.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(update)
@@ -231,6 +279,7 @@ def run_add(args: argparse.Namespace) -> int:
             rate_limit_per_s=args.rate_limit,
             retry_schedule=args.retry_schedule,
             payload_format=args.payload_format,
+            max_in_flight=args.max_in_flight,
             settings=where.settings,
         )
     if args.json:
@@ -240,6 +289,7 @@ def run_add(args: argparse.Namespace) -> int:
     print(f"  event types: {', '.join(created.event_types)}")
     print(f"  retries:     {describe_schedule(created.retry_schedule)}")
     print(f"  body:        {created.payload_format}")
+    print(f"  lane:        {describe_lane(created)}")
     print(f"  secret:      {created.secret}")
     print("  (the secret is shown this once; keep it to verify signatures)")
     print(f"  ({secrets_key_notice(keyring.master)})")
@@ -274,11 +324,14 @@ def run_list(args: argparse.Namespace) -> int:
             ", ".join(e.event_types),
             "enabled" if e.enabled else f"disabled ({e.disabled_reason or 'by an operator'})",
             e.rate_limit_per_s,
+            e.max_in_flight,
+            e.lane,
             when(e.created_at),
         ]
         for e in found
     ]
-    print(table(("id", "url", "event types", "state", "rate/s", "created (UTC)"), rows))
+    headers = ("id", "url", "event types", "state", "rate/s", "max in flight", "lane")
+    print(table((*headers, "created (UTC)"), rows))
     return 0
 
 
@@ -308,6 +361,8 @@ def run_show(args: argparse.Namespace) -> int:
         ("rate limit", f"{found.rate_limit_per_s:g}/s" if found.rate_limit_per_s else "-"),
         ("timeout", f"{found.timeout_ms} ms" if found.timeout_ms else "the deployment's"),
         ("body", found.payload_format),
+        ("max in flight", found.max_in_flight or "- (none of its own)"),
+        ("lane", describe_lane(found)),
         ("created", when(found.created_at)),
         ("updated", when(found.updated_at)),
     ]
@@ -320,13 +375,19 @@ def run_show(args: argparse.Namespace) -> int:
 def run_update(args: argparse.Namespace) -> int:
     from tidings.logic import endpoints
 
-    changes: dict[str, object] = {}
-    if args.retry_schedule is not _UNCHANGED:
-        changes["retry_schedule"] = args.retry_schedule
-    if args.payload_format is not None:
-        changes["payload_format"] = args.payload_format
+    changes = {
+        name: value
+        for name, value in (
+            ("retry_schedule", args.retry_schedule),
+            ("max_in_flight", args.max_in_flight),
+            ("payload_format", args.payload_format),
+        )
+        if value is not _KEEP
+    }
     if not changes:
-        raise OperatorError("nothing to change: give --retry-schedule and/or --payload-format")
+        raise OperatorError(
+            "nothing to change: give --retry-schedule, --payload-format or --max-in-flight"
+        )
     with target() as where, use_case_errors():
         app = chosen_app(where, args.app)
         changed = endpoints.update_endpoint(
@@ -339,6 +400,9 @@ def run_update(args: argparse.Namespace) -> int:
         print(f"endpoint {changed.id}: retries {describe_schedule(changed.retry_schedule)}")
     if "payload_format" in changes:
         print(f"endpoint {changed.id}: body {changed.payload_format}")
+    if "max_in_flight" in changes:
+        cap = changed.max_in_flight or "none of its own"
+        print(f"endpoint {changed.id}: max in flight {cap}; lane {describe_lane(changed)}")
     return 0
 
 

@@ -68,7 +68,9 @@ def run_show(args: argparse.Namespace) -> int:
 
     with target() as where, use_case_errors():
         app = chosen_app(where, args.app)
-        found = messages.get_message(where.db, args.message_id, app_id=app.id)
+        found = messages.get_message(
+            where.db, args.message_id, app_id=app.id, settings=where.settings
+        )
     if args.json:
         print_json(found)
         return 0

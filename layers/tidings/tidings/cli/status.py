@@ -9,7 +9,7 @@ from typing import Any
 
 from tidings.cli.support import add_app_option, chosen_app, print_json, target
 from tidings.dal.health import ApplicationFigures, application_figures
-from tidings.dal.operator import endpoint_progress
+from tidings.dal.operator import EndpointProgress, endpoint_progress
 from tidings.local.progress import ENDPOINT_HEADERS, endpoint_rows, table
 from tidings.maintenance.health import HealthSummary, health_summary
 
@@ -57,6 +57,12 @@ def application_rows(figures: list[ApplicationFigures]) -> list[list[object]]:
     ]
 
 
+def lane_cell(endpoint: EndpointProgress) -> str:
+    """``slow (≤ 10 in flight)``: the lane, and the cap on its deliveries in flight if any."""
+    cap = endpoint.in_flight_limit
+    return endpoint.lane if cap is None else f"{endpoint.lane} (≤ {cap} in flight)"
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f} ms"
 
@@ -72,7 +78,14 @@ def run(args: argparse.Namespace) -> int:
                 cur, now=summary.checked_at, uids=None if app is None else [app.uid]
             )
         )
-        endpoints = where.db.run(lambda cur: endpoint_progress(cur, since, app_id))
+        endpoints = where.db.run(
+            lambda cur: endpoint_progress(
+                cur,
+                since,
+                app_id,
+                slow_lane_max_in_flight=where.settings.slow_lane_max_in_flight,
+            )
+        )
     if args.json:
         print_json(
             {
@@ -92,9 +105,10 @@ def run(args: argparse.Namespace) -> int:
         print()
     if endpoints:
         rows = [
-            [e.app_uid, *row] for e, row in zip(endpoints, endpoint_rows(endpoints), strict=True)
+            [e.app_uid, *row, lane_cell(e)]
+            for e, row in zip(endpoints, endpoint_rows(endpoints), strict=True)
         ]
-        print(table(("app", *ENDPOINT_HEADERS), rows))
+        print(table(("app", *ENDPOINT_HEADERS, "lane"), rows))
     else:
         print("no endpoints")
     return 0

@@ -19,6 +19,7 @@ UPDATABLE_FIELDS = (
     "timeout_ms",
     "rate_limit_per_s",
     "payload_format",
+    "max_in_flight",
     "enabled",
     "event_types",
 )
@@ -37,6 +38,7 @@ def insert_endpoint(
     retry_schedule: Sequence[float] | None = None,
     payload_format: str | None = None,
     deployment_payload_format: str = "raw",
+    max_in_flight: int | None = None,
 ) -> dict[str, Any] | None:
     """The new endpoint, or None when its application is not there (any more). Without a
     ``payload_format`` it takes its application's default, else ``deployment_payload_format``."""
@@ -53,6 +55,7 @@ def insert_endpoint(
             "retry_schedule": _seconds(retry_schedule),
             "payload_format": payload_format,
             "deployment_payload_format": deployment_payload_format,
+            "max_in_flight": max_in_flight,
         },
     )
     rows = fetch_dicts(cur)

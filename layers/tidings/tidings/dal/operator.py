@@ -53,6 +53,13 @@ class EndpointProgress:
     p95_ms: float | None
     # The uid of the endpoint's application.
     app_uid: str = "default"
+    # Its speed lane ("fast" or "slow"), when a slow answer's hold ends, its own cap on its rows
+    # in flight and the cap in force (its own, else the slow lane's while it is slow; None: none
+    # or, for a slow endpoint, the slow lane's was not asked for).
+    lane: str = "fast"
+    slow_until: datetime | None = None
+    max_in_flight: int | None = None
+    in_flight_limit: int | None = None
 
     @property
     def settled(self) -> int:
@@ -62,11 +69,18 @@ class EndpointProgress:
 
 
 def endpoint_progress(
-    cur: Cursor, since: datetime, app_id: int | None = None
+    cur: Cursor,
+    since: datetime,
+    app_id: int | None = None,
+    *,
+    slow_lane_max_in_flight: int | None = None,
 ) -> list[EndpointProgress]:
     """Every endpoint's figures (of one application, or all); latency from attempts made since
-    ``since``."""
-    cur.execute(sql("endpoint_progress"), {"since": since, "app_id": app_id})
+    ``since``; a slow endpoint without a cap of its own has ``slow_lane_max_in_flight``."""
+    cur.execute(
+        sql("endpoint_progress"),
+        {"since": since, "app_id": app_id, "slow_lane_max_in_flight": slow_lane_max_in_flight},
+    )
     return [
         EndpointProgress(
             endpoint_id=row["id"],
@@ -83,6 +97,10 @@ def endpoint_progress(
             attempts=row["attempts"],
             p95_ms=None if row["p95_ms"] is None else float(row["p95_ms"]),
             app_uid=row["app_uid"],
+            lane="slow" if row["slow"] else "fast",
+            slow_until=row["slow_until"],
+            max_in_flight=row["max_in_flight"],
+            in_flight_limit=row["in_flight_limit"],
         )
         for row in fetch_dicts(cur)
     ]

@@ -2,9 +2,10 @@
 
 A sender batch lasts as long as its slowest request. An endpoint whose attempt took at least the
 slow-lane threshold, or ran out of time, is marked slow for a while (``mark_slow``); the claim
-puts a slow endpoint's rows, and those of an endpoint that has never answered, in the slow lane:
-a queue of its own whose senders take one message at a time, under a concurrency of their own,
-with a cap on each endpoint's rows in flight. Everything else shares the fast lane's batches.
+puts a slow endpoint's rows in the slow lane: a queue of its own whose senders take one message
+at a time, under a concurrency of their own, with a cap on each endpoint's rows in flight.
+Everything else shares the fast lane's batches; an endpoint that has never answered ("untried")
+has one row at a time there, cut short at the threshold and recorded as soon as it answers.
 """
 
 from __future__ import annotations

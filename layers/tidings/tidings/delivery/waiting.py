@@ -23,6 +23,7 @@ class WaitReason(enum.StrEnum):
     CIRCUIT_PROBING = "circuit_probing"
     BACKOFF = "backoff"
     SCHEDULED = "scheduled"
+    IN_FLIGHT_LIMIT = "in_flight_limit"
     DUE = "due"
 
 
@@ -42,6 +43,26 @@ class WaitFacts:
     circuit_cooldown_s: float
     rate_limit_per_s: float | None
     now: datetime
+    # The endpoint's speed lane (lanes.py): slow while an attempt of the last hold was slow
+    # (until slow_until) or while it has never answered (slow_until None).
+    slow_lane: bool = False
+    slow_until: datetime | None = None
+    # The endpoint's own cap on its rows in flight, and its rows in flight under a live lease
+    # (counted up to the cap at least).
+    max_in_flight: int | None = None
+    in_flight: int = 0
+    # The deployment's slow lane: its cap on an endpoint's rows in flight, and what makes an
+    # attempt slow.
+    slow_lane_max_in_flight: int = 10
+    slow_lane_threshold_ms: int = 1000
+
+    @property
+    def in_flight_cap(self) -> int | None:
+        """The cap the claim puts on the endpoint's rows in flight: its own, else the slow
+        lane's while it is slow, else none."""
+        if self.max_in_flight is not None:
+            return self.max_in_flight
+        return self.slow_lane_max_in_flight if self.slow_lane else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +171,19 @@ def _schedule(f: WaitFacts) -> Wait:
         )
     if f.next_attempt_at > f.now:
         return Wait(WaitReason.SCHEDULED, f.next_attempt_at, "not due yet")
+    cap = f.in_flight_cap
+    if cap is not None and f.in_flight >= cap:
+        return _at_cap(f, cap)
     pace = (
         f", at most {f.rate_limit_per_s:g} a second to this endpoint (its rate limit)"
         if f.rate_limit_per_s
         else ""
     )
+    if f.slow_lane:
+        pace += (
+            f"; its endpoint is in the slow lane ({_why_slow(f)}): its deliveries go one per "
+            f"sender invocation, at most {cap} at once"
+        )
     overdue_s = (f.now - f.next_attempt_at).total_seconds()
     return Wait(
         WaitReason.DUE,
@@ -162,6 +191,29 @@ def _schedule(f: WaitFacts) -> Wait:
         f"due for {overdue_s:.0f} s: the claimer leases due messages every second or so, in "
         f"fair shares across endpoints{pace}",
     )
+
+
+def _at_cap(f: WaitFacts, cap: int) -> Wait:
+    """Due, but its endpoint has as many rows in flight as its cap lets it: the claimer leases
+    more as those end."""
+    in_flight = f"{f.in_flight} deliver{'y' if f.in_flight == 1 else 'ies'} in flight"
+    limit = "its limit" if f.max_in_flight is None else f"its limit (max_in_flight {cap})"
+    if f.slow_lane:
+        where = f"its endpoint is in the slow lane ({_why_slow(f)}) and has {in_flight}, {limit}"
+    else:
+        where = f"its endpoint has {in_flight}, {limit}"
+    return Wait(
+        WaitReason.IN_FLIGHT_LIMIT,
+        None,
+        f"due, but {where}: the claimer leases it when one of those ends",
+    )
+
+
+def _why_slow(f: WaitFacts) -> str:
+    if f.slow_until is None:
+        return "it has not answered yet"
+    threshold = f"{f.slow_lane_threshold_ms / 1000:g} s"
+    return f"answers took ≥ {threshold} or timed out; until {_at(f.slow_until)}"
 
 
 def _at(moment: datetime) -> str:

@@ -21,6 +21,7 @@ from tidings.dal import secrets as secrets_dal
 from tidings.dal.applications import DEFAULT_APP_ID
 from tidings.dal.connection import Cursor, Database
 from tidings.delivery import retry_schedule, signing, ssrf
+from tidings.delivery.lanes import Lane, lane_of
 from tidings.logic.errors import InvalidInput, NotFound, Unavailable
 from tidings.logic.validation import (
     MAX_TEXT,
@@ -43,6 +44,9 @@ MAX_EVENT_TYPES = 100
 # messages waiting for hours), at most a million a second.
 MIN_RATE_LIMIT_PER_S = 1 / 60
 MAX_RATE_LIMIT_PER_S = 1_000_000
+# An endpoint's own cap on its deliveries in flight (the column's check: 1..1000).
+MIN_MAX_IN_FLIGHT = 1
+MAX_MAX_IN_FLIGHT = 1000
 
 # A delay in seconds, written as a whole number when it is one.
 Seconds = Annotated[
@@ -79,6 +83,24 @@ class Endpoint(BaseModel):
         description="What the endpoint receives as the body: the producer's payload as it is "
         "(raw), or the Standard Webhooks envelope {type, timestamp, data} around it (envelope). "
         "Every request also names the event's type in the webhook-event-type header."
+    )
+    max_in_flight: int | None = Field(
+        description="The endpoint's own cap on its deliveries in flight (1..1000), in either "
+        "lane; null: none of its own (in the slow lane, the deployment's slow-lane cap applies)."
+    )
+    lane: Lane = Field(
+        description="Its speed lane. slow: one of its attempts took at least the slow-lane "
+        "threshold (1 s by default) or timed out within the hold (10 minutes by default), or it "
+        "has not answered yet; its deliveries then travel apart, one per sender invocation and "
+        "a few at once, so that they never hold back other endpoints'. fast: otherwise."
+    )
+    slow_until: datetime | None = Field(
+        description="When a slow answer's hold ends (it may be extended by another slow "
+        "answer); null when none holds it in the slow lane."
+    )
+    in_flight_limit: int | None = Field(
+        description="The cap on its deliveries in flight now: max_in_flight, else the slow "
+        "lane's while it is in it; null: no cap of its own."
     )
     # While rotated-out secrets still sign: when the last of them stops.
     previous_secret_expires_at: datetime | None
@@ -150,6 +172,7 @@ def create_endpoint(
     rate_limit_per_s: float | None = None,
     retry_schedule: Sequence[float] | None = None,
     payload_format: str | None = None,
+    max_in_flight: int | None = None,
     settings: Settings | None = None,
     resolver: ssrf.Resolver | None = None,
     app_id: int = DEFAULT_APP_ID,
@@ -170,6 +193,7 @@ def create_endpoint(
             "timeout_ms": timeout_ms,
             "rate_limit_per_s": rate_limit_per_s,
             "retry_schedule": retry_schedule,
+            "max_in_flight": max_in_flight,
         },
         cfg,
         resolver,
@@ -237,8 +261,8 @@ def update_endpoint(
     app_id: int = DEFAULT_APP_ID,
 ) -> Endpoint:
     """Change the given fields (url, description, event_types, retry_schedule, max_attempts,
-    timeout_ms, rate_limit_per_s, payload_format, enabled); a None override goes back to the
-    deployment default (payload_format has no such default: it must name a format).
+    timeout_ms, rate_limit_per_s, payload_format, max_in_flight, enabled); a None override goes
+    back to the deployment default (payload_format has no such default: it must name a format).
     Setting a retry_schedule clears max_attempts (deprecated) and setting max_attempts clears the
     endpoint's own schedule: the two exclude each other."""
     check_id(endpoint_id, "endpoint_id")
@@ -452,14 +476,20 @@ def _checked_fields(
             checked[name] = _optional_rate(value)
         elif name == "payload_format":
             checked[name] = check_payload_format(value, name)
+        elif name == "max_in_flight":
+            checked[name] = _optional_int(value, name, MIN_MAX_IN_FLIGHT, MAX_MAX_IN_FLIGHT)
         else:
             raise InvalidInput("unknown_field", f"{name} is not an endpoint field", name)
     return checked
 
 
 def _shown(row: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
-    """An endpoint row as shown: the retry schedule its messages follow, and whence it comes."""
+    """An endpoint row as shown: the retry schedule its messages follow, and whence it comes;
+    its lane and the cap on its deliveries in flight that follows from it."""
     shown = dict(row)
+    slow = bool(shown.pop("slow"))
+    shown["lane"] = lane_of(slow)
+    shown["in_flight_limit"] = in_flight_limit(shown["max_in_flight"], slow, settings)
     own = shown.pop("retry_schedule")
     default = retry_schedule.deployment_default(settings)
     shown["retry_schedule"] = list(retry_schedule.effective(own, default, shown["max_attempts"]))
@@ -471,6 +501,14 @@ def _shown(row: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
         else "default"
     )
     return shown
+
+
+def in_flight_limit(max_in_flight: int | None, slow: bool, settings: Settings) -> int | None:
+    """The cap on an endpoint's deliveries in flight, as the claim applies it: its own, else the
+    slow lane's while it is slow, else none."""
+    if max_in_flight is not None:
+        return max_in_flight
+    return settings.slow_lane_max_in_flight if slow else None
 
 
 def _conflicting_schedule() -> InvalidInput:

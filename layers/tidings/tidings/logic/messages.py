@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from tidings.config import Settings, get_settings
 from tidings.dal import messages as dal
 from tidings.dal.applications import DEFAULT_APP_ID
 from tidings.dal.connection import Database
@@ -71,10 +72,17 @@ class MessagePage(BaseModel):
     next_cursor: str | None
 
 
-def get_message(db: Database, message_id: int, *, app_id: int = DEFAULT_APP_ID) -> MessageDetail:
-    """One message of an application, its payload and every attempt made so far (oldest
-    first)."""
+def get_message(
+    db: Database,
+    message_id: int,
+    *,
+    app_id: int = DEFAULT_APP_ID,
+    settings: Settings | None = None,
+) -> MessageDetail:
+    """One message of an application, its payload, every attempt made so far (oldest first) and
+    what it waits for (the deployment's slow lane from ``settings``)."""
     check_id(message_id, "message_id")
+    cfg = settings or get_settings()
 
     def read(cur: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         return (
@@ -101,6 +109,12 @@ def get_message(db: Database, message_id: int, *, app_id: int = DEFAULT_APP_ID) 
             circuit_cooldown_s=row.pop("circuit_cooldown_s"),
             rate_limit_per_s=row.pop("rate_limit_per_s"),
             now=row.pop("db_now"),
+            slow_lane=row.pop("slow_lane"),
+            slow_until=row.pop("slow_until"),
+            max_in_flight=row.pop("max_in_flight"),
+            in_flight=row.pop("in_flight"),
+            slow_lane_max_in_flight=cfg.slow_lane_max_in_flight,
+            slow_lane_threshold_ms=cfg.slow_lane_threshold_ms,
         )
     )
     return MessageDetail(

@@ -4,7 +4,8 @@
 -- application is held FOR KEY SHARE until the commit, so a concurrent deletion of it waits for
 -- this endpoint and disables it. Its signing secret follows in the same transaction
 -- (set_endpoint_secret), encrypted for the id this returns. Its payload format is the one asked
--- for, else its application's default for new endpoints, else the deployment's.
+-- for, else its application's default for new endpoints, else the deployment's. A new endpoint
+-- has never answered: it is untried (one delivery at a time, in the fast lane, until it answers).
 WITH app AS (
     SELECT a.id, a.default_payload_format FROM tidings.applications a
     WHERE a.id = %(app_id)s AND a.deleted_at IS NULL
@@ -12,15 +13,17 @@ WITH app AS (
 ),
 created AS (
     INSERT INTO tidings.endpoints (app_id, url, description, max_attempts, timeout_ms,
-                                   rate_limit_per_s, retry_schedule, payload_format)
+                                   rate_limit_per_s, retry_schedule, payload_format,
+                                   max_in_flight)
     SELECT app.id, %(url)s, %(description)s, %(max_attempts)s, %(timeout_ms)s,
            %(rate_limit_per_s)s, %(retry_schedule)s::integer[],
            coalesce(%(payload_format)s::text, app.default_payload_format,
-                    %(deployment_payload_format)s::text)
+                    %(deployment_payload_format)s::text),
+           %(max_in_flight)s
     FROM app
     RETURNING id, app_id, url, description, enabled, disabled_reason, disabled_at, max_attempts,
-              timeout_ms, rate_limit_per_s, retry_schedule, payload_format, created_at,
-              updated_at
+              timeout_ms, rate_limit_per_s, retry_schedule, payload_format, max_in_flight,
+              created_at, updated_at
 ),
 subscribed AS (
     INSERT INTO tidings.subscriptions (endpoint_id, app_id, event_type)
@@ -30,33 +33,44 @@ subscribed AS (
 SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        %(event_types)s::text[] AS event_types, c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
        NULL::timestamptz AS previous_secret_expires_at, c.created_at, c.updated_at,
-       c.retry_schedule, c.payload_format
+       c.retry_schedule, c.payload_format, c.max_in_flight, false AS slow,
+       NULL::timestamptz AS slow_until
 FROM created c
 
 -- name: get_endpoint
--- One endpoint of an application that is not deleted, with its subscribed event types and when
--- the last of its rotated-out secrets stops signing; never its secrets.
+-- One endpoint of an application that is not deleted, with its subscribed event types, when the
+-- last of its rotated-out secrets stops signing and its speed lane (slow while an attempt of the
+-- last hold was slow, until slow_until; as the claim tells it); never its secrets.
 SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
                  FROM tidings.subscriptions s WHERE s.endpoint_id = e.id), '{}') AS event_types,
        e.max_attempts, e.timeout_ms, e.rate_limit_per_s,
        (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
         WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
-       e.created_at, e.updated_at, e.retry_schedule, e.payload_format
+       e.created_at, e.updated_at, e.retry_schedule, e.payload_format,
+       e.max_in_flight,
+       coalesce(h.slow_until > now(), false) AS slow,
+       CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until
 FROM tidings.endpoints e
+LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
 WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL
 
 -- name: list_endpoints
 -- A page of an application's endpoints that are not deleted, by ascending id after the cursor id
--- (0 for the first page); one more row than the page size tells whether another page follows.
+-- (0 for the first page), each with its speed lane as get_endpoint; one more row than the page
+-- size tells whether another page follows.
 SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
                  FROM tidings.subscriptions s WHERE s.endpoint_id = e.id), '{}') AS event_types,
        e.max_attempts, e.timeout_ms, e.rate_limit_per_s,
        (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
         WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
-       e.created_at, e.updated_at, e.retry_schedule, e.payload_format
+       e.created_at, e.updated_at, e.retry_schedule, e.payload_format,
+       e.max_in_flight,
+       coalesce(h.slow_until > now(), false) AS slow,
+       CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until
 FROM tidings.endpoints e
+LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
 WHERE e.app_id = %(app_id)s AND e.deleted_at IS NULL AND e.id > %(after_id)s
 ORDER BY e.id
 LIMIT %(limit)s + 1
@@ -65,7 +79,7 @@ LIMIT %(limit)s + 1
 -- Changes the fields whose set_<field> flag is true (others keep their value; a NULL override
 -- means the deployment default) and, when set_event_types, replaces the subscriptions.
 -- Re-enabling clears the disabled reason. Returns nothing for a missing or deleted endpoint, or
--- one of another application.
+-- one of another application; else the endpoint as get_endpoint shows it.
 WITH changed AS (
     UPDATE tidings.endpoints e SET
         url = CASE WHEN %(set_url)s THEN %(url)s ELSE e.url END,
@@ -78,6 +92,8 @@ WITH changed AS (
                                 ELSE e.rate_limit_per_s END,
         payload_format = CASE WHEN %(set_payload_format)s THEN %(payload_format)s::text
                               ELSE e.payload_format END,
+        max_in_flight = CASE WHEN %(set_max_in_flight)s THEN %(max_in_flight)s
+                             ELSE e.max_in_flight END,
         enabled = CASE WHEN %(set_enabled)s THEN %(enabled)s ELSE e.enabled END,
         disabled_reason = CASE
             WHEN NOT %(set_enabled)s OR %(enabled)s = e.enabled THEN e.disabled_reason
@@ -91,7 +107,7 @@ WITH changed AS (
     WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL
     RETURNING e.id, e.app_id, e.url, e.description, e.enabled, e.disabled_reason,
               e.disabled_at, e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule,
-              e.payload_format, e.created_at, e.updated_at
+              e.payload_format, e.max_in_flight, e.created_at, e.updated_at
 ),
 unsubscribed AS (
     DELETE FROM tidings.subscriptions s
@@ -115,8 +131,12 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
        (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
         WHERE s.endpoint_id = c.id AND s.expires_at > now()) AS previous_secret_expires_at,
-       c.created_at, c.updated_at, c.retry_schedule, c.payload_format
+       c.created_at, c.updated_at, c.retry_schedule, c.payload_format,
+       c.max_in_flight,
+       coalesce(h.slow_until > now(), false) AS slow,
+       CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until
 FROM changed c
+LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = c.id
 
 -- name: soft_delete_endpoint
 -- Marks an endpoint of an application deleted and disabled, keeping its row for the history of

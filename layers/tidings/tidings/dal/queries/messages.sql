@@ -1,15 +1,25 @@
 -- name: get_message
 -- One message of an application's endpoints with its event (key and payload text), and what
--- decides when it is sent: its lease, its endpoint's state and circuit, read at one moment (now()
--- is that moment).
+-- decides when it is sent: its lease, its endpoint's state, circuit and speed lane (as the claim
+-- tells it) with its own cap and its rows in flight under a live lease (counted up to 1000, the
+-- largest cap; through messages_in_flight_by_endpoint), read at one moment (now() is that
+-- moment).
 SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status, m.attempts,
        m.max_attempts, m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at,
        m.last_error, m.last_status_code, m.last_response_ms, ev.payload::text AS payload,
        m.lease_token IS NOT NULL AS leased,
        e.enabled AS endpoint_enabled, e.deleted_at IS NOT NULL AS endpoint_deleted,
-       e.disabled_reason, e.rate_limit_per_s,
+       e.disabled_reason, e.rate_limit_per_s, e.max_in_flight,
        coalesce(h.state::text, 'closed') AS circuit_state, h.opened_at AS circuit_opened_at,
        coalesce(h.cooldown_s, 0) AS circuit_cooldown_s,
+       coalesce(h.slow_until > now(), false) AS slow_lane,
+       CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until,
+       (SELECT count(*)::integer
+        FROM (SELECT 1 FROM tidings.messages f
+              WHERE f.endpoint_id = m.endpoint_id
+                AND f.status = 'in_flight'
+                AND f.next_attempt_at > now()
+              LIMIT 1000) leased_now) AS in_flight,
        now() AS db_now
 FROM tidings.messages m
 JOIN tidings.events ev ON ev.id = m.event_ref

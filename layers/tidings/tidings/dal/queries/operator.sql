@@ -1,7 +1,9 @@
 -- name: endpoint_progress
 -- Per endpoint (of one application, or of all when app_id is NULL, with its application's uid):
--- its messages by status, its circuit state, and the p95 latency and count of its attempts since
--- a given time, computed live from the attempt log (the demo's table, tidings status).
+-- its messages by status, its circuit state, its speed lane (as the claim tells it) and the cap on
+-- its rows in flight (its own, else the given slow-lane cap while it is slow), and the p95 latency
+-- and count of its attempts since a given time, computed live from the attempt log (the demo's
+-- table, tidings status).
 WITH counts AS (
     SELECT m.endpoint_id,
            count(*) AS total,
@@ -23,6 +25,11 @@ latency AS (
 )
 SELECT e.id, a.uid AS app_uid, e.url, e.description, e.enabled, e.disabled_reason,
        h.state::text AS circuit,
+       lane.slow, CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until,
+       e.max_in_flight,
+       coalesce(e.max_in_flight,
+                CASE WHEN lane.slow THEN %(slow_lane_max_in_flight)s::integer END)
+           AS in_flight_limit,
        coalesce(c.total, 0) AS total, coalesce(c.pending, 0) AS pending,
        coalesce(c.in_flight, 0) AS in_flight, coalesce(c.retrying, 0) AS retrying,
        coalesce(c.delivered, 0) AS delivered, coalesce(c.dead_letter, 0) AS dead_letter,
@@ -30,6 +37,9 @@ SELECT e.id, a.uid AS app_uid, e.url, e.description, e.enabled, e.disabled_reaso
 FROM tidings.endpoints e
 JOIN tidings.applications a ON a.id = e.app_id
 JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
+CROSS JOIN LATERAL (
+    SELECT coalesce(h.slow_until > now(), false) AS slow
+) lane
 LEFT JOIN counts c ON c.endpoint_id = e.id
 LEFT JOIN latency l ON l.endpoint_id = e.id
 WHERE e.deleted_at IS NULL

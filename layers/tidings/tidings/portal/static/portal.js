@@ -183,6 +183,36 @@
     );
   }
 
+  /**
+   * The endpoint's speed lane: a badge, and in the slow lane why it is there and what it means
+   * for its deliveries (they travel apart, so that a slow receiver slows only itself).
+   */
+  function laneFact(endpoint) {
+    var limit = endpoint.in_flight_limit;
+    if (endpoint.lane !== "slow") {
+      return [
+        h("span", { class: "badge badge-ok", testid: "lane-badge" }, "Fast lane"),
+        limit ? " at most " + limit + " deliveries in flight at once (its limit)" : null,
+      ];
+    }
+    var why = endpoint.slow_until
+      ? ["It answered slowly (or timed out) lately, so until ", timeNode(endpoint.slow_until), " its"]
+      : ["It has not answered yet, so until its first answer its"];
+    return [
+      h("span", { class: "badge badge-warn", testid: "lane-badge" }, "Slow lane"),
+      " ",
+      h(
+        "span",
+        { class: "hint", testid: "lane-explanation" },
+        why.concat([
+          " deliveries travel apart from other endpoints': one at a time, at most " +
+            limit +
+            " in flight at once. It returns to the fast lane once its answers are quick again.",
+        ])
+      ),
+    ];
+  }
+
   function enabledBadge(endpoint) {
     if (endpoint.enabled) return h("span", { class: "badge badge-ok" }, "Enabled");
     return h("span", { class: "badge badge-bad" }, "Disabled");
@@ -717,6 +747,8 @@
       ["Retry schedule", schedule ? schedule + source : "—"],
       ["Timeout", endpoint.timeout_ms ? formatMs(endpoint.timeout_ms) : "default"],
       ["Rate limit", endpoint.rate_limit_per_s ? endpoint.rate_limit_per_s + " per second" : "none"],
+      ["Max in flight", endpoint.max_in_flight ? String(endpoint.max_in_flight) : "none of its own"],
+      ["Lane", laneFact(endpoint)],
       ["Previous secret valid until", timeNode(endpoint.previous_secret_expires_at)],
       ["Created", timeNode(endpoint.created_at)],
       ["Updated", timeNode(endpoint.updated_at)],
