@@ -232,8 +232,8 @@ def test_max_in_flight_is_set_changed_and_cleared(api: Api, db: Database) -> Non
     assert api.patch(path, {"description": "kept"}).body["max_in_flight"] == 1000
     cleared = api.patch(path, {"max_in_flight": None})
     assert cleared.body["max_in_flight"] is None
-    # Not answered yet: the slow lane's cap.
-    assert cleared.body["in_flight_limit"] == 10
+    # Not answered yet: untried, in the fast lane, with no cap of its own.
+    assert cleared.body["in_flight_limit"] is None
     assert api.get(path).body == cleared.body
     with db.cursor() as cur:
         cur.execute("SELECT max_in_flight FROM tidings.endpoints WHERE id = %s", (created["id"],))
@@ -245,9 +245,9 @@ def test_max_in_flight_is_set_changed_and_cleared(api: Api, db: Database) -> Non
 def test_an_endpoint_shows_its_lane(api: Api, db: Database) -> None:
     created = api.create_endpoint()
     path = f"/v1/endpoints/{created['id']}"
-    # Never answered: it starts in the slow lane, with no hold to end.
-    assert (created["lane"], created["slow_until"]) == ("slow", None)
-    assert (api.get(path).body["lane"], api.get(path).body["slow_until"]) == ("slow", None)
+    # Never answered: it starts in the fast lane (untried), with no hold.
+    assert (created["lane"], created["slow_until"]) == ("fast", None)
+    assert (api.get(path).body["lane"], api.get(path).body["slow_until"]) == ("fast", None)
     with db.cursor() as cur:
         cur.execute(
             "UPDATE tidings.endpoint_health SET last_success_at = now() WHERE endpoint_id = %s",

@@ -28,15 +28,15 @@ def test_max_in_flight_round_trip(cli: Any, db: Database) -> None:  # noqa: F811
     assert code == 0
     created = json.loads(out)
     endpoint_id = created["id"]
-    assert (created["max_in_flight"], created["lane"], created["in_flight_limit"]) == (5, "slow", 5)
+    assert (created["max_in_flight"], created["lane"], created["in_flight_limit"]) == (5, "fast", 5)
     assert _stored_cap(db, endpoint_id) == 5
 
     code, out, _ = cli("endpoints", "show", str(endpoint_id))
     assert code == 0
     assert "max in flight  5" in out
-    assert "slow (not answered yet; at most 5 in flight)" in out
+    assert "fast (at most 5 in flight)" in out
     code, out, _ = cli("endpoints", "list")
-    assert code == 0 and "max in flight" in out and "slow" in out
+    assert code == 0 and "max in flight" in out and "fast" in out
 
     code, out, _ = cli("endpoints", "update", str(endpoint_id), "--max-in-flight", "1000")
     assert code == 0 and "max in flight 1000" in out
@@ -50,8 +50,8 @@ def test_max_in_flight_round_trip(cli: Any, db: Database) -> None:  # noqa: F811
     assert _stored_cap(db, endpoint_id) is None
     code, out, _ = cli("endpoints", "show", str(endpoint_id), "--json")
     shown = json.loads(out)
-    # Not answered yet: the slow lane's cap.
-    assert (shown["max_in_flight"], shown["in_flight_limit"]) == (None, 10)
+    # Not answered yet: untried, in the fast lane, with no cap of its own.
+    assert (shown["max_in_flight"], shown["in_flight_limit"]) == (None, None)
     assert shown["retry_schedule"] == [60]
 
 
@@ -83,7 +83,7 @@ def test_an_update_that_changes_nothing_exits_2(cli: Any, db: Database) -> None:
     endpoint_id = json.loads(out)["id"]
     code, _, err = cli("endpoints", "update", str(endpoint_id))
     assert code == 2
-    assert "give --retry-schedule or --max-in-flight" in err
+    assert "give --retry-schedule, --payload-format or --max-in-flight" in err
 
 
 def test_status_shows_each_endpoints_lane(cli: Any, db: Database) -> None:  # noqa: F811
@@ -103,7 +103,8 @@ def test_status_shows_each_endpoints_lane(cli: Any, db: Database) -> None:  # no
     assert (shown[ids[0]]["lane"], shown[ids[0]]["in_flight_limit"]) == ("fast", None)
     assert (shown[ids[1]]["lane"], shown[ids[1]]["in_flight_limit"]) == ("slow", 10)
     assert shown[ids[1]]["slow_until"] is not None
-    assert (shown[ids[2]]["lane"], shown[ids[2]]["slow_until"]) == ("slow", None)
+    # Never answered: untried, in the fast lane.
+    assert (shown[ids[2]]["lane"], shown[ids[2]]["slow_until"]) == ("fast", None)
     assert (shown[capped]["lane"], shown[capped]["in_flight_limit"]) == ("fast", 4)
     assert shown[capped]["max_in_flight"] == 4
 
@@ -116,6 +117,6 @@ def test_status_shows_each_endpoints_lane(cli: Any, db: Database) -> None:  # no
     assert [row.rstrip().split("  ")[-1].strip() for row in rows] == [
         "fast",
         "slow (≤ 10 in flight)",
-        "slow (≤ 10 in flight)",
+        "fast",
         "fast (≤ 4 in flight)",
     ]
