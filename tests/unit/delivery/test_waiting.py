@@ -122,10 +122,12 @@ def test_a_slow_endpoint_at_its_cap_says_so() -> None:
     )
 
 
-def test_an_endpoint_that_has_not_answered_yet_is_in_the_slow_lane() -> None:
-    wait = explain(facts(slow_lane=True, in_flight=3, slow_lane_max_in_flight=3))
+def test_an_endpoint_that_has_not_answered_yet_has_one_delivery_at_a_time() -> None:
+    wait = explain(facts(untried=True, in_flight=1))
     assert wait.reason is WaitReason.IN_FLIGHT_LIMIT
-    assert "slow lane (it has not answered yet) and has 3 deliveries" in wait.explanation
+    assert "has not answered yet" in wait.explanation
+    assert "has 1 delivery in flight, its limit" in wait.explanation
+    assert explain(facts(untried=True, in_flight=0)).reason is WaitReason.DUE
 
 
 def test_the_threshold_is_the_deployments() -> None:

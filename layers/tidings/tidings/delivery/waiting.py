@@ -44,9 +44,10 @@ class WaitFacts:
     rate_limit_per_s: float | None
     now: datetime
     # The endpoint's speed lane (lanes.py): slow while an attempt of the last hold was slow
-    # (until slow_until) or while it has never answered (slow_until None).
+    # (until slow_until). Untried: it has never answered (one row at a time until it does).
     slow_lane: bool = False
     slow_until: datetime | None = None
+    untried: bool = False
     # The endpoint's own cap on its rows in flight, and its rows in flight under a live lease
     # (counted up to the cap at least).
     max_in_flight: int | None = None
@@ -55,14 +56,17 @@ class WaitFacts:
     # attempt slow.
     slow_lane_max_in_flight: int = 10
     slow_lane_threshold_ms: int = 1000
+    untried_max_in_flight: int = 1
 
     @property
     def in_flight_cap(self) -> int | None:
         """The cap the claim puts on the endpoint's rows in flight: its own, else the slow
-        lane's while it is slow, else none."""
+        lane's while it is slow, else the untried one's until it answers, else none."""
         if self.max_in_flight is not None:
             return self.max_in_flight
-        return self.slow_lane_max_in_flight if self.slow_lane else None
+        if self.slow_lane:
+            return self.slow_lane_max_in_flight
+        return self.untried_max_in_flight if self.untried else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +204,11 @@ def _at_cap(f: WaitFacts, cap: int) -> Wait:
     limit = "its limit" if f.max_in_flight is None else f"its limit (max_in_flight {cap})"
     if f.slow_lane:
         where = f"its endpoint is in the slow lane ({_why_slow(f)}) and has {in_flight}, {limit}"
+    elif f.untried:
+        where = (
+            f"its endpoint has not answered yet (its speed is unknown until it does) and has "
+            f"{in_flight}, {limit}"
+        )
     else:
         where = f"its endpoint has {in_flight}, {limit}"
     return Wait(

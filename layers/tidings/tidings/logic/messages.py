@@ -111,10 +111,12 @@ def get_message(
             now=row.pop("db_now"),
             slow_lane=row.pop("slow_lane"),
             slow_until=row.pop("slow_until"),
+            untried=row.pop("untried"),
             max_in_flight=row.pop("max_in_flight"),
             in_flight=row.pop("in_flight"),
             slow_lane_max_in_flight=cfg.slow_lane_max_in_flight,
             slow_lane_threshold_ms=cfg.slow_lane_threshold_ms,
+            untried_max_in_flight=cfg.untried_max_in_flight,
         )
     )
     return MessageDetail(

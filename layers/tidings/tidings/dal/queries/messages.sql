@@ -14,6 +14,7 @@ SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status,
        coalesce(h.cooldown_s, 0) AS circuit_cooldown_s,
        coalesce(h.slow_until > now(), false) AS slow_lane,
        CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until,
+       (h.last_success_at IS NULL AND h.last_failure_at IS NULL) AS untried,
        (SELECT count(*)::integer
         FROM (SELECT 1 FROM tidings.messages f
               WHERE f.endpoint_id = m.endpoint_id
