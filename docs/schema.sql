@@ -323,7 +323,7 @@ CREATE INDEX messages_claimable ON tidings.messages USING btree (endpoint_id, ne
 CREATE INDEX messages_dead_letters ON tidings.messages USING btree (endpoint_id, dead_lettered_at) WHERE (status = 'dead_letter'::tidings.message_status);
 CREATE INDEX messages_delivered ON tidings.messages USING btree (delivered_at) WHERE (status = 'delivered'::tidings.message_status);
 CREATE INDEX messages_in_flight ON tidings.messages USING btree (next_attempt_at) WHERE (status = 'in_flight'::tidings.message_status);
-CREATE INDEX messages_in_flight_by_endpoint ON tidings.messages USING btree (endpoint_id, next_attempt_at) WHERE (status = 'in_flight'::tidings.message_status);
+CREATE INDEX messages_leased_by_endpoint ON tidings.messages USING btree (endpoint_id, next_attempt_at) WHERE (lease_token IS NOT NULL);
 CREATE INDEX messages_unreported_dead_letters ON tidings.messages USING btree (dead_lettered_at, id) WHERE ((status = 'dead_letter'::tidings.message_status) AND (dead_letter_reported_at IS NULL));
 CREATE INDEX subscriptions_by_app_and_type ON tidings.subscriptions USING btree (app_id, event_type);
 CREATE INDEX tokens_by_prefix ON tidings.tokens USING btree (prefix);
@@ -796,10 +796,13 @@ BEGIN
         -- Slow: an attempt of the last slow_until hold was slow. Untried: no attempt ever
         -- answered. A slow or untried endpoint, and one with a limit of its own, has a cap on
         -- its rows in flight.
+        -- An endpoint's own cap may only lower the lane's (least() passes over NULLs): an
+        -- application's token sets max_in_flight, and must not lift a slow or untried endpoint
+        -- past the deployment's cap.
         SELECT s.*,
-               coalesce(s.max_in_flight,
-                        CASE WHEN s.slow THEN p_slow_max_in_flight
-                             WHEN s.untried THEN p_untried_max_in_flight END) AS cap
+               CASE WHEN s.slow THEN least(s.max_in_flight, p_slow_max_in_flight)
+                    WHEN s.untried THEN least(s.max_in_flight, p_untried_max_in_flight)
+                    ELSE s.max_in_flight END AS cap
         FROM (
         SELECT e.id AS endpoint_id, e.app_id, e.rate_limit_per_s, h.state, e.max_in_flight,
                coalesce(h.slow_until > now(), false) AS slow,
@@ -1664,7 +1667,7 @@ AS $function$
     SELECT count(*)::integer
     FROM (SELECT 1 FROM tidings.messages m
           WHERE m.endpoint_id = p_endpoint_id
-            AND m.status = 'in_flight'
+            AND m.lease_token IS NOT NULL
             AND m.next_attempt_at > now()
           LIMIT p_limit) f
 $function$;

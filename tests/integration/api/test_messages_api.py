@@ -293,11 +293,15 @@ def test_a_due_message_of_a_slow_endpoint_at_its_cap_says_so(api: Api, db: Datab
     assert (wait["reason"], wait["until"]) == ("in_flight_limit", None)
     assert "in the slow lane (answers took ≥ 1 s or timed out; until " in wait["explanation"]
     assert "has 10 deliveries in flight, its limit" in wait["explanation"]
-    # Its own cap, higher than the lane's, lets it go.
+    # Its own cap cannot lift it past the lane's (an application's token sets it).
     assert api.patch(f"/v1/endpoints/{endpoint}", {"max_in_flight": 11}).status == 200
     wait = waiting_for()
-    assert wait["reason"] == "due"
-    assert "slow lane" in wait["explanation"] and "at most 11 at once" in wait["explanation"]
+    assert wait["reason"] == "in_flight_limit"
+    # It may lower it.
+    assert api.patch(f"/v1/endpoints/{endpoint}", {"max_in_flight": 5}).status == 200
+    wait = waiting_for()
+    assert wait["reason"] == "in_flight_limit"
+    assert "its limit (max_in_flight 5)" in wait["explanation"]
     # Once the hold has passed, the fast lane has no cap.
     assert api.patch(f"/v1/endpoints/{endpoint}", {"max_in_flight": None}).status == 200
     with db.cursor() as cur:

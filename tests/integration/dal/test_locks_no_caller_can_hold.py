@@ -219,10 +219,10 @@ def test_a_migrator_waits_for_a_live_holder_and_replaces_a_dead_one(database_url
 def test_a_deletion_stopped_after_its_first_step_is_completed_by_the_health_monitor(
     database_url: str, beta: tuple[int, int]
 ) -> None:
-    """The deletion commits its mark before it waits for earlier writers; should its second
-    step fail (a statement timeout behind a producer's long transaction), the application stays
-    deleted and the health monitor's unreachable job disables its endpoints and dead-letters
-    their messages."""
+    """The deletion commits its mark, with its endpoints disabled, before it waits for earlier
+    writers; should its second step fail (a statement timeout behind a producer's long
+    transaction), the application stays deleted, nothing is delivered to it, and the health
+    monitor's unreachable job dead-letters what that transaction queued."""
     from tidings.config import Settings
     from tidings.dal import applications as applications_dal
     from tidings.maintenance.unreachable import dead_letter_unreachable
@@ -243,8 +243,12 @@ def test_a_deletion_stopped_after_its_first_step_is_completed_by_the_health_moni
         with pytest.raises(psycopg2.errors.QueryCanceled):
             applications.delete_application(impatient, app)
         impatient.close()
-        # Marked deleted: new events are refused at once, though the endpoint is still enabled.
+        # Marked deleted: new events are refused at once, and its endpoint is disabled, so
+        # nothing more is delivered to it.
         assert applications.find(db, "beta") is None
+        with db.cursor() as cur:
+            cur.execute("SELECT enabled FROM tidings.endpoints WHERE id = %s", (endpoint_id,))
+            assert cur.fetchone() == (False,)
         with db.cursor() as cur, pytest.raises(psycopg2.errors.ForeignKeyViolation):
             cur.execute(
                 "SELECT * FROM tidings.enqueue('order.created', '{}', 'x', application => 'beta')"
@@ -268,3 +272,62 @@ def test_a_deletion_stopped_after_its_first_step_is_completed_by_the_health_moni
         # Running the retirement again dead-letters nothing more.
         assert applications_dal.retire_application(cur, app_id)[1] == 0
     db.close()
+
+
+def test_a_migrator_logged_in_as_another_owner_waits_for_a_live_holder(
+    database_url: str, postgres_admin_dsn: str
+) -> None:
+    """Two migrating logins that are members of the owner role but not superusers: each sees no
+    start time for the other's session, and must still wait while the holder lives."""
+    suffix = uuid.uuid4().hex[:8]
+    names = [f"tidings_mig_a_{suffix}", f"tidings_mig_b_{suffix}"]
+    admin = _connect(postgres_admin_dsn)
+    try:
+        with admin.cursor() as cur:
+            dbname = psycopg2.extensions.parse_dsn(database_url)["dbname"]
+            for name in names:
+                cur.execute(f"CREATE ROLE {name} LOGIN PASSWORD 'p' IN ROLE tidings_owner")
+                # As the RDS master user may (CREATE SCHEMA IF NOT EXISTS asks for it).
+                cur.execute(f"GRANT CREATE ON DATABASE {dbname} TO {name}")
+        params = psycopg2.extensions.parse_dsn(database_url)
+        first, second = (
+            psycopg2.connect(**{**params, "user": name, "password": "p"}) for name in names
+        )
+        first.autocommit = second.autocommit = True
+        done = threading.Event()
+        errors: list[BaseException] = []
+        extra = Migration(9103, "test_other_owner", "SELECT 1;")
+
+        def run_second() -> None:
+            try:
+                from tidings.migrations import available
+
+                migrate(second, migrations=[*available(), extra])
+                done.set()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        try:
+            with first.cursor() as cur:
+                cur.execute(
+                    "UPDATE tidings.migration_lock l SET holder_pid = s.pid,"
+                    " holder_started = s.backend_start, taken_at = now()"
+                    " FROM pg_stat_activity s WHERE s.pid = pg_backend_pid()"
+                )
+            waiter = threading.Thread(target=run_second)
+            waiter.start()
+            assert not done.wait(1.5), "a second migrator ran while the lock was held"
+            first.close()
+            waiter.join(10)
+            assert not errors, errors
+            assert done.is_set()
+        finally:
+            if not first.closed:
+                first.close()
+            second.close()
+    finally:
+        with admin.cursor() as cur:
+            for name in names:
+                cur.execute(f"REVOKE CREATE ON DATABASE {dbname} FROM {name}")
+                cur.execute(f"DROP ROLE IF EXISTS {name}")
+        admin.close()

@@ -248,7 +248,7 @@ def test_the_claimer_sends_each_lane_to_its_own_queue(db: Database) -> None:
     with db.cursor() as cur:
         seed_messages(cur, slow, 2)
     only = RecordingQueue()
-    assert Claimer(db, only, pipeline_settings()).claim_once().sent == 2
+    assert Claimer(db, only, settings).claim_once().sent == 2
     assert len(only.sent) == 2
 
 

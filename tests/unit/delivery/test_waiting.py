@@ -155,10 +155,12 @@ def test_a_fast_endpoint_has_no_cap_unless_its_own() -> None:
     )
 
 
-def test_an_endpoints_own_cap_replaces_the_slow_lanes() -> None:
-    above_lane = facts(slow_lane=True, slow_until=SLOW_UNTIL, max_in_flight=20, in_flight=10)
-    assert explain(above_lane).reason is WaitReason.DUE
-    assert "at most 20 at once" in explain(above_lane).explanation
+def test_an_endpoints_own_cap_only_lowers_the_slow_lanes() -> None:
+    above_lane = explain(
+        facts(slow_lane=True, slow_until=SLOW_UNTIL, max_in_flight=20, in_flight=10)
+    )
+    assert above_lane.reason is WaitReason.IN_FLIGHT_LIMIT
+    assert "has 10 deliveries in flight, its limit:" in above_lane.explanation
     below_lane = explain(facts(slow_lane=True, slow_until=SLOW_UNTIL, max_in_flight=2, in_flight=2))
     assert below_lane.reason is WaitReason.IN_FLIGHT_LIMIT
     assert "slow lane" in below_lane.explanation

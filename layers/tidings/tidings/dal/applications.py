@@ -77,17 +77,25 @@ def update_application(
     return rows[0] if rows else None
 
 
-def mark_application_deleted(cur: Cursor, app_id: int) -> bool:
-    """The first step of deleting an application, to commit on its own: marks it deleted. False
-    when there is no such live application (or it is 'default')."""
+def mark_application_deleted(cur: Cursor, app_id: int) -> tuple[int, int] | None:
+    """The first step of deleting an application, to commit on its own: marks it deleted,
+    disables its endpoints and dead-letters the messages it sees queued (none of which waits for
+    a producer); how many endpoints and messages, or None when there is no such live
+    application (or it is 'default')."""
     cur.execute(sql("mark_application_deleted"), {"app_id": app_id})
-    return cur.fetchone() is not None
+    if cur.fetchone() is None:
+        return None
+    cur.execute(sql("retire_application_endpoints"), {"app_id": app_id})
+    row = cur.fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
 
 
 def retire_application(cur: Cursor, app_id: int) -> tuple[int, int]:
     """The second step, in a transaction of its own after the first committed: waits for the
-    transactions that were still writing to the application, then disables its endpoints and
-    dead-letters their undelivered messages; returns how many of each. Safe to run again."""
+    transactions that were still writing to the application, then dead-letters the messages they
+    queued (and disables its endpoints again, changing nothing); returns how many endpoints and
+    messages it touched. Safe to run again."""
     cur.execute(sql("wait_for_application_writers"), {"app_id": app_id})
     cur.execute(sql("retire_application_endpoints"), {"app_id": app_id})
     row = cur.fetchone()

@@ -62,11 +62,19 @@ class WaitFacts:
     def in_flight_cap(self) -> int | None:
         """The cap the claim puts on the endpoint's rows in flight: its own, else the slow
         lane's while it is slow, else the untried one's until it answers, else none."""
-        if self.max_in_flight is not None:
-            return self.max_in_flight
+        # Its own cap only lowers a lane's (an application's token sets it).
+        own = self.max_in_flight
         if self.slow_lane:
-            return self.slow_lane_max_in_flight
-        return self.untried_max_in_flight if self.untried else None
+            return (
+                self.slow_lane_max_in_flight
+                if own is None
+                else min(own, self.slow_lane_max_in_flight)
+            )
+        if self.untried:
+            return (
+                self.untried_max_in_flight if own is None else min(own, self.untried_max_in_flight)
+            )
+        return own
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +209,7 @@ def _at_cap(f: WaitFacts, cap: int) -> Wait:
     """Due, but its endpoint has as many rows in flight as its cap lets it: the claimer leases
     more as those end."""
     in_flight = f"{f.in_flight} deliver{'y' if f.in_flight == 1 else 'ies'} in flight"
-    limit = "its limit" if f.max_in_flight is None else f"its limit (max_in_flight {cap})"
+    limit = f"its limit (max_in_flight {cap})" if f.max_in_flight == cap else "its limit"
     if f.slow_lane:
         where = f"its endpoint is in the slow lane ({_why_slow(f)}) and has {in_flight}, {limit}"
     elif f.untried:

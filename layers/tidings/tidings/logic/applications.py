@@ -212,13 +212,18 @@ def delete_application(db: Database, app: Application) -> DeletedApplication:
             "default_application", "the default application cannot be deleted", "application"
         )
     # Two transactions, so that nothing a producer can hold stalls intake or starves a deletion
-    # (see dal/queries/applications.sql): the mark commits first, and every later call refuses
-    # the application; the retirement then waits for the calls that came before. A connection
-    # lost during the first COMMIT is not retried (run twice after it committed, the delete would
-    # answer 404). Should the retirement fail, the health monitor's next run completes it.
-    if not db.run(lambda cur: dal.mark_application_deleted(cur, app.id), transaction=True):
+    # (see dal/queries/applications.sql): the first marks it deleted and disables its endpoints,
+    # waiting for nobody, so that every later call refuses the application and nothing more is
+    # delivered to it; the second waits for the calls that came before and dead-letters what
+    # they queued. A connection lost during the first COMMIT is not retried (run twice after it
+    # committed, the delete would answer 404). Should the second fail (a producer's transaction
+    # outlasting the statement timeout), the health monitor dead-letters those messages.
+    marked = db.run(lambda cur: dal.mark_application_deleted(cur, app.id), transaction=True)
+    if marked is None:
         raise NotFound("application", app.uid)
-    endpoints, messages = db.run(lambda cur: dal.retire_application(cur, app.id), transaction=True)
+    endpoints, messages = marked
+    _, stragglers = db.run(lambda cur: dal.retire_application(cur, app.id), transaction=True)
+    messages += stragglers
     return DeletedApplication(
         id=app.id, uid=app.uid, endpoints_disabled=endpoints, messages_dead_lettered=messages
     )

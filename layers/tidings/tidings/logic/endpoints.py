@@ -504,11 +504,13 @@ def _shown(row: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
 
 
 def in_flight_limit(max_in_flight: int | None, slow: bool, settings: Settings) -> int | None:
-    """The cap on an endpoint's deliveries in flight, as the claim applies it: its own, else the
-    slow lane's while it is slow, else none."""
-    if max_in_flight is not None:
-        return max_in_flight
-    return settings.slow_lane_max_in_flight if slow else None
+    """The cap on an endpoint's deliveries in flight, as the claim applies it: the slow lane's
+    while it is slow (its own when lower: an application's token sets it and may only lower it),
+    else its own, else none."""
+    if slow:
+        cap = settings.slow_lane_max_in_flight
+        return cap if max_in_flight is None else min(max_in_flight, cap)
+    return max_in_flight
 
 
 def _conflicting_schedule() -> InvalidInput:

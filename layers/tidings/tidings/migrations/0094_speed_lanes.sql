@@ -21,13 +21,15 @@ ALTER TABLE tidings.endpoints
     CONSTRAINT endpoints_max_in_flight_check CHECK (max_in_flight BETWEEN 1 AND 1000);
 
 -- rows_in_flight: an endpoint's rows under a live lease, counted up to p_limit (an index range of
--- messages_in_flight_by_endpoint, migration 0095; a sequential count until it exists).
+-- messages_leased_by_endpoint, migration 0095; a sequential count until it exists). A lease is
+-- what counts, not the in_flight status: a retry that travels back through the queue keeps its
+-- row's lease while the row waits as 'failed', and it will be sent without passing the claim.
 CREATE FUNCTION tidings.rows_in_flight(p_endpoint_id bigint, p_limit integer) RETURNS integer
 LANGUAGE sql STABLE AS $$
     SELECT count(*)::integer
     FROM (SELECT 1 FROM tidings.messages m
           WHERE m.endpoint_id = p_endpoint_id
-            AND m.status = 'in_flight'
+            AND m.lease_token IS NOT NULL
             AND m.next_attempt_at > now()
           LIMIT p_limit) f
 $$;
@@ -35,8 +37,8 @@ $$;
 -- claim_due_v2: claim_due_v1 (0041), and
 --   * each row comes with its endpoint's lane (slow: true for the slow lane) and whether its
 --     endpoint has never answered (untried);
---   * an endpoint with a cap (its own max_in_flight, else p_slow_max_in_flight while it is slow,
---     else p_untried_max_in_flight while it is untried; NULL: no cap) gets no more rows than leave its rows in flight within the cap. Its health
+--   * an endpoint with a cap (p_slow_max_in_flight while it is slow, p_untried_max_in_flight
+--     while it is untried, its own max_in_flight when lower or in the fast lane; NULL: no cap) gets no more rows than leave its rows in flight within the cap. Its health
 --     row is locked like a rate-limited endpoint's bucket (SKIP LOCKED, kept to the commit) and
 --     its rows in flight are counted again, after the lock, by a statement of their own (2b).
 -- An endpoint without a cap costs nothing more than before.
@@ -103,10 +105,13 @@ BEGIN
         -- Slow: an attempt of the last slow_until hold was slow. Untried: no attempt ever
         -- answered. A slow or untried endpoint, and one with a limit of its own, has a cap on
         -- its rows in flight.
+        -- An endpoint's own cap may only lower the lane's (least() passes over NULLs): an
+        -- application's token sets max_in_flight, and must not lift a slow or untried endpoint
+        -- past the deployment's cap.
         SELECT s.*,
-               coalesce(s.max_in_flight,
-                        CASE WHEN s.slow THEN p_slow_max_in_flight
-                             WHEN s.untried THEN p_untried_max_in_flight END) AS cap
+               CASE WHEN s.slow THEN least(s.max_in_flight, p_slow_max_in_flight)
+                    WHEN s.untried THEN least(s.max_in_flight, p_untried_max_in_flight)
+                    ELSE s.max_in_flight END AS cap
         FROM (
         SELECT e.id AS endpoint_id, e.app_id, e.rate_limit_per_s, h.state, e.max_in_flight,
                coalesce(h.slow_until > now(), false) AS slow,

@@ -200,7 +200,9 @@ INSERT INTO tidings.migration_lock (singleton) VALUES (true) ON CONFLICT DO NOTH
 
 # One statement, so two migrators cannot both take it: the second waits for the first's row lock
 # and then finds a live holder. The holder is alive while a session with its process id and start
-# time exists.
+# time exists. A session of another user shows no start time to a reader without
+# pg_read_all_stats: then its process id alone keeps it alive (failing closed: a process id
+# reused by someone else's session makes the next migrator wait for that session to end).
 _TAKE_LOCK_SQL = """
 UPDATE tidings.migration_lock l
 SET holder_pid = me.pid, holder_started = me.backend_start, taken_at = now()
@@ -208,7 +210,9 @@ FROM pg_stat_activity me
 WHERE me.pid = pg_backend_pid()
   AND (l.holder_pid IS NULL
        OR NOT EXISTS (SELECT 1 FROM pg_stat_activity h
-                      WHERE h.pid = l.holder_pid AND h.backend_start = l.holder_started))
+                      WHERE h.pid = l.holder_pid
+                        AND (h.backend_start IS NULL
+                             OR h.backend_start = l.holder_started)))
 RETURNING l.holder_pid
 """
 

@@ -38,11 +38,11 @@ WHERE a.id = %(app_id)s AND a.deleted_at IS NULL
 RETURNING a.id, a.uid, a.name, a.metadata, a.default_payload_format, a.created_at, a.updated_at
 
 -- name: mark_application_deleted
--- The first step of deleting an application, committed on its own: marks it deleted (not
--- 'default': its CHECK refuses it; excluded here). It waits for nobody: FOR KEY SHARE, which
--- sending events, adding endpoints and adding tokens hold, does not conflict with this update.
--- Once it commits, every later call reads the application as deleted and refuses it before it
--- locks anything.
+-- The first step of deleting an application, committed on its own with the retirement below:
+-- marks it deleted (not 'default': its CHECK refuses it; excluded here). It waits for nobody:
+-- FOR KEY SHARE, which sending events, adding endpoints and adding tokens hold, does not conflict
+-- with this update. Once it commits, every later call reads the application as deleted and
+-- refuses it before it locks anything, and its endpoints are disabled.
 UPDATE tidings.applications a
 SET deleted_at = now(), updated_at = now()
 WHERE a.id = %(app_id)s AND a.id <> 1 AND a.deleted_at IS NULL

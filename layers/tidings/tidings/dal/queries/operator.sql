@@ -27,8 +27,8 @@ SELECT e.id, a.uid AS app_uid, e.url, e.description, e.enabled, e.disabled_reaso
        h.state::text AS circuit,
        lane.slow, CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until,
        e.max_in_flight,
-       coalesce(e.max_in_flight,
-                CASE WHEN lane.slow THEN %(slow_lane_max_in_flight)s::integer END)
+       CASE WHEN lane.slow THEN least(e.max_in_flight, %(slow_lane_max_in_flight)s::integer)
+            ELSE e.max_in_flight END
            AS in_flight_limit,
        coalesce(c.total, 0) AS total, coalesce(c.pending, 0) AS pending,
        coalesce(c.in_flight, 0) AS in_flight, coalesce(c.retrying, 0) AS retrying,

@@ -1,8 +1,0 @@
--- tidings:no-transaction
--- Each endpoint's rows under a lease, for the claim's per-endpoint cap (tidings.rows_in_flight):
--- a partial index of the few rows in flight, so counting a capped endpoint's reads neither its
--- backlog nor its scheduled retries. Built without blocking writes; safe to run again.
-DROP INDEX CONCURRENTLY IF EXISTS tidings.messages_in_flight_by_endpoint;
-CREATE INDEX CONCURRENTLY messages_in_flight_by_endpoint
-    ON tidings.messages (endpoint_id, next_attempt_at)
-    WHERE status = 'in_flight';
