@@ -195,9 +195,7 @@
         limit ? " at most " + limit + " deliveries in flight at once (its limit)" : null,
       ];
     }
-    var why = endpoint.slow_until
-      ? ["It answered slowly (or timed out) lately, so until ", timeNode(endpoint.slow_until), " its"]
-      : ["It has not answered yet, so until its first answer its"];
+    var why = ["It answered slowly (or timed out) lately, so until ", timeNode(endpoint.slow_until), " its"];
     return [
       h("span", { class: "badge badge-warn", testid: "lane-badge" }, "Slow lane"),
       " ",
