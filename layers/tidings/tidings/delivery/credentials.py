@@ -116,28 +116,30 @@ class Credentials:
         timeout_s: float,
     ) -> HttpResult:
         """POST a delivery with the endpoint's credentials, within ``timeout_s`` in all (a token
-        request included); a 401 with a cached OAuth2 token gets one more try with a new one."""
+        request included); a 401 to an OAuth2 token gets one more try with a new token."""
         ends = time.monotonic() + timeout_s
         sent = {**credentials.headers, **headers}
         client = credentials.oauth2
         if client is None:
             return self.transport.post(url, body, sent, timeout_s, credentials.tls)
-        token, fresh, failure = self._token(client, ends)
+        token, failure = self._token(client, ends)
         if failure is not None:
             return failure
         sent["Authorization"] = f"Bearer {token}"
         result = self.transport.post(url, body, sent, _left(ends), credentials.tls)
-        if result.status_code != 401 or fresh:
+        if result.status_code != 401:
             return result
+        # The receiver no longer takes the token (revoked, or its clock is ahead): once more
+        # with a new one (a concurrent delivery may have got it already).
         self._forget(client.key, token)
-        token, _, failure = self._token(client, ends)
+        token, failure = self._token(client, ends)
         if failure is not None:
             return failure
         sent["Authorization"] = f"Bearer {token}"
         return self.transport.post(url, body, sent, _left(ends), credentials.tls)
 
-    def _token(self, client: OAuth2Client, ends: float) -> tuple[str, bool, HttpResult | None]:
-        """A valid token: (it, whether it was got just now, None), or the failed attempt."""
+    def _token(self, client: OAuth2Client, ends: float) -> tuple[str, HttpResult | None]:
+        """A valid token (and None), or the failed attempt."""
         with self._lock:
             lock = self._token_locks.setdefault(client.key, threading.Lock())
         with lock:
@@ -145,13 +147,13 @@ class Credentials:
             with self._lock:
                 cached = self._tokens.get(client.key)
             if cached is not None and cached.refresh_at > now:
-                return cached.value, False, None
+                return cached.value, None
             got = self._request_token(client, ends)
             if isinstance(got, HttpResult):
-                return "", True, got
+                return "", got
             with self._lock:
                 self._tokens[client.key] = got
-            return got.value, True, None
+            return got.value, None
 
     def _forget(self, key: int, token: str) -> None:
         with self._lock:
