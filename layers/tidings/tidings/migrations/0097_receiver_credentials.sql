@@ -111,7 +111,7 @@ BEGIN
 END $$;
 
 -- The API and operators show the redacted forms, and remove a kind (or all, with the endpoint).
-GRANT SELECT (endpoint_id, kind, shown, not_after), DELETE ON tidings.endpoint_credentials
+GRANT SELECT (endpoint_id, kind, shown), DELETE ON tidings.endpoint_credentials
     TO tidings_ingest, tidings_operator;
 
 -- begin_attempts_v3: see above.
