@@ -113,6 +113,9 @@ END $$;
 -- The API and operators show the redacted forms, and remove a kind (or all, with the endpoint).
 GRANT SELECT (endpoint_id, kind, shown), DELETE ON tidings.endpoint_credentials
     TO tidings_ingest, tidings_operator;
+-- The health monitor alerts a week before a client certificate expires.
+GRANT SELECT (endpoint_id, kind, not_after) ON tidings.endpoint_credentials
+    TO tidings_health_monitor;
 
 -- begin_attempts_v3: see above.
 CREATE FUNCTION tidings.begin_attempts_v3(
