@@ -94,6 +94,22 @@ CREATE TABLE tidings.data_keys (
     CONSTRAINT data_keys_wrapped_check CHECK (((octet_length(wrapped) >= 1) AND (octet_length(wrapped) <= 6144)))
 );
 
+CREATE TABLE tidings.endpoint_credentials (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    endpoint_id bigint NOT NULL,
+    kind text NOT NULL,
+    data_key_id bigint NOT NULL,
+    ciphertext bytea NOT NULL,
+    shown jsonb NOT NULL,
+    not_after timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT endpoint_credentials_data_key_id_fkey FOREIGN KEY (data_key_id) REFERENCES tidings.data_keys(id),
+    CONSTRAINT endpoint_credentials_endpoint_id_fkey FOREIGN KEY (endpoint_id) REFERENCES tidings.endpoints(id),
+    CONSTRAINT endpoint_credentials_kind_check CHECK ((kind = ANY (ARRAY['headers'::text, 'auth'::text, 'tls_client_certificate'::text, 'tls_server_ca'::text]))),
+    CONSTRAINT endpoint_credentials_one_per_kind UNIQUE (endpoint_id, kind),
+    CONSTRAINT endpoint_credentials_pkey PRIMARY KEY (id)
+);
+
 CREATE TABLE tidings.endpoint_health (
     endpoint_id bigint NOT NULL,
     state tidings.circuit_state DEFAULT 'closed'::tidings.circuit_state NOT NULL,
@@ -314,6 +330,8 @@ CREATE INDEX attempts_default_endpoint_id_attempted_at_idx ON tidings.attempts_d
 CREATE UNIQUE INDEX attempts_default_message_id_attempted_at_attempt_number_idx ON tidings.attempts_default USING btree (message_id, attempted_at, attempt_number);
 CREATE INDEX attempts_kept_by_message ON tidings.attempts_kept USING btree (message_id);
 CREATE INDEX data_keys_newest ON tidings.data_keys USING btree (master_key, created_at);
+CREATE INDEX endpoint_credentials_by_data_key ON tidings.endpoint_credentials USING btree (data_key_id);
+CREATE INDEX endpoint_credentials_expiring ON tidings.endpoint_credentials USING btree (not_after) WHERE (not_after IS NOT NULL);
 CREATE INDEX endpoint_secrets_by_data_key ON tidings.endpoint_secrets USING btree (data_key_id);
 CREATE INDEX endpoint_secrets_by_endpoint ON tidings.endpoint_secrets USING btree (endpoint_id, id);
 CREATE UNIQUE INDEX endpoint_secrets_current ON tidings.endpoint_secrets USING btree (endpoint_id) WHERE (expires_at IS NULL);
@@ -529,6 +547,116 @@ BEGIN
           AND es.endpoint_id = v.endpoint_id
           AND (es.expires_at IS NULL OR es.expires_at > now())
     ) sk ON true
+    WHERE s.id IS NOT NULL OR v.id IN (SELECT hb.id FROM held_back hb)
+    ORDER BY v.id;
+END $function$;
+
+CREATE OR REPLACE FUNCTION tidings.begin_attempts_v3(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision)
+ RETURNS TABLE(message_id bigint, endpoint_id bigint, permitted boolean, lease_token uuid, event_type text, event_id text, attempts integer, max_attempts integer, url text, timeout_ms integer, rate_limit_per_s double precision, retry_schedule integer[], secret_data_keys bigint[], secrets bytea[], payload text, payload_format text, event_created_at timestamp with time zone, credential_ids bigint[], credential_kinds text[], credential_data_keys bigint[], credentials bytea[])
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH request AS (
+        SELECT r.id, r.token, r.attempt, r.want_payload
+        FROM unnest(p_ids, p_tokens, p_attempts, p_want_payload)
+            AS r(id, token, attempt, want_payload)
+    ),
+    held AS (
+        SELECT m.id, m.endpoint_id, r.token, r.attempt, r.want_payload,
+               -- A rate-limited endpoint's requests spend the tokens the claim takes from its
+               -- bucket: a retry that came back through the queue has none.
+               m.status = 'failed' AND e.rate_limit_per_s IS NOT NULL AS without_token
+        FROM tidings.messages m
+        JOIN request r ON r.id = m.id AND m.lease_token = r.token AND m.attempts = r.attempt - 1
+        JOIN tidings.endpoints e ON e.id = m.endpoint_id
+        WHERE m.status IN ('in_flight', 'failed')
+    ),
+    probe AS (
+        UPDATE tidings.endpoint_health h
+        SET state = 'half_open', probe_token = c.token, probe_started_at = now()
+        FROM (SELECT DISTINCT ON (held.endpoint_id) held.endpoint_id, held.token
+              FROM held WHERE NOT held.without_token
+              ORDER BY held.endpoint_id, held.id) c
+        WHERE h.endpoint_id = c.endpoint_id
+          AND tidings.probe_may_start(h.state, h.opened_at, h.cooldown_s, h.probe_started_at,
+                                      p_lease_s)
+        RETURNING h.endpoint_id, h.probe_token
+    ),
+    verdict AS (
+        SELECT held.id, held.endpoint_id, held.token, held.attempt, held.want_payload,
+               coalesce(e.enabled AND e.deleted_at IS NULL
+                        AND (h.state = 'closed'
+                             OR (h.state = 'half_open' AND h.probe_token = held.token)
+                             OR p.probe_token = held.token)
+                        AND NOT held.without_token,
+                        false) AS permitted,
+               CASE WHEN h.state = 'open'
+                    THEN h.opened_at + h.cooldown_s * interval '1 second' END AS cooldown_ends_at
+        FROM held
+        JOIN tidings.endpoints e ON e.id = held.endpoint_id
+        JOIN tidings.endpoint_health h ON h.endpoint_id = held.endpoint_id
+        LEFT JOIN probe p ON p.endpoint_id = held.endpoint_id
+    ),
+    started AS (
+        UPDATE tidings.messages m
+        SET status = 'in_flight',
+            lease_token = gen_random_uuid(),
+            next_attempt_at = greatest(m.next_attempt_at,
+                                       now() + p_lease_s * interval '1 second')
+        FROM verdict v
+        WHERE m.id = v.id AND v.permitted
+          AND m.lease_token = v.token AND m.attempts = v.attempt - 1
+        RETURNING m.id, m.lease_token
+    ),
+    held_back AS (
+        UPDATE tidings.messages m
+        SET status = tidings.unleased_status(m.attempts),
+            lease_token = NULL,
+            next_attempt_at = greatest(v.cooldown_ends_at,
+                                       now() + p_hold_back_s * interval '1 second')
+        FROM verdict v
+        WHERE m.id = v.id AND NOT v.permitted
+          AND m.lease_token = v.token AND m.attempts = v.attempt - 1
+        RETURNING m.id
+    )
+    SELECT v.id, v.endpoint_id, s.id IS NOT NULL, s.lease_token,
+           m.event_type, ev.event_id, m.attempts,
+           coalesce(m.max_attempts, e.max_attempts),
+           e.url, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule, sk.data_keys,
+           sk.ciphertexts,
+           CASE WHEN v.want_payload THEN ev.payload::text END,
+           e.payload_format, ev.created_at,
+           cr.ids, cr.kinds, cr.data_keys, cr.ciphertexts
+    FROM verdict v
+    JOIN tidings.messages m ON m.id = v.id
+    JOIN tidings.endpoints e ON e.id = v.endpoint_id
+    JOIN tidings.events ev ON ev.id = m.event_ref
+    LEFT JOIN started s ON s.id = v.id
+    -- The permitted rows' signing secrets, newest first: the current one and those still in
+    -- their overlap, encrypted (tidings.endpoint_secrets, migration 0070; the sender decrypts).
+    LEFT JOIN LATERAL (
+        SELECT array_agg(es.data_key_id ORDER BY es.id DESC) AS data_keys,
+               array_agg(es.ciphertext ORDER BY es.id DESC) AS ciphertexts
+        FROM tidings.endpoint_secrets es
+        WHERE s.id IS NOT NULL
+          AND es.endpoint_id = v.endpoint_id
+          AND (es.expires_at IS NULL OR es.expires_at > now())
+    ) sk ON true
+    -- The permitted rows' receiver credentials, encrypted (tidings.endpoint_credentials): NULL
+    -- arrays for an endpoint without any, which is all the sender then does about them.
+    LEFT JOIN LATERAL (
+        SELECT array_agg(ec.id ORDER BY ec.id) AS ids,
+               array_agg(ec.kind ORDER BY ec.id) AS kinds,
+               array_agg(ec.data_key_id ORDER BY ec.id) AS data_keys,
+               array_agg(ec.ciphertext ORDER BY ec.id) AS ciphertexts
+        FROM tidings.endpoint_credentials ec
+        WHERE s.id IS NOT NULL
+          AND ec.endpoint_id = v.endpoint_id
+    ) cr ON true
     WHERE s.id IS NOT NULL OR v.id IN (SELECT hb.id FROM held_back hb)
     ORDER BY v.id;
 END $function$;
@@ -1612,6 +1740,20 @@ BEGIN
     INTO written_ids, transitions, disabled_ids;
 END $function$;
 
+CREATE OR REPLACE FUNCTION tidings.refuse_unbound_credential()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF substring(NEW.ciphertext FROM 1 FOR 4) IS DISTINCT FROM '\x74646702'::bytea
+       OR substring(NEW.ciphertext FROM 5 FOR 8) IS DISTINCT FROM pg_catalog.int8send(NEW.id) THEN
+        RAISE EXCEPTION 'tidings: receiver credential % is not sealed for its own row', NEW.id
+            USING ERRCODE = '23514',
+                  HINT = 'a credential is sealed for the id its row gets (set_endpoint_credential_v1)';
+    END IF;
+    RETURN NEW;
+END $function$;
+
 CREATE OR REPLACE FUNCTION tidings.refuse_unbound_data_key()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -1672,6 +1814,43 @@ AS $function$
           LIMIT p_limit) f
 $function$;
 
+CREATE OR REPLACE FUNCTION tidings.set_endpoint_credential_v1(p_endpoint_id bigint, p_kind text, p_credential_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_shown jsonb, p_not_after timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM 1 FROM tidings.endpoints e
+    WHERE e.id = p_endpoint_id AND e.deleted_at IS NULL
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_credential_id IS NULL OR p_credential_id < 1 OR p_credential_id > coalesce(
+           pg_sequence_last_value(
+               pg_get_serial_sequence('tidings.endpoint_credentials', 'id')::regclass), 0) THEN
+        RAISE EXCEPTION 'tidings.set_endpoint_credential_v1: p_credential_id % was not drawn '
+            'from the sequence of tidings.endpoint_credentials', p_credential_id
+            USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM tidings.endpoint_credentials c
+               WHERE c.endpoint_id = p_endpoint_id AND c.id >= p_credential_id) THEN
+        RAISE EXCEPTION 'tidings.set_endpoint_credential_v1: p_credential_id % is not newer '
+            'than the endpoint''s credentials', p_credential_id
+            USING ERRCODE = '22023';
+    END IF;
+    DELETE FROM tidings.endpoint_credentials c
+    WHERE c.endpoint_id = p_endpoint_id AND c.kind = p_kind;
+    INSERT INTO tidings.endpoint_credentials (id, endpoint_id, kind, data_key_id, ciphertext,
+                                              shown, not_after)
+    OVERRIDING SYSTEM VALUE
+    VALUES (p_credential_id, p_endpoint_id, p_kind, p_data_key_id, p_ciphertext, p_shown,
+            p_not_after);
+    UPDATE tidings.endpoints e SET updated_at = now() WHERE e.id = p_endpoint_id;
+    RETURN true;
+END $function$;
+
 CREATE OR REPLACE FUNCTION tidings.set_endpoint_secret_v2(p_endpoint_id bigint, p_secret_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer)
  RETURNS TABLE(secret_id bigint, replaced_expires_at timestamp with time zone)
  LANGUAGE plpgsql
@@ -1729,12 +1908,14 @@ CREATE OR REPLACE FUNCTION tidings.unleased_status(attempts integer)
 RETURN (CASE WHEN (attempts > 0) THEN 'failed'::text ELSE 'pending'::text END)::tidings.message_status;
 
 CREATE TRIGGER data_keys_bound_to_row BEFORE INSERT OR UPDATE OF wrapped, id ON tidings.data_keys FOR EACH ROW EXECUTE FUNCTION tidings.refuse_unbound_data_key();
+CREATE TRIGGER endpoint_credentials_bound_to_row BEFORE INSERT OR UPDATE OF ciphertext, id ON tidings.endpoint_credentials FOR EACH ROW EXECUTE FUNCTION tidings.refuse_unbound_credential();
 CREATE TRIGGER endpoint_secrets_bound_to_row BEFORE INSERT OR UPDATE OF ciphertext, id ON tidings.endpoint_secrets FOR EACH ROW EXECUTE FUNCTION tidings.refuse_unbound_secret();
 CREATE TRIGGER endpoints_have_health AFTER INSERT ON tidings.endpoints FOR EACH ROW EXECUTE FUNCTION tidings.create_endpoint_health();
 
 GRANT EXECUTE ON FUNCTION tidings.analyze_latency_histograms() TO tidings_percentiles;
 GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v1(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v2(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision) TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v3(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.claim_due_v1(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.claim_due_v2(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer, p_slow_max_in_flight integer, p_untried_max_in_flight integer) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.drop_attempt_partition(partition text, lock_timeout_ms integer) TO tidings_pruner;
@@ -1752,6 +1933,8 @@ GRANT EXECUTE ON FUNCTION tidings.oldest_attempt_partition(cutoff timestamp with
 GRANT EXECUTE ON FUNCTION tidings.record_outcomes_v1(p_outcomes jsonb, p_health_endpoint_ids bigint[], p_has_success boolean[], p_trailing_failures integer[], p_last_success_at timestamp with time zone[], p_last_failure_at timestamp with time zone[], p_disable_ids bigint[], p_disable_reasons text[], p_base_cooldown_s double precision, p_max_cooldown_s double precision, OUT written_ids bigint[], OUT transitions json, OUT disabled_ids bigint[]) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(p_ids bigint[], p_tokens uuid[], p_delay_s double precision) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(p_ids bigint[], p_tokens uuid[], p_delay_s double precision) TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.set_endpoint_credential_v1(p_endpoint_id bigint, p_kind text, p_credential_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_shown jsonb, p_not_after timestamp with time zone) TO tidings_ingest;
+GRANT EXECUTE ON FUNCTION tidings.set_endpoint_credential_v1(p_endpoint_id bigint, p_kind text, p_credential_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_shown jsonb, p_not_after timestamp with time zone) TO tidings_operator;
 GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v2(p_endpoint_id bigint, p_secret_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer) TO tidings_ingest;
 GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v2(p_endpoint_id bigint, p_secret_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer) TO tidings_operator;
 GRANT USAGE ON SCHEMA tidings TO tidings_authorizer;
@@ -1766,6 +1949,8 @@ GRANT USAGE ON SCHEMA tidings TO tidings_pruner;
 GRANT USAGE ON SCHEMA tidings TO tidings_sender;
 GRANT USAGE ON SEQUENCE tidings.data_keys_id_seq TO tidings_ingest;
 GRANT USAGE ON SEQUENCE tidings.data_keys_id_seq TO tidings_operator;
+GRANT USAGE ON SEQUENCE tidings.endpoint_credentials_id_seq TO tidings_ingest;
+GRANT USAGE ON SEQUENCE tidings.endpoint_credentials_id_seq TO tidings_operator;
 GRANT USAGE ON SEQUENCE tidings.endpoint_secrets_id_seq TO tidings_ingest;
 GRANT USAGE ON SEQUENCE tidings.endpoint_secrets_id_seq TO tidings_operator;
 GRANT DELETE, INSERT, SELECT, UPDATE ON TABLE tidings.alert_outbox TO tidings_health_monitor;
@@ -1793,6 +1978,11 @@ GRANT SELECT (created_at, id, master_key, wrapped) ON TABLE tidings.data_keys TO
 GRANT INSERT (id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_operator;
 GRANT SELECT (created_at, id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_operator;
 GRANT SELECT (id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_sender;
+GRANT SELECT (endpoint_id, kind, not_after) ON TABLE tidings.endpoint_credentials TO tidings_health_monitor;
+GRANT DELETE ON TABLE tidings.endpoint_credentials TO tidings_ingest;
+GRANT SELECT (endpoint_id, kind, shown) ON TABLE tidings.endpoint_credentials TO tidings_ingest;
+GRANT DELETE ON TABLE tidings.endpoint_credentials TO tidings_operator;
+GRANT SELECT (endpoint_id, kind, shown) ON TABLE tidings.endpoint_credentials TO tidings_operator;
 GRANT SELECT (endpoint_id, failing_since, last_failure_at, last_success_at, opened_at, p95_ms, sample_count, state) ON TABLE tidings.endpoint_health TO tidings_health_monitor;
 GRANT UPDATE (failing_since) ON TABLE tidings.endpoint_health TO tidings_health_monitor;
 GRANT SELECT (consecutive_failures, cooldown_s, endpoint_id, failure_threshold, last_failure_at, last_success_at, opened_at, p50_ms, p95_ms, p99_ms, percentiles_at, sample_count, slow_until, state) ON TABLE tidings.endpoint_health TO tidings_ingest;

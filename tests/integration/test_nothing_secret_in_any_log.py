@@ -44,6 +44,7 @@ from tests.support.app_log import captured_app_log
 from tests.support.clusters import Cluster, deployed_like_binaries, throwaway_cluster
 from tests.support.receivers import Receiver, running_receiver
 from tests.support.secrets import secrets_keyring
+from tests.support.tls import TestCa
 from tidings import wiring
 from tidings.api.app import handle
 from tidings.config import Settings
@@ -83,6 +84,8 @@ class Traces:
 
     secrets: list[str]
     markers: list[str]
+    # Receiver credentials: header values, passwords, tokens, a private key's PEM body.
+    credentials: list[str]
 
     def needles(self) -> list[str]:
         keys = [base64.b64decode(s.removeprefix("whsec_")) for s in self.secrets]
@@ -91,6 +94,7 @@ class Traces:
             *(s.removeprefix("whsec_") for s in self.secrets),
             *(k.hex() for k in keys),
             *self.markers,
+            *self.credentials,
         ]
 
 
@@ -149,6 +153,18 @@ def run_scenario(cluster: Cluster, receiver: Receiver, run: str) -> Traces:
         return Database(cluster.dsn("tidings", LOGINS[name].user, PASSWORD))
 
     secrets = []
+    api_key = f"api-key-{run}-{uuid.uuid4().hex}"
+    password = f"password-{run}-{uuid.uuid4().hex}"
+    token = f"token-{run}-{uuid.uuid4().hex}"
+    client = TestCa().issue("tidings-client")
+    key_body = "".join(client.private_key_pem.splitlines()[1:-1])
+    credentials = [
+        api_key,
+        password,
+        token,
+        key_body[:40],
+        base64.b64encode(f"u:{password}".encode()).decode(),
+    ]
     with wiring.overridden(
         settings=settings,
         keyring=secrets_keyring(),
@@ -157,11 +173,21 @@ def run_scenario(cluster: Cluster, receiver: Receiver, run: str) -> Traces:
         status, created = call_api(
             "POST",
             "/v1/endpoints",
-            {"url": receiver.url(f"say/500/{excerpt_marker}"), "event_types": [event_type]},
+            {
+                "url": receiver.url(f"say/500/{excerpt_marker}"),
+                "event_types": [event_type],
+                "headers": {"X-Api-Key": api_key},
+                "auth": {"type": "basic", "username": "u", "password": password},
+                "tls_client_certificate": client.as_credential(),
+            },
         )
         assert status == 201, created
         endpoint_id = created["id"]
         secrets.append(created["secret"])
+        status, changed = call_api(
+            "PATCH", f"/v1/endpoints/{endpoint_id}", {"auth": {"type": "bearer", "token": token}}
+        )
+        assert status == 200, changed
 
         # A rotation that waits for another transaction's lock on the endpoint.
         with holding(
@@ -233,7 +259,10 @@ def run_scenario(cluster: Cluster, receiver: Receiver, run: str) -> Traces:
         sender_db.close()
     [request] = receiver.requests_to(f"/say/500/{excerpt_marker}")
     assert payload_marker.encode() in request.body
-    return Traces(secrets, [payload_marker, excerpt_marker])
+    # The credentials went out with the request.
+    sent = {k.lower(): v for k, v in request.headers.items()}
+    assert (sent["x-api-key"], sent["authorization"]) == (api_key, f"Bearer {token}")
+    return Traces(secrets, [payload_marker, excerpt_marker], credentials)
 
 
 def set_server(cluster: Cluster, **settings: str | None) -> None:

@@ -400,3 +400,54 @@ def test_no_id_reaches_another_application(
         assert reply.status in (404, 422), (method, path, reply.raw)
     if template.endswith("/dead-letters/replay") and replayed not in world.acme_messages:
         assert reply.status in (404, 422), (method, path, reply.raw)
+
+
+GLOBEX_API_KEY = "globex-only-api-key-0123456789"
+GLOBEX_PASSWORD = "globex-only-password-0123456789"
+
+
+def test_another_applications_credentials_are_unknown_and_its_own_read_token_sees_them_redacted(
+    gateway: Gateway, world: World, db: Database
+) -> None:
+    own = f"/v1/apps/globex/endpoints/{world.globex_endpoint}"
+    credentials = {
+        "headers": {"X-Api-Key": GLOBEX_API_KEY},
+        "auth": {"type": "basic", "username": "globex", "password": GLOBEX_PASSWORD},
+    }
+    changed = gateway.call("PATCH", own, credentials, token=world.globex_token)
+    assert changed.status == 200, changed.raw
+    before = [_state(db), _credential_rows(db)]
+    # Another application's token: 404 on reading, replacing and removing them, nothing shown.
+    for app in ("acme", "globex", str(world.globex)):
+        path = f"/v1/apps/{app}/endpoints/{world.globex_endpoint}"
+        for body in (
+            {"headers": {"X-Api-Key": "taken-over"}},
+            {"headers": None},
+            {"auth": None},
+            {"tls_server_ca_pem": None},
+        ):
+            reply = gateway.call("PATCH", path, body, token=world.acme_token)
+            assert reply.status == 404, (app, body, reply.raw)
+        read = gateway.call("GET", path, token=world.acme_token)
+        assert read.status == 404 and "X-Api-Key" not in read.raw
+    listed = gateway.call("GET", "/v1/apps/acme/endpoints", token=world.acme_token)
+    assert "X-Api-Key" not in listed.raw
+    assert [_state(db), _credential_rows(db)] == before
+    # Its own read-only token sees the redacted forms only, and cannot change them.
+    reader = tokens.create_token(db, scope="app_read", application="globex").token
+    shown = gateway.call("GET", own, token=reader)
+    assert shown.status == 200, shown.raw
+    assert shown.body["headers"] == {"X-Api-Key": "••••6789"}
+    assert shown.body["auth"]["password"] == "••••6789"
+    refused = gateway.call("PATCH", own, {"headers": None}, token=reader)
+    assert refused.status == 403, refused.raw
+    for token in (world.globex_token, world.admin_token, reader):
+        for path in (own, "/v1/apps/globex/endpoints"):
+            raw = gateway.call("GET", path, token=token).raw
+            assert GLOBEX_API_KEY not in raw and GLOBEX_PASSWORD not in raw
+
+
+def _credential_rows(db: Database) -> list[Any]:
+    with db.cursor() as cur:
+        cur.execute("SELECT id, endpoint_id, kind, ciphertext FROM tidings.endpoint_credentials")
+        return [(r[0], r[1], r[2], bytes(r[3])) for r in cur.fetchall()]

@@ -166,3 +166,19 @@ def test_the_default_application_is_not_named_in_the_text() -> None:
     assert c.headline == "circuit open for endpoint 7"
     assert "endpoint 7 (https://r.example)" in c.explanation
     assert c.details["application"] == "default"
+
+
+def test_a_client_certificate_expiring_within_a_week_fires() -> None:
+    soon = NOW + timedelta(days=6)
+    assert conditions(endpoints=[endpoint(client_certificate_not_after=soon)]) == [
+        "client_certificate_expiring:7"
+    ]
+    [found] = current_conditions(
+        oldest_undelivered_age_s=None,
+        new_dead_letters=None,
+        dead_letters=0,
+        endpoints=[endpoint(client_certificate_not_after=soon)],
+        settings=SETTINGS,
+    )
+    assert soon.isoformat() in found.explanation
+    assert found.details["not_after"] == soon.isoformat()

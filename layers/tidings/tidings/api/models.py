@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -181,6 +181,63 @@ class BatchResult(BaseModel):
     results: list[SendResult]
 
 
+class BasicAuth(_Strict):
+    type: Literal["basic"]
+    username: str = Field(min_length=1, max_length=1000)
+    password: str = Field(min_length=1, max_length=4096)
+
+
+class BearerAuth(_Strict):
+    type: Literal["bearer"]
+    token: str = Field(min_length=1, max_length=4096)
+
+
+class OAuth2ClientCredentials(_Strict):
+    type: Literal["oauth2_client_credentials"]
+    token_url: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="Where the sender gets tokens; the same rules as an endpoint's URL",
+    )
+    client_id: str = Field(min_length=1, max_length=1000)
+    client_secret: str = Field(min_length=1, max_length=4096)
+    scope: str | None = Field(default=None, max_length=1000)
+    audience: str | None = Field(default=None, max_length=1000)
+    client_auth: Literal["basic", "post"] = Field(
+        default="basic",
+        description="How the client authenticates to the token URL: HTTP Basic (basic) or "
+        "client_id and client_secret in the form (post)",
+    )
+
+
+ReceiverAuth = Annotated[
+    BasicAuth | BearerAuth | OAuth2ClientCredentials, Field(discriminator="type")
+]
+
+
+class ClientCertificate(_Strict):
+    certificate_pem: str = Field(
+        min_length=1, max_length=65536, description="The certificate, then any intermediates"
+    )
+    private_key_pem: str = Field(
+        min_length=1, max_length=65536, description="Its private key, unencrypted PEM"
+    )
+
+
+HEADERS_DESCRIPTION = (
+    "Static headers sent with every request (at most 20; values stored encrypted, read back "
+    "redacted). Names Tidings sets or that change framing are refused."
+)
+AUTH_DESCRIPTION = "How requests authenticate: Basic, a bearer token, or OAuth2 client credentials"
+CLIENT_CERT_DESCRIPTION = (
+    "A client certificate and key presented in the TLS handshake (mTLS); the key is never read back"
+)
+SERVER_CA_DESCRIPTION = (
+    "PEM CA certificates the receiver's server certificate must chain to, instead of the "
+    "public roots (host names are still checked)"
+)
+
+
 class CreateEndpoint(_Strict):
     url: str = Field(
         min_length=1,
@@ -208,6 +265,16 @@ class CreateEndpoint(_Strict):
         "({type, timestamp, data}); absent: the application's default, else the deployment's",
     )
     max_in_flight: MaxInFlight | None = None
+    headers: dict[str, str] | None = Field(
+        default=None, max_length=20, description=HEADERS_DESCRIPTION
+    )
+    auth: ReceiverAuth | None = Field(default=None, description=AUTH_DESCRIPTION)
+    tls_client_certificate: ClientCertificate | None = Field(
+        default=None, description=CLIENT_CERT_DESCRIPTION
+    )
+    tls_server_ca_pem: str | None = Field(
+        default=None, max_length=65536, description=SERVER_CA_DESCRIPTION
+    )
 
 
 class UpdateEndpoint(_Strict):
@@ -230,6 +297,20 @@ class UpdateEndpoint(_Strict):
         default=None, description="raw or envelope (a format must be named: null is refused)"
     )
     max_in_flight: MaxInFlight | None = None
+    headers: dict[str, str] | None = Field(
+        default=None,
+        max_length=20,
+        description=HEADERS_DESCRIPTION + " Replaces the set; null removes it.",
+    )
+    auth: ReceiverAuth | None = Field(
+        default=None, description=AUTH_DESCRIPTION + "; null removes it"
+    )
+    tls_client_certificate: ClientCertificate | None = Field(
+        default=None, description=CLIENT_CERT_DESCRIPTION
+    )
+    tls_server_ca_pem: str | None = Field(
+        default=None, max_length=65536, description=SERVER_CA_DESCRIPTION
+    )
     enabled: bool | None = None
 
 

@@ -269,6 +269,14 @@ def create_endpoint(
         retry_schedule=body.retry_schedule,
         payload_format=body.payload_format,
         max_in_flight=body.max_in_flight,
+        headers=body.headers,
+        auth=body.auth.model_dump() if body.auth is not None else None,
+        tls_client_certificate=(
+            body.tls_client_certificate.model_dump()
+            if body.tls_client_certificate is not None
+            else None
+        ),
+        tls_server_ca_pem=body.tls_server_ca_pem,
         settings=wiring.settings(),
         app_id=app.id,
     )
@@ -323,6 +331,7 @@ def update_endpoint(
         body.model_dump(exclude_unset=True),
         settings=wiring.settings(),
         app_id=app.id,
+        keyring=wiring.keyring(),
     )
 
 

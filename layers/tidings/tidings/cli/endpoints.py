@@ -122,7 +122,178 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def register(subparsers: Any) -> None:
+def header_arg(text: str) -> tuple[str, str]:
+    """``Name: value`` as (name, value)."""
+    name, colon, value = text.partition(":")
+    if not colon or not name.strip():
+        raise argparse.ArgumentTypeError("give a header as 'Name: value'")
+    return name.strip(), value.strip()
+
+
+def basic_auth_arg(text: str) -> tuple[str, str]:
+    """``USER:PASS`` as (user, password)."""
+    user, colon, password = text.partition(":")
+    if not colon or not user or not password:
+        raise argparse.ArgumentTypeError("give Basic credentials as USER:PASS")
+    return user, password
+
+
+def add_credential_options(parser: argparse.ArgumentParser, *, update: bool) -> None:
+    """The receiver credentials' options (each replaces its kind whole on an update)."""
+    group = parser.add_argument_group(
+        "receiver credentials",
+        "stored encrypted; read back redacted"
+        + ("; each option replaces its kind whole, --no-* removes it" if update else ""),
+    )
+    group.add_argument(
+        "--header",
+        dest="headers",
+        action="append",
+        type=header_arg,
+        default=None,
+        metavar="'NAME: VALUE'",
+        help="a static header sent with every request; repeat for more (at most 20)",
+    )
+    group.add_argument(
+        "--basic-auth", type=basic_auth_arg, default=None, metavar="USER:PASS", help="HTTP Basic"
+    )
+    group.add_argument("--bearer-token", default=None, metavar="TOKEN", help="a fixed bearer token")
+    group.add_argument(
+        "--oauth2-token-url",
+        default=None,
+        metavar="URL",
+        help="OAuth2 client credentials: where tokens come from (with --oauth2-client-id and "
+        "--oauth2-client-secret)",
+    )
+    group.add_argument("--oauth2-client-id", default=None, metavar="ID")
+    group.add_argument("--oauth2-client-secret", default=None, metavar="SECRET")
+    group.add_argument("--oauth2-scope", default=None, metavar="SCOPE")
+    group.add_argument("--oauth2-audience", default=None, metavar="AUDIENCE")
+    group.add_argument(
+        "--oauth2-client-auth",
+        choices=("basic", "post"),
+        default="basic",
+        help="how the client authenticates to the token URL (default: basic)",
+    )
+    group.add_argument(
+        "--client-cert",
+        default=None,
+        metavar="FILE",
+        help="a PEM client certificate presented in the TLS handshake (with --client-key)",
+    )
+    group.add_argument("--client-key", default=None, metavar="FILE", help="its PEM private key")
+    group.add_argument(
+        "--server-ca",
+        default=None,
+        metavar="FILE",
+        help="PEM CA certificates the receiver's certificate must chain to (instead of the "
+        "public roots)",
+    )
+    if update:
+        for kind, what in (
+            ("headers", "the static headers"),
+            ("auth", "the Authorization scheme"),
+            ("client-cert", "the client certificate"),
+            ("server-ca", "the server CA bundle"),
+        ):
+            group.add_argument(
+                f"--no-{kind}",
+                dest=f"remove_{kind.replace('-', '_')}",
+                action="store_true",
+                help=f"remove {what}",
+            )
+
+
+def credential_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The credential fields the options give (None for a kind --no-* removes)."""
+    fields: dict[str, Any] = {}
+    if args.headers is not None:
+        fields["headers"] = dict(args.headers)
+    oauth2 = [args.oauth2_token_url, args.oauth2_client_id, args.oauth2_client_secret]
+    schemes = [
+        name
+        for name, given in (
+            ("--basic-auth", args.basic_auth is not None),
+            ("--bearer-token", args.bearer_token is not None),
+            ("--oauth2-*", any(v is not None for v in oauth2)),
+        )
+        if given
+    ]
+    if len(schemes) > 1:
+        raise OperatorError(f"give one of {', '.join(schemes)}")
+    if args.basic_auth is not None:
+        user, password = args.basic_auth
+        fields["auth"] = {"type": "basic", "username": user, "password": password}
+    elif args.bearer_token is not None:
+        fields["auth"] = {"type": "bearer", "token": args.bearer_token}
+    elif schemes:
+        if any(v is None for v in oauth2):
+            raise OperatorError(
+                "OAuth2 needs --oauth2-token-url, --oauth2-client-id and --oauth2-client-secret"
+            )
+        fields["auth"] = {
+            "type": "oauth2_client_credentials",
+            "token_url": args.oauth2_token_url,
+            "client_id": args.oauth2_client_id,
+            "client_secret": args.oauth2_client_secret,
+            "scope": args.oauth2_scope,
+            "audience": args.oauth2_audience,
+            "client_auth": args.oauth2_client_auth,
+        }
+    if (args.client_cert is None) != (args.client_key is None):
+        raise OperatorError("give --client-cert and --client-key together")
+    if args.client_cert is not None:
+        fields["tls_client_certificate"] = {
+            "certificate_pem": _read_pem(args.client_cert, "--client-cert"),
+            "private_key_pem": _read_pem(args.client_key, "--client-key"),
+        }
+    if args.server_ca is not None:
+        fields["tls_server_ca_pem"] = _read_pem(args.server_ca, "--server-ca")
+    for kind, name in (
+        ("headers", "headers"),
+        ("auth", "auth"),
+        ("client_cert", "tls_client_certificate"),
+        ("server_ca", "tls_server_ca_pem"),
+    ):
+        if getattr(args, f"remove_{kind}", False):
+            if name in fields:
+                raise OperatorError(f"--no-{kind.replace('_', '-')} and a new value conflict")
+            fields[name] = None
+    return fields
+
+
+def _read_pem(path: str, option: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OperatorError(f"{option}: cannot read {path}: {exc.__class__.__name__}") from None
+
+
+def describe_credentials(endpoint: Any) -> list[tuple[str, object]]:
+    """What ``show`` prints of the credentials (their redacted forms)."""
+    facts: list[tuple[str, object]] = []
+    if endpoint.headers:
+        facts.append(("headers", ", ".join(f"{k}: {v}" for k, v in endpoint.headers.items())))
+    if endpoint.auth:
+        auth = endpoint.auth
+        detail = {
+            "basic": lambda: f"basic ({auth['username']})",
+            "bearer": lambda: f"bearer token {auth['token']}",
+            "oauth2_client_credentials": lambda: (
+                f"oauth2 client credentials ({auth['client_id']} at {auth['token_url']})"
+            ),
+        }.get(auth.get("type"), lambda: str(auth.get("type")))()
+        facts.append(("auth", detail))
+    if endpoint.tls_client_certificate:
+        cert = endpoint.tls_client_certificate
+        facts.append(("client cert", f"{cert['subject']}, expires {cert['not_after']}"))
+    if endpoint.tls_server_ca:
+        facts.append(("server CA", ", ".join(endpoint.tls_server_ca["subjects"])))
+    return facts
+
+
+def register(subparsers: Any) -> None:  # noqa: PLR0915 - one statement per option
     parser = subparsers.add_parser("endpoints", help="add, list, disable endpoints; rotate secrets")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -175,6 +346,7 @@ def register(subparsers: Any) -> None:
         help="its own cap on deliveries in flight at once, 1..1000, in either lane (default: "
         "none; in the slow lane, TIDINGS_SLOW_LANE_MAX_IN_FLIGHT)",
     )
+    add_credential_options(add, update=False)
     add.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(add)
     add.set_defaults(handler=run_add)
@@ -215,6 +387,7 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="its own cap on deliveries in flight at once, 1..1000 ('default': none of its own)",
     )
+    add_credential_options(update, update=True)
     update.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(update)
     update.set_defaults(handler=run_update)
@@ -281,6 +454,7 @@ def run_add(args: argparse.Namespace) -> int:
             payload_format=args.payload_format,
             max_in_flight=args.max_in_flight,
             settings=where.settings,
+            **credential_fields(args),
         )
     if args.json:
         print_json(created)
@@ -363,6 +537,7 @@ def run_show(args: argparse.Namespace) -> int:
         ("body", found.payload_format),
         ("max in flight", found.max_in_flight or "- (none of its own)"),
         ("lane", describe_lane(found)),
+        *describe_credentials(found),
         ("created", when(found.created_at)),
         ("updated", when(found.updated_at)),
     ]
@@ -384,14 +559,21 @@ def run_update(args: argparse.Namespace) -> int:
         )
         if value is not _KEEP
     }
-    if not changes:
+    credentials = credential_fields(args)
+    if not changes and not credentials:
         raise OperatorError(
-            "nothing to change: give --retry-schedule, --payload-format or --max-in-flight"
+            "nothing to change: give --retry-schedule, --payload-format, --max-in-flight or a "
+            "receiver credential option"
         )
     with target() as where, use_case_errors():
         app = chosen_app(where, args.app)
         changed = endpoints.update_endpoint(
-            where.db, args.endpoint_id, changes, settings=where.settings, app_id=app.id
+            where.db,
+            args.endpoint_id,
+            {**changes, **credentials},
+            settings=where.settings,
+            app_id=app.id,
+            keyring=keyring_for(where) if credentials else None,
         )
     if args.json:
         print_json(changed)
@@ -403,6 +585,10 @@ def run_update(args: argparse.Namespace) -> int:
     if "max_in_flight" in changes:
         cap = changed.max_in_flight or "none of its own"
         print(f"endpoint {changed.id}: max in flight {cap}; lane {describe_lane(changed)}")
+    for name in credentials:
+        print(f"endpoint {changed.id}: {name} {'removed' if credentials[name] is None else 'set'}")
+    for name, value in describe_credentials(changed):
+        print(f"  {name}: {value}")
     return 0
 
 

@@ -40,6 +40,10 @@ _SECRETS_WRITER = (
     "insert_data_key",
     "next_endpoint_secret_id",
     "set_endpoint_secret",
+    # Receiver credentials (migration 0097): sealed like signing secrets, shown redacted.
+    "next_endpoint_credential_id",
+    "set_endpoint_credential",
+    "clear_endpoint_credential",
 )
 _ENDPOINTS = (
     "insert_endpoint",
@@ -211,8 +215,9 @@ ROLES_BY_NAME: Mapping[str, DatabaseRole] = {role.name: role for role in ROLES}
 # so that code still running while a release is deployed keeps working; no query of this
 # release needs them. The next release's migration drops them and removes them here.
 PREVIOUS_RELEASE_FUNCTIONS: Mapping[str, frozenset[str]] = {
-    # Replaced by begin_attempts_v2 (migration 0093), which adds the payload format.
-    "tidings_sender": frozenset({"begin_attempts_v1"}),
+    # Replaced by begin_attempts_v2 (migration 0093), which adds the payload format, then by
+    # begin_attempts_v3 (migration 0097), which adds the receiver credentials.
+    "tidings_sender": frozenset({"begin_attempts_v1", "begin_attempts_v2"}),
     # Replaced by claim_due_v2 (migration 0094), which names each row's lane.
     "tidings_claimer": frozenset({"claim_due_v1"}),
 }
@@ -249,7 +254,7 @@ OWNER_QUERIES: frozenset[str] = frozenset(
 
 # Functions that run with their owner's rights (SECURITY DEFINER, with a fixed search_path), so
 # that a role needs only EXECUTE on them: what a producer may do is exactly what tidings.enqueue
-# does; the sender reads secrets only through begin_attempts_v2 (v1 before it), for rows it
+# does; the sender reads secrets only through begin_attempts_v3 (v2, v1 before it), for rows it
 # holds. Every overload of each name. A later CREATE OR REPLACE resets both attributes, so a
 # migration that redefines one must say SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 # again (a test fails otherwise).
@@ -263,9 +268,11 @@ SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
         "mark_slow_v1",
         "begin_attempts_v1",
         "begin_attempts_v2",
+        "begin_attempts_v3",
         "record_outcomes_v1",
         "release_leases_v1",
         "set_endpoint_secret_v2",
+        "set_endpoint_credential_v1",
         "endpoint_signing_secret_v1",
         "ensure_attempt_partitions",
         "drop_oldest_attempt_partition",

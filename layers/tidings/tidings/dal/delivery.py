@@ -16,7 +16,7 @@ from typing import Any
 
 from tidings.dal.connection import Cursor, fetch_dicts
 from tidings.dal.queries import sql
-from tidings.dal.secrets import SealedSecret
+from tidings.dal.secrets import SealedCredential, SealedSecret
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +93,9 @@ class StartedAttempt:
     payload_format: PayloadFormat
     # When Tidings accepted the event: an envelope's timestamp, the same on every attempt.
     event_created_at: datetime
+    # The endpoint's receiver credentials, encrypted (empty for most endpoints, and for a
+    # held-back row).
+    credentials: tuple[SealedCredential, ...] = field(default=(), repr=False)
 
     @property
     def lease(self) -> Lease:
@@ -283,6 +286,7 @@ def begin_attempts(
             payload=row["payload"],
             payload_format=PayloadFormat(row["payload_format"]),
             event_created_at=row["event_created_at"],
+            credentials=_credentials(row),
         )
         for row in fetch_dicts(cur)
     ]
@@ -348,4 +352,20 @@ def record_outcomes(
             for t in transitions
         ),
         disabled_endpoint_ids=frozenset(disabled_ids),
+    )
+
+
+def _credentials(row: dict[str, Any]) -> tuple[SealedCredential, ...]:
+    ids = row.get("credential_ids")
+    if not ids:
+        return ()
+    return tuple(
+        SealedCredential(int(i), str(kind), int(key_id), bytes(ciphertext))
+        for i, kind, key_id, ciphertext in zip(
+            ids,
+            row["credential_kinds"],
+            row["credential_data_keys"],
+            row["credentials"],
+            strict=True,
+        )
     )

@@ -45,6 +45,8 @@ class EndpointAttention:
     sample_count: int
     # The uid of the endpoint's application.
     app_uid: str = "default"
+    # When its TLS client certificate expires, when that is within a week (or past).
+    client_certificate_not_after: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

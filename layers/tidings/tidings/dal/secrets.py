@@ -23,6 +23,17 @@ class SealedSecret:
 
 
 @dataclass(frozen=True, slots=True)
+class SealedCredential:
+    """A receiver credential as stored: its row (the id it is sealed for), its kind (headers,
+    auth, tls_client_certificate, tls_server_ca), the data key that sealed it, the sealed bytes."""
+
+    id: int
+    kind: str
+    data_key_id: int
+    ciphertext: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class StoredDataKey:
     id: int
     master_key: str
@@ -116,6 +127,45 @@ def set_endpoint_secret(
     )
     row = cur.fetchone()
     return (False, None) if row is None else (True, row[1])
+
+
+def next_endpoint_credential_id(cur: Cursor) -> int:
+    """The id the next receiver credential is stored under (it is sealed for it first)."""
+    return _next_id(cur, "next_endpoint_credential_id")
+
+
+def set_endpoint_credential(
+    cur: Cursor,
+    endpoint_id: int,
+    *,
+    kind: str,
+    credential_id: int,
+    data_key_id: int,
+    ciphertext: bytes,
+    shown: str,
+    not_after: datetime | None,
+) -> bool:
+    """Replace the endpoint's credential of ``kind``; False when the endpoint is not there."""
+    cur.execute(
+        sql("set_endpoint_credential"),
+        {
+            "endpoint_id": endpoint_id,
+            "kind": kind,
+            "credential_id": credential_id,
+            "data_key_id": data_key_id,
+            "ciphertext": ciphertext,
+            "shown": shown,
+            "not_after": not_after,
+        },
+    )
+    row = cur.fetchone()
+    return bool(row and row[0])
+
+
+def clear_endpoint_credential(cur: Cursor, endpoint_id: int, kind: str) -> bool:
+    """Remove the endpoint's credential of ``kind``; whether there was one."""
+    cur.execute(sql("clear_endpoint_credential"), {"endpoint_id": endpoint_id, "kind": kind})
+    return cur.fetchone() is not None
 
 
 def prune_expired_secrets(cur: Cursor, *, batch_size: int) -> int:

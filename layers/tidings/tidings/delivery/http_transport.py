@@ -21,6 +21,7 @@ import http.client
 import ipaddress
 import itertools
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -49,7 +50,20 @@ USER_AGENT = f"Tidings/{__version__}"
 # A response body is read this far at most (beyond the excerpt) to keep its connection pooled;
 # a longer body closes the connection instead, so a huge response cannot hold the sender.
 DRAIN_LIMIT_BYTES = 64 * 1024
+# What an OAuth2 token endpoint's answer may hold (a token response is well under this).
+TOKEN_RESPONSE_LIMIT_BYTES = 64 * 1024
 _CHUNK_BYTES = 8192
+_JSON = "application/json"
+_FORM = "application/x-www-form-urlencoded"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TlsProfile:
+    """An endpoint's own TLS settings: a context that presents its client certificate and/or
+    trusts only its CA bundle. Requests with one use connection pools of their own (the context
+    is part of the pool's key), never the shared ones."""
+
+    context: ssl.SSLContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +206,9 @@ class PinnedAddressAdapter(HTTPAdapter):
     def build_connection_pool_key_attributes(
         self, request: requests.PreparedRequest, verify: Any, cert: Any = None
     ) -> Any:
+        profile = cert if isinstance(cert, TlsProfile) else None
         host_params, pool_kwargs = super().build_connection_pool_key_attributes(
-            request, verify, cert
+            request, verify, None if profile is not None else cert
         )
         tls_kwargs: dict[str, Any] = dict(pool_kwargs)
         if host_params.get("scheme") == "https":
@@ -201,7 +216,20 @@ class PinnedAddressAdapter(HTTPAdapter):
             if name is not None:
                 tls_kwargs["server_hostname"] = name
                 tls_kwargs["assert_hostname"] = name
+            if profile is not None:
+                # Its context alone decides what is trusted: no bundle is added to it.
+                tls_kwargs["ssl_context"] = profile.context
+                tls_kwargs.pop("ca_certs", None)
+                tls_kwargs.pop("ca_cert_dir", None)
         return host_params, tls_kwargs
+
+    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
+        if isinstance(cert, TlsProfile):
+            conn.cert_reqs = "CERT_REQUIRED"
+            conn.ca_certs = None
+            conn.ca_cert_dir = None
+            return
+        super().cert_verify(conn, url, verify, cert)  # type: ignore[no-untyped-call]
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **kwargs)
@@ -241,17 +269,49 @@ class HttpTransport:
         )
 
     def post(
-        self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout_s: float,
+        tls: TlsProfile | None = None,
     ) -> HttpResult:
         """POST ``body`` to ``url``; never raises for anything the target or network does."""
+        return self._send(url, body, headers, timeout_s, _JSON, tls=tls, keep=self.excerpt_bytes)[0]
+
+    def exchange(
+        self,
+        url: str,
+        form: bytes,
+        headers: Mapping[str, str],
+        timeout_s: float,
+        tls: TlsProfile | None = None,
+        *,
+        max_bytes: int = TOKEN_RESPONSE_LIMIT_BYTES,
+    ) -> tuple[HttpResult, bytes]:
+        """POST a form (an OAuth2 token request) with the same guard, pinning and limits as a
+        delivery; the answer and up to ``max_bytes`` of its body (more is cut)."""
+        return self._send(url, form, headers, timeout_s, _FORM, tls=tls, keep=max_bytes)
+
+    def _send(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout_s: float,
+        content_type: str,
+        *,
+        tls: TlsProfile | None,
+        keep: int,
+    ) -> tuple[HttpResult, bytes]:
         try:
             target = resolve_target(url, self.allowed_networks, self._resolver)
         except InvalidTargetUrl as exc:
-            return HttpResult(None, AttemptError.INVALID_URL, 0, detail=str(exc))
+            return HttpResult(None, AttemptError.INVALID_URL, 0, detail=str(exc)), b""
         except BlockedTarget as exc:
-            return HttpResult(None, AttemptError.BLOCKED_ADDRESS, 0, detail=str(exc))
+            return HttpResult(None, AttemptError.BLOCKED_ADDRESS, 0, detail=str(exc)), b""
         except OSError as exc:
-            return HttpResult(None, AttemptError.DNS, 0, detail=str(exc))
+            return HttpResult(None, AttemptError.DNS, 0, detail=str(exc)), b""
         address = target.ip
         host = f"[{address}]" if isinstance(address, ipaddress.IPv6Address) else str(address)
         request = requests.PreparedRequest()
@@ -266,8 +326,8 @@ class HttpTransport:
                 **headers,
                 "Host": target.url.host_header,
                 "User-Agent": USER_AGENT,
-                "Content-Type": "application/json",
-                "Accept": "*/*",
+                "Content-Type": content_type,
+                "Accept": "*/*" if content_type is _JSON else "application/json",
                 # Compressed answers could inflate past any read limit.
                 "Accept-Encoding": "identity",
             }
@@ -279,49 +339,58 @@ class HttpTransport:
         _watchdog.arm(deadline, time.monotonic() + timeout_s)
         try:
             response = self.adapter.send(
-                request, stream=True, timeout=(timeout_s, timeout_s), verify=True, proxies={}
+                request,
+                stream=True,
+                timeout=(timeout_s, timeout_s),
+                verify=True,
+                proxies={},
+                cert=tls,  # type: ignore[arg-type]  # the adapter reads a TlsProfile
             )
             elapsed_ms = _ms_since(started)
             if deadline.expired:
                 # Cut off mid-headers, http.client takes what arrived as a complete answer.
                 response.close()
-                return HttpResult(None, AttemptError.TIMEOUT, elapsed_ms, detail="deadline")
+                return HttpResult(None, AttemptError.TIMEOUT, elapsed_ms, detail="deadline"), b""
             try:
-                excerpt = self._read_excerpt(response)
+                kept = self._read_body(response, keep)
             finally:
                 response.close()
         except requests.RequestException as exc:
             elapsed_ms = _ms_since(started)
             kind = AttemptError.TIMEOUT if deadline.expired else classify_exception(exc)
-            return HttpResult(None, kind, elapsed_ms, detail=_describe(exc))
+            return HttpResult(None, kind, elapsed_ms, detail=_describe(exc)), b""
         finally:
             deadline.finish()
             _current.deadline = None
-        return HttpResult(
+        excerpt = None
+        if content_type is _JSON and kept:
+            # A delivery's answer is kept as an excerpt; PostgreSQL text cannot hold NULs.
+            excerpt = kept.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+        result = HttpResult(
             status_code=response.status_code,
             error=None,
             elapsed_ms=elapsed_ms,
             retry_after=response.headers.get("Retry-After"),
             excerpt=excerpt,
         )
+        return result, kept
 
-    def _read_excerpt(self, response: requests.Response) -> str | None:
+    @staticmethod
+    def _read_body(response: requests.Response, keep_bytes: int) -> bytes:
+        """Up to ``keep_bytes`` of the body, reading at most ``DRAIN_LIMIT_BYTES`` beyond."""
         kept = bytearray()
         read = 0
         try:
             for chunk in response.raw.stream(_CHUNK_BYTES, decode_content=False):
-                if len(kept) < self.excerpt_bytes:
-                    kept.extend(chunk[: self.excerpt_bytes - len(kept)])
+                if len(kept) < keep_bytes:
+                    kept.extend(chunk[: keep_bytes - len(kept)])
                 read += len(chunk)
-                if read > self.excerpt_bytes + DRAIN_LIMIT_BYTES:
+                if read > keep_bytes + DRAIN_LIMIT_BYTES:
                     break
         except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException):
             # The status line already arrived and decides the outcome; the body is only context.
             pass
-        if not kept:
-            return None
-        # PostgreSQL text cannot hold NUL characters.
-        return kept.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+        return bytes(kept)
 
     def close(self) -> None:
         self.adapter.close()

@@ -26,6 +26,11 @@ class AttemptError(enum.Enum):
     INVALID_URL = "invalid_url"
     # The endpoint's stored secret cannot sign (it was written around the API): nothing was sent.
     SIGNING_FAILED = "signing_failed"
+    # The endpoint's OAuth2 token endpoint gave no token (its status is in the excerpt):
+    # nothing was sent to the receiver. Retried on the endpoint's schedule like any failure.
+    AUTH_FAILED = "auth_failed"
+    # The endpoint's stored credentials do not open or cannot be used: nothing was sent.
+    CREDENTIALS_FAILED = "credentials_failed"
     # The sender itself failed on this one record (a defect in Tidings, not the receiver's
     # doing): the record counts a failed attempt and the rest of its batch goes on.
     INTERNAL = "internal_error"
@@ -70,7 +75,12 @@ _RETRY_AFTER_STATUSES = frozenset({429, 503})
 # The request itself can never succeed, so retrying only burns attempts; fixing the endpoint
 # (its URL, its secret) and replaying is the way out.
 _PERMANENT_ERRORS = frozenset(
-    {AttemptError.BLOCKED_ADDRESS, AttemptError.INVALID_URL, AttemptError.SIGNING_FAILED}
+    {
+        AttemptError.BLOCKED_ADDRESS,
+        AttemptError.INVALID_URL,
+        AttemptError.SIGNING_FAILED,
+        AttemptError.CREDENTIALS_FAILED,
+    }
 )
 
 

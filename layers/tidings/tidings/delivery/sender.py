@@ -44,6 +44,7 @@ from tidings.delivery.attempt import (
     internal_failure,
     webhook_id,
 )
+from tidings.delivery.credentials import Credentials, CredentialsUnusable
 from tidings.delivery.envelope import DeliveryEnvelope, MalformedEnvelope
 from tidings.delivery.http_transport import HttpResult, HttpTransport
 from tidings.delivery.lanes import Lane, Timing, lane_of, slow_endpoints
@@ -137,6 +138,7 @@ class Sender:
         self.transport = transport
         self._default_schedule = retry_schedule.deployment_default(settings)
         self.keyring = keyring
+        self.credentials = _shared_credentials(transport)
         self._executor = _shared_executor(settings.sender_concurrency)
 
     def process(
@@ -251,6 +253,7 @@ class Sender:
         """The opened data keys of the jobs' signing secrets (from the keyring's cache, else one
         read and one KMS call per data key); None when they cannot be had now."""
         wanted = {sealed.data_key_id for job in jobs for sealed in job.row.secrets}
+        wanted.update(c.data_key_id for job in jobs for c in job.row.credentials)
         try:
             return self.db.run(lambda cur: self.keyring.data_keys(cur, wanted))
         except (KeyUnavailable, *_UNAVAILABLE) as exc:
@@ -368,7 +371,31 @@ class Sender:
                 extra={"message_id": job.row.message_id, "endpoint_id": job.row.endpoint_id},
             )
             return HttpResult(None, AttemptError.SIGNING_FAILED, 0, detail="signing failed")
+        if row.credentials:
+            return self._post_with_credentials(job, body, headers, timeout_s, keys)
         return self.transport.post(job.row.url, body, headers, timeout_s)
+
+    def _post_with_credentials(
+        self,
+        job: Job,
+        body: bytes,
+        headers: dict[str, str],
+        timeout_s: float,
+        keys: Mapping[int, DataKey],
+    ) -> HttpResult:
+        """POST with the endpoint's receiver credentials (``tidings.delivery.credentials``)."""
+        row = job.row
+        try:
+            receiver = self.credentials.of(row.endpoint_id, row.credentials, keys)
+        except CredentialsUnusable:
+            logger.error(
+                "the endpoint's receiver credentials cannot be used; nothing is sent",
+                extra={"message_id": row.message_id, "endpoint_id": row.endpoint_id},
+            )
+            return HttpResult(
+                None, AttemptError.CREDENTIALS_FAILED, 0, detail="credentials unusable"
+            )
+        return self.credentials.post(receiver, row.url, body, headers, timeout_s)
 
     def _decide(self, attempt: Attempt, now: datetime) -> Decision:
         return decide_or_fail(attempt, self.settings, now=now, default=self._default_schedule)
@@ -682,6 +709,12 @@ def _observe(d: Decision, written: bool) -> None:
         metrics.add_metric(
             name="DeliveryLatency", unit=MetricUnit.Milliseconds, value=d.outcome.response_ms
         )
+
+
+@functools.cache
+def _shared_credentials(transport: HttpTransport) -> Credentials:
+    """The process's opened credentials and OAuth2 tokens, for the transport that uses them."""
+    return Credentials(transport)
 
 
 @functools.cache

@@ -22,6 +22,7 @@ from tidings.dal.applications import DEFAULT_APP_ID
 from tidings.dal.connection import Cursor, Database
 from tidings.delivery import retry_schedule, signing, ssrf
 from tidings.delivery.lanes import Lane, lane_of
+from tidings.logic import credentials as creds
 from tidings.logic.errors import InvalidInput, NotFound, Unavailable
 from tidings.logic.validation import (
     MAX_TEXT,
@@ -33,7 +34,7 @@ from tidings.logic.validation import (
     encode_cursor,
 )
 from tidings.observability import logger
-from tidings.secrets.envelope import DataKey, open_secret, seal_secret
+from tidings.secrets.envelope import DataKey, open_secret, seal_credential, seal_secret
 from tidings.secrets.keyring import Keyring
 from tidings.secrets.master_keys import KeyUnavailable
 
@@ -104,6 +105,25 @@ class Endpoint(BaseModel):
     )
     # While rotated-out secrets still sign: when the last of them stops.
     previous_secret_expires_at: datetime | None
+    headers: dict[str, str] | None = Field(
+        default=None,
+        description="Static headers sent with every request, values redacted (••••1a2b)",
+    )
+    auth: dict[str, Any] | None = Field(
+        default=None,
+        description="The Authorization scheme (basic, bearer, oauth2_client_credentials), "
+        "its secrets redacted",
+    )
+    tls_client_certificate: dict[str, Any] | None = Field(
+        default=None,
+        description="The client certificate presented in the TLS handshake: subject, issuer, "
+        "not_after, sha256_fingerprint (its key is never shown)",
+    )
+    tls_server_ca: dict[str, Any] | None = Field(
+        default=None,
+        description="The CA bundle the receiver's certificate must chain to instead of the "
+        "public roots: how many certificates, their subjects, the earliest not_after",
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -173,6 +193,10 @@ def create_endpoint(
     retry_schedule: Sequence[float] | None = None,
     payload_format: str | None = None,
     max_in_flight: int | None = None,
+    headers: Mapping[str, str] | None = None,
+    auth: Mapping[str, Any] | None = None,
+    tls_client_certificate: Mapping[str, str] | None = None,
+    tls_server_ca_pem: str | None = None,
     settings: Settings | None = None,
     resolver: ssrf.Resolver | None = None,
     app_id: int = DEFAULT_APP_ID,
@@ -200,6 +224,13 @@ def create_endpoint(
     )
     if payload_format is not None:
         fields["payload_format"] = check_payload_format(payload_format, "payload_format")
+    given = {
+        "headers": headers,
+        "auth": auth,
+        "tls_client_certificate": tls_client_certificate,
+        "tls_server_ca_pem": tls_server_ca_pem,
+    }
+    checked = _checked_credentials({k: v for k, v in given.items() if v is not None}, cfg, resolver)
     secret = signing.generate_secret()
     key = _sealing_key(db, keyring)
 
@@ -209,6 +240,8 @@ def create_endpoint(
         )
         if row is not None:
             _install(cur, row["id"], key, secret, cfg)
+            _install_credentials(cur, row["id"], key, checked)
+            row["credentials"] = {kind: c.shown for kind, c in checked.items() if c is not None}
         return row
 
     row = db.run(create, transaction=True)
@@ -259,14 +292,21 @@ def update_endpoint(
     settings: Settings | None = None,
     resolver: ssrf.Resolver | None = None,
     app_id: int = DEFAULT_APP_ID,
+    keyring: Keyring | None = None,
 ) -> Endpoint:
     """Change the given fields (url, description, event_types, retry_schedule, max_attempts,
     timeout_ms, rate_limit_per_s, payload_format, max_in_flight, enabled); a None override goes
     back to the deployment default (payload_format has no such default: it must name a format).
     Setting a retry_schedule clears max_attempts (deprecated) and setting max_attempts clears the
-    endpoint's own schedule: the two exclude each other."""
+    endpoint's own schedule: the two exclude each other.
+
+    The receiver credentials (headers, auth, tls_client_certificate, tls_server_ca_pem; sealed
+    with ``keyring``, which changing one needs) are each replaced whole when given, removed when
+    None, left alone when absent."""
     check_id(endpoint_id, "endpoint_id")
     cfg = settings or get_settings()
+    credential_changes = {k: v for k, v in changes.items() if k in creds.CREDENTIAL_FIELDS}
+    changes = {k: v for k, v in changes.items() if k not in creds.CREDENTIAL_FIELDS}
     unknown = sorted(set(changes) - set(dal.UPDATABLE_FIELDS))
     if unknown:
         raise InvalidInput("unknown_field", f"{unknown[0]} cannot be changed", unknown[0])
@@ -282,9 +322,29 @@ def update_endpoint(
         checked["max_attempts"] = None
     if limit is not None:
         checked["retry_schedule"] = None
-    row = db.run(
-        lambda cur: dal.update_endpoint(cur, app_id, endpoint_id, checked), transaction=True
-    )
+    new_credentials = _checked_credentials(credential_changes, cfg, resolver)
+    key: DataKey | None = None
+    if any(c is not None for c in new_credentials.values()):
+        if keyring is None:
+            raise ValueError("changing a receiver credential needs the keyring")
+        key = _sealing_key(db, keyring)
+
+    def update(cur: Cursor) -> dict[str, Any] | None:
+        row = dal.update_endpoint(cur, app_id, endpoint_id, checked)
+        if row is None or not new_credentials:
+            return row
+        _install_credentials(cur, endpoint_id, key, new_credentials)
+        row = dal.get_endpoint(cur, app_id, endpoint_id)
+        shown = (row or {}).get("credentials") or {}
+        if "auth" in shown and creds.has_authorization_header(shown.get("headers")):
+            raise InvalidInput(
+                "reserved_header",
+                "authorization cannot be a static header of an endpoint with auth",
+                "headers" if "headers" in credential_changes else "auth",
+            )
+        return row
+
+    row = db.run(update, transaction=True)
     if row is None:
         raise NotFound("endpoint", endpoint_id)
     return Endpoint(**_shown(row, cfg))
@@ -340,6 +400,43 @@ def _sealing_key(db: Database, keyring: Keyring) -> DataKey:
             "secrets_key_unavailable",
             "the key that encrypts signing secrets is unavailable; retry later",
         ) from None
+
+
+def _checked_credentials(
+    given: Mapping[str, Any], settings: Settings, resolver: ssrf.Resolver | None
+) -> dict[str, creds.CheckedCredential | None]:
+    """The receiver credentials of a request, checked (a token URL as a target)."""
+    return creds.check_credentials(
+        given,
+        check_url=lambda url, where: check_target_url(url, settings, resolver, field=where),
+    )
+
+
+def _install_credentials(
+    cur: Cursor,
+    endpoint_id: int,
+    key: DataKey | None,
+    checked: Mapping[str, creds.CheckedCredential | None],
+) -> None:
+    """Replace (or remove, for None) the endpoint's credentials of the kinds given; each is
+    sealed for the row it is stored in, whose id is drawn first."""
+    for kind, credential in checked.items():
+        if credential is None:
+            secrets_dal.clear_endpoint_credential(cur, endpoint_id, kind)
+            continue
+        assert key is not None  # drawn whenever a credential is set
+        credential_id = secrets_dal.next_endpoint_credential_id(cur)
+        sealed = seal_credential(key, endpoint_id, kind, credential_id, credential.content)
+        secrets_dal.set_endpoint_credential(
+            cur,
+            endpoint_id,
+            kind=kind,
+            credential_id=credential_id,
+            data_key_id=sealed.data_key_id,
+            ciphertext=sealed.ciphertext,
+            shown=credential.shown_json(),
+            not_after=credential.not_after,
+        )
 
 
 def _install(
@@ -423,30 +520,32 @@ def reveal_secret(
 NOT_PUBLIC_HOST = "the URL's host does not resolve to a public address"
 
 
-def check_target_url(url: str, settings: Settings, resolver: ssrf.Resolver | None = None) -> str:
+def check_target_url(
+    url: str, settings: Settings, resolver: ssrf.Resolver | None = None, *, field: str = "url"
+) -> str:
     """``url`` if it may be a webhook target: http(s), no credentials, not a refused address,
     on a port the deployment's sender can open. An IP address is refused with its kind ("it is
     a private address"); a host name that does not resolve, or resolves to a refused address,
     with ``NOT_PUBLIC_HOST`` alone."""
-    clean_text(url, "url", max_length=MAX_URL_LENGTH)
+    clean_text(url, field, max_length=MAX_URL_LENGTH)
     allowed = ssrf.parse_allowed_networks(settings.allowed_networks)
     try:
         target = ssrf.resolve_target(url, allowed, resolver)
     except ssrf.InvalidTargetUrl as exc:
-        raise InvalidInput("invalid_url", str(exc), "url") from None
+        raise InvalidInput("invalid_url", str(exc), field) from None
     except ssrf.BlockedTarget as exc:
         # The caller wrote the address itself: saying what kind it is tells it nothing new.
         literal = exc.host == str(exc.ip)
-        raise InvalidInput("blocked_url", str(exc) if literal else NOT_PUBLIC_HOST, "url") from None
+        raise InvalidInput("blocked_url", str(exc) if literal else NOT_PUBLIC_HOST, field) from None
     except (OSError, UnicodeError):
-        raise InvalidInput("blocked_url", NOT_PUBLIC_HOST, "url") from None
+        raise InvalidInput("blocked_url", NOT_PUBLIC_HOST, field) from None
     port = target.url.port
     if not settings.allows_port(port):
         raise InvalidInput(
             "port_not_allowed",
             f"the URL's port {port} cannot be reached from this deployment; "
             f"the allowed ports are {', '.join(settings.endpoint_ports)}",
-            "url",
+            field,
         )
     # The scheme is stored in lower case (HTTPS://... is the same target).
     scheme = target.url.scheme
@@ -487,6 +586,7 @@ def _shown(row: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
     """An endpoint row as shown: the retry schedule its messages follow, and whence it comes;
     its lane and the cap on its deliveries in flight that follows from it."""
     shown = dict(row)
+    shown.update(creds.shown_fields(shown.pop("credentials", None)))
     slow = bool(shown.pop("slow"))
     shown["lane"] = lane_of(slow)
     shown["in_flight_limit"] = in_flight_limit(shown["max_in_flight"], slow, settings)

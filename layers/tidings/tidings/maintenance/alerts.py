@@ -73,6 +73,7 @@ class AlertKind(enum.StrEnum):
     SLOW_ENDPOINT = "slow_endpoint"
     CIRCUIT_OPEN = "circuit_open"
     ENDPOINT_DISABLED = "endpoint_disabled"
+    CLIENT_CERTIFICATE_EXPIRING = "client_certificate_expiring"
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +237,25 @@ def _endpoint_conditions(e: EndpointAttention, settings: AlertSettings) -> list[
                     "application": e.app_uid,
                     "p95_ms": round(e.p95_ms, 1),
                     "sample_count": e.sample_count,
+                },
+            )
+        )
+    expires = e.client_certificate_not_after
+    if expires is not None:
+        found.append(
+            Condition(
+                key=f"{AlertKind.CLIENT_CERTIFICATE_EXPIRING.value}:{e.endpoint_id}",
+                kind=AlertKind.CLIENT_CERTIFICATE_EXPIRING,
+                headline=f"client certificate of {name} expires {expires:%Y-%m-%d %H:%M} UTC",
+                explanation=(
+                    f"The TLS client certificate {where} presents expires at "
+                    f"{expires.isoformat()}; after that its receiver refuses the handshake. Set "
+                    "a renewed one (tidings endpoints update --client-cert --client-key)."
+                ),
+                details={
+                    "endpoint_id": e.endpoint_id,
+                    "application": e.app_uid,
+                    "not_after": expires.isoformat(),
                 },
             )
         )

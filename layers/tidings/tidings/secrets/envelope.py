@@ -22,18 +22,21 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 # How a sealed secret is stored (the data layer reads and writes it as such).
-from tidings.dal.secrets import SealedSecret
+from tidings.dal.secrets import SealedCredential, SealedSecret
 
 __all__ = [
     "DataKey",
+    "SealedCredential",
     "SealedSecret",
     "UnreadableSecret",
     "bind_to_row",
     "bound_row",
     "is_bound",
+    "open_credential",
     "open_sealed",
     "open_secret",
     "seal",
+    "seal_credential",
     "seal_secret",
     "secret_context",
 ]
@@ -130,3 +133,35 @@ def open_secret(
 def is_bound(stored: bytes) -> bool:
     """Whether a stored value is bound to its row (else an earlier release stored it)."""
     return bound_row(stored)[0] is not None
+
+
+def credential_context(endpoint_id: int, kind: str, credential_id: int) -> bytes:
+    """The associated data of an endpoint's receiver credential of ``kind`` in the row
+    ``credential_id`` (``tidings.endpoint_credentials``)."""
+    return f"tidings/endpoint/{int(endpoint_id)}/credential/{kind}/{int(credential_id)}".encode()
+
+
+def seal_credential(
+    data_key: DataKey, endpoint_id: int, kind: str, credential_id: int, content: bytes
+) -> SealedCredential:
+    """A receiver credential sealed under ``data_key`` for the row ``credential_id``."""
+    context = credential_context(endpoint_id, kind, credential_id)
+    return SealedCredential(
+        credential_id,
+        kind,
+        data_key.id,
+        bind_to_row(credential_id, seal(data_key.key, content, context)),
+    )
+
+
+def open_credential(data_key: DataKey, endpoint_id: int, sealed: SealedCredential) -> bytes:
+    """The content of a receiver credential, which must be this endpoint's, of its kind and
+    sealed for its row."""
+    if sealed.data_key_id != data_key.id:
+        raise ValueError(
+            f"the credential is sealed by data key {sealed.data_key_id}, not {data_key.id}"
+        )
+    row, inner = bound_row(sealed.ciphertext)
+    if row != sealed.id:
+        raise UnreadableSecret("a sealed credential belongs to another row")
+    return open_sealed(data_key.key, inner, credential_context(endpoint_id, sealed.kind, sealed.id))

@@ -21,11 +21,11 @@ SELECT tidings.mark_slow_v1(%(ids)s::bigint[], %(hold_s)s);
 SELECT id FROM tidings.release_leases_v1(%(ids)s::bigint[], %(tokens)s::uuid[], %(delay_s)s) AS id;
 
 -- name: begin_attempts
--- A sender starts work on queued rows (tidings.begin_attempts_v2): the rows it still holds for
+-- A sender starts work on queued rows (tidings.begin_attempts_v3): the rows it still holds for
 -- this attempt, each permitted or held back by its endpoint's circuit, the permitted ones under a
 -- fresh lease token, with what sending needs (and what building the body needs: the endpoint's
--- payload format, when the event was accepted).
-SELECT * FROM tidings.begin_attempts_v2(%(ids)s::bigint[], %(tokens)s::uuid[],
+-- payload format, when the event was accepted; the endpoint's receiver credentials, sealed).
+SELECT * FROM tidings.begin_attempts_v3(%(ids)s::bigint[], %(tokens)s::uuid[],
                                         %(attempts)s::integer[], %(want_payload)s::boolean[],
                                         %(lease_s)s, %(hold_back_s)s);
 

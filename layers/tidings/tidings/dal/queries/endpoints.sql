@@ -33,14 +33,15 @@ subscribed AS (
 SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        %(event_types)s::text[] AS event_types, c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
        NULL::timestamptz AS previous_secret_expires_at, c.created_at, c.updated_at,
-       c.retry_schedule, c.payload_format, c.max_in_flight, false AS slow,
-       NULL::timestamptz AS slow_until
+       c.retry_schedule, c.payload_format, c.max_in_flight, NULL::jsonb AS credentials,
+       false AS slow, NULL::timestamptz AS slow_until
 FROM created c
 
 -- name: get_endpoint
 -- One endpoint of an application that is not deleted, with its subscribed event types, when the
 -- last of its rotated-out secrets stops signing and its speed lane (slow while an attempt of the
--- last hold was slow, until slow_until; as the claim tells it); never its secrets.
+-- last hold was slow, until slow_until; as the claim tells it) and the redacted forms of its
+-- receiver credentials by kind; never its secrets.
 SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        coalesce((SELECT array_agg(s.event_type ORDER BY s.event_type)
                  FROM tidings.subscriptions s WHERE s.endpoint_id = e.id), '{}') AS event_types,
@@ -49,6 +50,8 @@ SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
         WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
        e.created_at, e.updated_at, e.retry_schedule, e.payload_format,
        e.max_in_flight,
+       (SELECT jsonb_object_agg(c.kind, c.shown) FROM tidings.endpoint_credentials c
+        WHERE c.endpoint_id = e.id) AS credentials,
        coalesce(h.slow_until > now(), false) AS slow,
        CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until
 FROM tidings.endpoints e
@@ -67,6 +70,8 @@ SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
         WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
        e.created_at, e.updated_at, e.retry_schedule, e.payload_format,
        e.max_in_flight,
+       (SELECT jsonb_object_agg(c.kind, c.shown) FROM tidings.endpoint_credentials c
+        WHERE c.endpoint_id = e.id) AS credentials,
        coalesce(h.slow_until > now(), false) AS slow,
        CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until
 FROM tidings.endpoints e
@@ -133,6 +138,8 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
         WHERE s.endpoint_id = c.id AND s.expires_at > now()) AS previous_secret_expires_at,
        c.created_at, c.updated_at, c.retry_schedule, c.payload_format,
        c.max_in_flight,
+       (SELECT jsonb_object_agg(k.kind, k.shown) FROM tidings.endpoint_credentials k
+        WHERE k.endpoint_id = c.id) AS credentials,
        coalesce(h.slow_until > now(), false) AS slow,
        CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until
 FROM changed c
@@ -142,7 +149,8 @@ LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = c.id
 -- Marks an endpoint of an application deleted and disabled, keeping its row for the history of
 -- its messages. Its undelivered messages become dead letters ("endpoint deleted") in the same
 -- statement, so none waits forever for an endpoint that is gone; clearing the lease voids any
--- attempt in flight. Its signing secrets go: a deleted endpoint never signs again.
+-- attempt in flight. Its signing secrets and receiver credentials go: a deleted endpoint never
+-- signs or authenticates again.
 WITH deleted AS (
     UPDATE tidings.endpoints
     SET deleted_at = now(), enabled = false, disabled_at = coalesce(disabled_at, now()),
@@ -161,6 +169,11 @@ forgotten AS (
     DELETE FROM tidings.endpoint_secrets s
     USING deleted d
     WHERE s.endpoint_id = d.id
+),
+forgotten_credentials AS (
+    DELETE FROM tidings.endpoint_credentials c
+    USING deleted d
+    WHERE c.endpoint_id = d.id
 )
 SELECT id FROM deleted
 

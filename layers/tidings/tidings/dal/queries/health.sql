@@ -76,17 +76,21 @@ ORDER BY a.uid;
 
 -- name: endpoints_needing_attention
 -- The endpoints (not deleted, of applications not deleted) that are disabled, whose circuit is not
--- closed, or whose p95 is above slow_p95_ms with at least min_samples samples; with their
--- application's uid.
+-- closed, whose p95 is above slow_p95_ms with at least min_samples samples, or whose TLS client
+-- certificate expires within a week; with their application's uid and that expiry.
 SELECT e.id AS endpoint_id, e.url, e.enabled, e.disabled_reason, h.state::text AS state,
-       h.opened_at, h.p95_ms, h.sample_count, a.uid AS app_uid
+       h.opened_at, h.p95_ms, h.sample_count, a.uid AS app_uid,
+       c.not_after AS client_certificate_not_after
 FROM tidings.endpoints e
 JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
 JOIN tidings.applications a ON a.id = e.app_id
+LEFT JOIN tidings.endpoint_credentials c
+    ON c.endpoint_id = e.id AND c.kind = 'tls_client_certificate'
 WHERE e.deleted_at IS NULL AND a.deleted_at IS NULL
   AND (NOT e.enabled
        OR h.state <> 'closed'
-       OR (h.p95_ms > %(slow_p95_ms)s AND h.sample_count >= %(min_samples)s))
+       OR (h.p95_ms > %(slow_p95_ms)s AND h.sample_count >= %(min_samples)s)
+       OR c.not_after < now() + interval '7 days')
 ORDER BY e.id;
 
 -- name: count_dead_lettered_between

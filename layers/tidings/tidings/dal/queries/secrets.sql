@@ -120,16 +120,34 @@ WITH changed AS (
 SELECT count(*) FROM changed;
 
 -- name: drop_unused_data_keys
--- Deletes the data keys no secret uses that a newer data key replaced more than grace_s ago (a
+-- Deletes the data keys no secret (nor receiver credential) uses that a newer data key replaced more than grace_s ago (a
 -- process may go on sealing with a data key it looked up shortly before); keeps the given one.
 -- Returns how many went.
 WITH gone AS (
     DELETE FROM tidings.data_keys d
     WHERE d.id <> %(keep_id)s
       AND NOT EXISTS (SELECT 1 FROM tidings.endpoint_secrets s WHERE s.data_key_id = d.id)
+      AND NOT EXISTS (SELECT 1 FROM tidings.endpoint_credentials c WHERE c.data_key_id = d.id)
       AND EXISTS (SELECT 1 FROM tidings.data_keys newer
                   WHERE newer.created_at > d.created_at
                     AND newer.created_at <= now() - %(grace_s)s * interval '1 second')
     RETURNING 1
 )
 SELECT count(*) FROM gone;
+
+-- name: next_endpoint_credential_id
+-- The id the next receiver credential is stored under (it is sealed for it first).
+SELECT nextval(pg_get_serial_sequence('tidings.endpoint_credentials', 'id'));
+
+-- name: set_endpoint_credential
+-- Replaces an endpoint's receiver credential of one kind with one sealed for credential_id
+-- (tidings.set_endpoint_credential_v1); false when the endpoint is not there.
+SELECT tidings.set_endpoint_credential_v1(%(endpoint_id)s, %(kind)s, %(credential_id)s,
+                                          %(data_key_id)s, %(ciphertext)s, %(shown)s::jsonb,
+                                          %(not_after)s::timestamptz);
+
+-- name: clear_endpoint_credential
+-- Removes an endpoint's receiver credential of one kind; returns the kind when there was one.
+DELETE FROM tidings.endpoint_credentials c
+WHERE c.endpoint_id = %(endpoint_id)s AND c.kind = %(kind)s
+RETURNING c.kind;

@@ -706,6 +706,8 @@
       $("recover-result").textContent = "";
       clearFieldErrors("edit-endpoint", ["url", "description", "event-types", "payload-format"]);
       clearFieldErrors("recover", ["since", "until"]);
+      clearFieldErrors("credentials", ["headers", "auth"]);
+      resetCredentialsForm();
       hideSecret();
       renderEndpoint(endpoint, true);
       $("endpoint-title").focus();
@@ -747,6 +749,21 @@
       ["Rate limit", endpoint.rate_limit_per_s ? endpoint.rate_limit_per_s + " per second" : "none"],
       ["Max in flight", endpoint.max_in_flight ? String(endpoint.max_in_flight) : "none of its own"],
       ["Lane", laneFact(endpoint)],
+      ["Static headers", credentialHeaders(endpoint.headers)],
+      ["Authorization", credentialAuth(endpoint.auth)],
+      [
+        "Client certificate",
+        endpoint.tls_client_certificate
+          ? [
+              endpoint.tls_client_certificate.subject + ", expires ",
+              timeNode(endpoint.tls_client_certificate.not_after),
+            ]
+          : "none",
+      ],
+      [
+        "Server CA",
+        endpoint.tls_server_ca ? (endpoint.tls_server_ca.subjects || []).join("; ") : "public roots",
+      ],
       ["Previous secret valid until", timeNode(endpoint.previous_secret_expires_at)],
       ["Created", timeNode(endpoint.created_at)],
       ["Updated", timeNode(endpoint.updated_at)],
@@ -761,6 +778,142 @@
       $("edit-endpoint-description").value = endpoint.description || "";
       $("edit-endpoint-event-types").value = (endpoint.event_types || []).join(", ");
       $("edit-endpoint-payload-format").value = endpoint.payload_format || "raw";
+    }
+  }
+
+  /** The redacted static headers, as the API shows them (never a value in clear). */
+  function credentialHeaders(headers) {
+    if (!headers) return "none";
+    return Object.keys(headers)
+      .map(function (name) {
+        return name + ": " + headers[name];
+      })
+      .join(", ");
+  }
+
+  function credentialAuth(auth) {
+    if (!auth) return "none";
+    if (auth.type === "basic") return "HTTP Basic (" + auth.username + ")";
+    if (auth.type === "bearer") return "Bearer token " + auth.token;
+    if (auth.type === "oauth2_client_credentials") {
+      return "OAuth2 client credentials (" + auth.client_id + " at " + auth.token_url + ")";
+    }
+    return String(auth.type);
+  }
+
+  var CREDENTIAL_INPUTS = [
+    "headers",
+    "username",
+    "password",
+    "token",
+    "token-url",
+    "client-id",
+    "client-secret",
+    "scope",
+    "certificate",
+    "key",
+    "server-ca",
+  ];
+
+  function showAuthFields() {
+    var kind = $("credentials-auth").value;
+    $("credentials-basic").hidden = kind !== "basic";
+    $("credentials-bearer").hidden = kind !== "bearer";
+    $("credentials-oauth2").hidden = kind !== "oauth2_client_credentials";
+  }
+
+  /** Empties the credentials form: what was typed is never kept or shown back. */
+  function resetCredentialsForm() {
+    CREDENTIAL_INPUTS.forEach(function (name) {
+      $("credentials-" + name).value = "";
+    });
+    ["headers", "certificate", "server-ca"].forEach(function (name) {
+      $("credentials-remove-" + name).checked = false;
+    });
+    $("credentials-auth").value = "";
+    showAuthFields();
+  }
+
+  function credentialChanges() {
+    var changes = {};
+    var lines = $("credentials-headers").value.split("\n").filter(function (line) {
+      return line.trim() !== "";
+    });
+    if ($("credentials-remove-headers").checked) {
+      changes.headers = null;
+    } else if (lines.length) {
+      changes.headers = {};
+      lines.forEach(function (line) {
+        var colon = line.indexOf(":");
+        if (colon < 1) throw { field: "headers", message: "Write each header as Name: value." };
+        changes.headers[line.slice(0, colon).trim()] = line.slice(colon + 1).trim();
+      });
+    }
+    var kind = $("credentials-auth").value;
+    if (kind === "remove") changes.auth = null;
+    if (kind === "basic") {
+      changes.auth = {
+        type: "basic",
+        username: $("credentials-username").value,
+        password: $("credentials-password").value,
+      };
+    }
+    if (kind === "bearer") changes.auth = { type: "bearer", token: $("credentials-token").value };
+    if (kind === "oauth2_client_credentials") {
+      changes.auth = {
+        type: kind,
+        token_url: $("credentials-token-url").value.trim(),
+        client_id: $("credentials-client-id").value,
+        client_secret: $("credentials-client-secret").value,
+        scope: $("credentials-scope").value.trim() || null,
+      };
+    }
+    var certificate = $("credentials-certificate").value;
+    var key = $("credentials-key").value;
+    if ($("credentials-remove-certificate").checked) {
+      changes.tls_client_certificate = null;
+    } else if (certificate.trim() || key.trim()) {
+      changes.tls_client_certificate = { certificate_pem: certificate, private_key_pem: key };
+    }
+    if ($("credentials-remove-server-ca").checked) {
+      changes.tls_server_ca_pem = null;
+    } else if ($("credentials-server-ca").value.trim()) {
+      changes.tls_server_ca_pem = $("credentials-server-ca").value;
+    }
+    return changes;
+  }
+
+  async function saveCredentials(event) {
+    event.preventDefault();
+    var endpoint = state.endpoint;
+    if (!endpoint) return;
+    clearFieldErrors("credentials", ["headers", "auth"]);
+    var changes;
+    try {
+      changes = credentialChanges();
+    } catch (problem) {
+      showFieldError("credentials", problem);
+      return;
+    }
+    if (!Object.keys(changes).length) {
+      showFieldError("credentials", { message: "Nothing to change." });
+      return;
+    }
+    var button = $("credentials-submit");
+    button.disabled = true;
+    try {
+      var updated = await api("PATCH", "/endpoints/" + endpoint.id, changes);
+      resetCredentialsForm();
+      renderEndpoint(updated, false);
+      say("Credentials saved.", "ok");
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 422) {
+        showFieldError("credentials", error);
+      } else {
+        report(error, "The credentials were not saved");
+      }
+    } finally {
+      button.disabled = false;
     }
   }
 
@@ -1470,6 +1623,8 @@
       });
     });
     $("edit-endpoint-form").addEventListener("submit", saveEndpoint);
+    $("credentials-form").addEventListener("submit", saveCredentials);
+    $("credentials-auth").addEventListener("change", showAuthFields);
     $("recover-form").addEventListener("submit", recover);
 
     $("deliveries-filter").addEventListener("submit", function (event) {
