@@ -1250,7 +1250,7 @@ BEGIN
         -- 'default' can never be deleted (default_application_stays): no lock needed.
         v_app_id := 1;
     ELSE
-        -- Read first, lock after, and no advisory lock (0090): an application marked deleted is
+        -- Read first, lock after, and no advisory lock: an application marked deleted is
         -- refused without taking its row lock.
         SELECT a.id INTO v_app_id
         FROM tidings.applications a

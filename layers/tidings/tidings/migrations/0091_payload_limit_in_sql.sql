@@ -1,3 +1,16 @@
+-- Intake takes no advisory lock any more. PostgreSQL lets every role take any advisory lock, so a
+-- producer login holding the key of an application's deletion lock (or the migrator's) could
+-- stall every other producer's events to that application, its deletion and every deploy.
+-- tidings.enqueue_batch below holds only the application's row FOR KEY SHARE, which no producer
+-- can take on its own (a row lock needs UPDATE on the table; producers may only execute the
+-- enqueue functions), and reads the application before it locks it, so that one marked deleted
+-- is refused without a lock. Deleting an application happens in two steps instead
+-- (dal/queries/applications.sql): the first marks it deleted and disables its endpoints,
+-- waiting for nobody; the second takes the row FOR UPDATE, which waits only for the calls
+-- already holding it (nobody new joins them), then dead-letters what they sent. A deletion can
+-- therefore no longer be starved by steady traffic, and nothing intake waits for can be held by
+-- a producer.
+--
 -- Producers' payloads are held to the API's limit: tidings.enqueue, enqueue_event and
 -- enqueue_batch (all through enqueue_batch) refuse a payload over it with SQLSTATE 54000
 -- (program_limit_exceeded), DETAIL naming the field ("payload", or "events[3].payload" in a
@@ -47,7 +60,7 @@ BEGIN
         -- 'default' can never be deleted (default_application_stays): no lock needed.
         v_app_id := 1;
     ELSE
-        -- Read first, lock after, and no advisory lock (0090): an application marked deleted is
+        -- Read first, lock after, and no advisory lock: an application marked deleted is
         -- refused without taking its row lock.
         SELECT a.id INTO v_app_id
         FROM tidings.applications a
