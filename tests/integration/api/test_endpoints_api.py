@@ -232,8 +232,8 @@ def test_max_in_flight_is_set_changed_and_cleared(api: Api, db: Database) -> Non
     assert api.patch(path, {"description": "kept"}).body["max_in_flight"] == 1000
     cleared = api.patch(path, {"max_in_flight": None})
     assert cleared.body["max_in_flight"] is None
-    # Not answered yet: untried, in the fast lane, with no cap of its own.
-    assert cleared.body["in_flight_limit"] is None
+    # Not answered yet: untried, in the fast lane, one delivery at a time.
+    assert cleared.body["in_flight_limit"] == 1
     assert api.get(path).body == cleared.body
     with db.cursor() as cur:
         cur.execute("SELECT max_in_flight FROM tidings.endpoints WHERE id = %s", (created["id"],))

@@ -28,13 +28,14 @@ def test_max_in_flight_round_trip(cli: Any, db: Database) -> None:  # noqa: F811
     assert code == 0
     created = json.loads(out)
     endpoint_id = created["id"]
-    assert (created["max_in_flight"], created["lane"], created["in_flight_limit"]) == (5, "fast", 5)
+    # Untried: one delivery at a time until it answers, whatever its own cap.
+    assert (created["max_in_flight"], created["lane"], created["in_flight_limit"]) == (5, "fast", 1)
     assert _stored_cap(db, endpoint_id) == 5
 
     code, out, _ = cli("endpoints", "show", str(endpoint_id))
     assert code == 0
     assert "max in flight  5" in out
-    assert "fast (at most 5 in flight)" in out
+    assert "fast (at most 1 in flight)" in out
     code, out, _ = cli("endpoints", "list")
     assert code == 0 and "max in flight" in out and "fast" in out
 
@@ -50,8 +51,8 @@ def test_max_in_flight_round_trip(cli: Any, db: Database) -> None:  # noqa: F811
     assert _stored_cap(db, endpoint_id) is None
     code, out, _ = cli("endpoints", "show", str(endpoint_id), "--json")
     shown = json.loads(out)
-    # Not answered yet: untried, in the fast lane, with no cap of its own.
-    assert (shown["max_in_flight"], shown["in_flight_limit"]) == (None, None)
+    # Not answered yet: untried, in the fast lane, one delivery at a time.
+    assert (shown["max_in_flight"], shown["in_flight_limit"]) == (None, 1)
     assert shown["retry_schedule"] == [60]
 
 
@@ -83,7 +84,10 @@ def test_an_update_that_changes_nothing_exits_2(cli: Any, db: Database) -> None:
     endpoint_id = json.loads(out)["id"]
     code, _, err = cli("endpoints", "update", str(endpoint_id))
     assert code == 2
-    assert "give --retry-schedule, --payload-format or --max-in-flight" in err
+    assert (
+        "give --retry-schedule, --payload-format, --max-in-flight or a receiver credential option"
+        in err
+    )
 
 
 def test_status_shows_each_endpoints_lane(cli: Any, db: Database) -> None:  # noqa: F811

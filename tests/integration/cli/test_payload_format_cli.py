@@ -79,4 +79,7 @@ def test_update_without_a_change_exits_2(cli: Any, db: Database) -> None:  # noq
     ((endpoint_id, _),) = _formats(db)
     code, _, err = cli("endpoints", "update", str(endpoint_id))
     assert code == 2
-    assert "nothing to change: give --retry-schedule, --payload-format or --max-in-flight" in err
+    assert (
+        "nothing to change: give --retry-schedule, --payload-format, --max-in-flight"
+        " or a receiver credential option" in err
+    )

@@ -588,8 +588,9 @@ def _shown(row: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
     shown = dict(row)
     shown.update(creds.shown_fields(shown.pop("credentials", None)))
     slow = bool(shown.pop("slow"))
+    untried = bool(shown.pop("untried"))
     shown["lane"] = lane_of(slow)
-    shown["in_flight_limit"] = in_flight_limit(shown["max_in_flight"], slow, settings)
+    shown["in_flight_limit"] = in_flight_limit(shown["max_in_flight"], slow, untried, settings)
     own = shown.pop("retry_schedule")
     default = retry_schedule.deployment_default(settings)
     shown["retry_schedule"] = list(retry_schedule.effective(own, default, shown["max_attempts"]))
@@ -603,14 +604,22 @@ def _shown(row: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
     return shown
 
 
-def in_flight_limit(max_in_flight: int | None, slow: bool, settings: Settings) -> int | None:
+def in_flight_limit(
+    max_in_flight: int | None, slow: bool, untried: bool, settings: Settings
+) -> int | None:
     """The cap on an endpoint's deliveries in flight, as the claim applies it: the slow lane's
-    while it is slow (its own when lower: an application's token sets it and may only lower it),
-    else its own, else none."""
-    if slow:
-        cap = settings.slow_lane_max_in_flight
-        return cap if max_in_flight is None else min(max_in_flight, cap)
-    return max_in_flight
+    while it is slow, the untried one's until it first answers (its own when lower: an
+    application's token sets it and may only lower it), else its own, else none."""
+    lane_cap = (
+        settings.slow_lane_max_in_flight
+        if slow
+        else settings.untried_max_in_flight
+        if untried
+        else None
+    )
+    if lane_cap is None:
+        return max_in_flight
+    return lane_cap if max_in_flight is None else min(max_in_flight, lane_cap)
 
 
 def _conflicting_schedule() -> InvalidInput:

@@ -34,7 +34,7 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        %(event_types)s::text[] AS event_types, c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
        NULL::timestamptz AS previous_secret_expires_at, c.created_at, c.updated_at,
        c.retry_schedule, c.payload_format, c.max_in_flight, NULL::jsonb AS credentials,
-       false AS slow, NULL::timestamptz AS slow_until
+       false AS slow, true AS untried, NULL::timestamptz AS slow_until
 FROM created c
 
 -- name: get_endpoint
@@ -53,6 +53,7 @@ SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        (SELECT jsonb_object_agg(c.kind, c.shown) FROM tidings.endpoint_credentials c
         WHERE c.endpoint_id = e.id) AS credentials,
        coalesce(h.slow_until > now(), false) AS slow,
+       (h.last_success_at IS NULL AND h.last_failure_at IS NULL) AS untried,
        CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until
 FROM tidings.endpoints e
 LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
@@ -73,6 +74,7 @@ SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        (SELECT jsonb_object_agg(c.kind, c.shown) FROM tidings.endpoint_credentials c
         WHERE c.endpoint_id = e.id) AS credentials,
        coalesce(h.slow_until > now(), false) AS slow,
+       (h.last_success_at IS NULL AND h.last_failure_at IS NULL) AS untried,
        CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until
 FROM tidings.endpoints e
 LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
@@ -141,6 +143,7 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        (SELECT jsonb_object_agg(k.kind, k.shown) FROM tidings.endpoint_credentials k
         WHERE k.endpoint_id = c.id) AS credentials,
        coalesce(h.slow_until > now(), false) AS slow,
+       (h.last_success_at IS NULL AND h.last_failure_at IS NULL) AS untried,
        CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until
 FROM changed c
 LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = c.id
