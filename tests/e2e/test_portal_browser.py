@@ -14,9 +14,11 @@ may be visible in it).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
+import secrets
 import tempfile
 import time
 from collections.abc import Iterator
@@ -56,6 +58,7 @@ WRITE_CONTROLS = (
     "reveal-secret",
     "rotate-secret",
     "edit-endpoint-form",
+    "credentials-form",
     "recover-form",
 )
 
@@ -185,14 +188,17 @@ def page(browser: PortalPage) -> Iterator[PortalPage]:
 def open_endpoint(page: PortalPage, url: str) -> None:
     page.tab("endpoints")
     page.wait(lambda: page.shown("endpoints-list-view"), "the endpoint list")
-    button = page.wait(
-        lambda: next(
-            (b for b in page.all_by_testid("endpoint-open") if b.text == url),
-            None,
-        ),
-        f"the endpoint {url} in the list",
-    )
-    button.click()
+
+    def click_it() -> bool:
+        # The list may be drawn again meanwhile (the tab reloads it): a button gone stale is
+        # looked for again.
+        button = next((b for b in page.all_by_testid("endpoint-open") if b.text == url), None)
+        if button is None:
+            return False
+        button.click()
+        return True
+
+    page.wait(click_it, f"the endpoint {url} in the list")
     page.wait(lambda: page.text("endpoint-title") == url, "the endpoint's page")
 
 
@@ -759,6 +765,153 @@ def test_a_read_only_session_hides_every_change(system: System, page: PortalPage
     assert status == 403, body
     status, body = page.fetch("POST", "v1/apps/acme/dead-letters/replay", body={"endpoint_id": 1})
     assert status == 403, body
+
+
+# -- receiver credentials ------------------------------------------------------------------------
+
+REDACTED = "••••"
+
+
+def secret_value(label: str) -> str:
+    """A credential long enough (16 characters or more) for its redacted form to end in its last
+    four characters, and unlike any other text of the page."""
+    return f"portal-{label}-{secrets.token_hex(8)}"
+
+
+def values_in_page(page: PortalPage, *values: str) -> list[str]:
+    """Where any of ``values`` is in the page: its HTML, its text, or a field's value."""
+    found = []
+    source = page.driver.page_source
+    text = page.body_text()
+    fields = page.driver.execute_script(
+        "return Array.from(document.querySelectorAll('input, textarea'), (f) => f.value);"
+    )
+    for value in values:
+        if value in source:
+            found.append(f"{value} in the HTML")
+        if value in text:
+            found.append(f"{value} in the text")
+        if any(value in str(field) for field in fields):
+            found.append(f"{value} in a field")
+    return found
+
+
+def test_receiver_credentials_are_set_redacted_sent_and_removed(
+    system: System, page: PortalPage
+) -> None:
+    path = "ok/credentials"
+    endpoint = system.call(
+        "POST",
+        "v1/apps/acme/endpoints",
+        {"url": system.receiver.url(path), "event_types": ["credentials.checked"]},
+        expect=201,
+    )
+    header_value, username, password = secret_value("key"), "portal-user", secret_value("pass")
+    page.open(system.link())
+    open_endpoint(page, endpoint["url"])
+    assert page.by_testid("fact-static-headers").text == "none"
+    assert page.by_testid("fact-authorization").text == "none"
+    assert page.shown("credentials-form")
+
+    # An empty form changes nothing; a line that is no header is explained next to its field.
+    page.click("credentials-submit")
+    page.wait(lambda: page.text("credentials-form-error") == "Nothing to change.", "no change")
+    page.fill("credentials-headers", "no colon here")
+    page.click("credentials-submit")
+    page.wait(lambda: page.text("credentials-headers-error"), "the headers' error")
+    assert page.by_id("credentials-headers").get_attribute("aria-invalid") == "true"
+
+    # A static header and HTTP Basic, through the form.
+    page.fill("credentials-headers", f"X-Api-Key: {header_value}")
+    assert not page.shown("credentials-username")
+    Select(page.by_id("credentials-auth")).select_by_value("basic")
+    page.wait(lambda: page.shown("credentials-username"), "the Basic fields")
+    assert not page.shown("credentials-token")
+    page.fill("credentials-username", username)
+    page.fill("credentials-password", password)
+    page.click("credentials-submit")
+    page.wait_status("Credentials saved")
+
+    # (a) The page shows the redacted forms only, and nothing typed is kept in a field.
+    assert page.by_testid("fact-static-headers").text == f"X-Api-Key: {REDACTED}{header_value[-4:]}"
+    assert page.by_testid("fact-authorization").text == f"HTTP Basic ({username})"
+    assert not page.shown("credentials-form-error")
+    assert not page.shown("credentials-headers-error")
+    assert not page.shown("credentials-username")
+    assert Select(page.by_id("credentials-auth")).first_selected_option.get_attribute("value") == ""
+    assert values_in_page(page, header_value, password) == []
+    # Opened again, from what the API answers: still only the redacted forms.
+    page.click("endpoint-back")
+    open_endpoint(page, endpoint["url"])
+    assert page.by_testid("fact-static-headers").text == f"X-Api-Key: {REDACTED}{header_value[-4:]}"
+    assert values_in_page(page, header_value, password) == []
+
+    # (b) The API shows them redacted too.
+    shown = system.call("GET", f"v1/apps/acme/endpoints/{endpoint['id']}")
+    assert shown["headers"] == {"X-Api-Key": REDACTED + header_value[-4:]}, shown
+    assert shown["auth"] == {
+        "type": "basic",
+        "username": username,
+        "password": REDACTED + password[-4:],
+    }, shown
+    assert header_value not in json.dumps(shown) and password not in json.dumps(shown)
+
+    # (c) A delivery carries the header and the Authorization, in clear.
+    system.send("credentials.checked", {"check": 1})
+    received = wait_for(
+        lambda: system.receiver.requests_to(path),
+        "the receiver to get the event",
+        timeout_s=15,
+    )
+    assert len(received) == 1, received
+    assert received[0].headers["x-api-key"] == header_value
+    basic = base64.b64encode(f"{username}:{password}".encode()).decode()
+    assert received[0].headers["authorization"] == f"Basic {basic}"
+
+    # Removing the static headers with their checkbox leaves the authorization as it is.
+    page.by_id("credentials-remove-headers").click()
+    page.click("credentials-submit")
+    page.wait(lambda: page.by_testid("fact-static-headers").text == "none", "the headers removed")
+    assert page.by_testid("fact-authorization").text == f"HTTP Basic ({username})"
+    assert not page.by_id("credentials-remove-headers").is_selected()
+    shown = system.call("GET", f"v1/apps/acme/endpoints/{endpoint['id']}")
+    assert shown.get("headers") is None, shown
+    assert shown["auth"]["type"] == "basic", shown
+    system.call("DELETE", f"v1/apps/acme/endpoints/{endpoint['id']}", expect=204)
+
+
+def test_a_read_only_session_sees_credentials_redacted_and_cannot_change_them(
+    system: System, page: PortalPage
+) -> None:
+    header_value, token = secret_value("key"), secret_value("token")
+    endpoint = system.call(
+        "POST",
+        "v1/apps/acme/endpoints",
+        {
+            "url": system.receiver.url("ok/credentials-read-only"),
+            "event_types": ["credentials.read"],
+            "headers": {"X-Api-Key": header_value},
+            "auth": {"type": "bearer", "token": token},
+        },
+        expect=201,
+    )
+    page.open(system.link(read_only=True))
+    assert page.shown("read-only-badge")
+    open_endpoint(page, endpoint["url"])
+    assert not page.shown("credentials-form")
+    assert not page.shown("credentials-submit")
+    assert page.by_testid("fact-static-headers").text == f"X-Api-Key: {REDACTED}{header_value[-4:]}"
+    assert page.by_testid("fact-authorization").text == f"Bearer token {REDACTED}{token[-4:]}"
+    assert values_in_page(page, header_value, token) == []
+    # The API refuses what the page hides.
+    status, body = page.fetch(
+        "PATCH", f"v1/apps/acme/endpoints/{endpoint['id']}", body={"headers": None}
+    )
+    assert status == 403, body
+    assert system.call("GET", f"v1/apps/acme/endpoints/{endpoint['id']}")["headers"] == {
+        "X-Api-Key": REDACTED + header_value[-4:]
+    }
+    system.call("DELETE", f"v1/apps/acme/endpoints/{endpoint['id']}", expect=204)
 
 
 def test_the_page_fits_a_phone(system: System, page: PortalPage) -> None:
