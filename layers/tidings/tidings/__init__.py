@@ -1,3 +1,4 @@
 """Tidings: reliable outbound webhooks with PostgreSQL as the source of truth."""
 
-__version__ = "0.1.0"
+# The one place the version is written: pyproject.toml reads it from here (dynamic version).
+__version__ = "0.2.0"

@@ -222,6 +222,15 @@ def schedule_interval_s(expression: str) -> float:
     return float(int(match[1]) * _UNIT_S[match[2].rstrip("s")])
 
 
+# The deployed schedules of the functions EventBridge starts at intervals (the claimer, which
+# the local runtime invokes back to back, aside).
+SCHEDULED_INTERVALS_S: Mapping[str, float] = {
+    name: schedule_interval_s(expression)
+    for name, expression in DEFAULT_SCHEDULES.items()
+    if name != "claimer"
+}
+
+
 PRODUCER_ROLE = "tidings_producer"
 
 

@@ -44,30 +44,33 @@ def test_apps_create_and_list(cli: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("argv", "named"),
+    ("argv", "exit_code", "named"),
     [
-        (("apps", "create", "acme"), "an application with uid acme exists"),
-        (("apps", "create", "_x"), "uid must be 1 to 200 letters"),
-        (("apps", "create", "ok", "--metadata", "{"), "--metadata is not valid JSON"),
+        # A refusal at run time (a conflict, an unknown name or id) exits 1; input the command
+        # cannot take exits 2, as bad arguments do.
+        (("apps", "create", "acme"), 1, "an application with uid acme exists"),
+        (("apps", "create", "_x"), 2, "uid must be 1 to 200 letters"),
+        (("apps", "create", "ok", "--metadata", "{"), 2, "--metadata is not valid JSON"),
         (
             ("apps", "create", "ok", "--metadata", '{"n": 1}'),
+            2,
             "metadata must be an object of strings",
         ),
-        (("endpoints", "list", "--app", "nobody"), "application nobody does not exist"),
-        (("send", "t", "{}", "--app", "nobody"), "application nobody does not exist"),
-        (("tokens", "create", "--scope", "app"), "an application is named for scopes app"),
-        (("tokens", "create", "--scope", "app", "--app", "nobody"), "application nobody"),
-        (("tokens", "create", "--scope", "admin", "--app", "acme"), "only for them"),
-        (("tokens", "create", "--scope", "app_read"), "an application is named for scopes"),
-        (("tokens", "revoke", "99"), "token 99 does not exist"),
+        (("endpoints", "list", "--app", "nobody"), 1, "application nobody does not exist"),
+        (("send", "t", "{}", "--app", "nobody"), 1, "application nobody does not exist"),
+        (("tokens", "create", "--scope", "app"), 2, "an application is named for scopes app"),
+        (("tokens", "create", "--scope", "app", "--app", "nobody"), 1, "application nobody"),
+        (("tokens", "create", "--scope", "admin", "--app", "acme"), 2, "only for them"),
+        (("tokens", "create", "--scope", "app_read"), 2, "an application is named for scopes"),
+        (("tokens", "revoke", "99"), 1, "token 99 does not exist"),
     ],
 )
-def test_bad_requests_exit_2_naming_the_problem(
-    cli: Any, argv: tuple[str, ...], named: str
+def test_bad_requests_exit_1_or_2_naming_the_problem(
+    cli: Any, argv: tuple[str, ...], exit_code: int, named: str
 ) -> None:
     cli("apps", "create", "acme")
     code, _, err = cli(*argv)
-    assert code == 2
+    assert code == exit_code
     assert named in err
 
 
@@ -130,7 +133,7 @@ def test_operator_commands_act_inside_the_application_they_name(cli: Any, db: Da
     assert acme_endpoint not in [e["id"] for e in json.loads(out)]
     # Another application's endpoint is unknown here.
     code, _, err = cli("endpoints", "disable", str(acme_endpoint))
-    assert code == 2 and f"endpoint {acme_endpoint} does not exist" in err
+    assert code == 1 and f"endpoint {acme_endpoint} does not exist" in err
     code, out, _ = cli("endpoints", "rotate-secret", str(acme_endpoint), "--app", "acme", "--json")
     assert code == 0
 
@@ -142,7 +145,7 @@ def test_operator_commands_act_inside_the_application_they_name(cli: Any, db: Da
     code, out, _ = cli("send", "order.paid", '{"n": 1}', "--event-id", "o-1", "--json")
     assert json.loads(out)["created"] is True
     code, _, err = cli("messages", "show", str(message_id))
-    assert code == 2 and f"message {message_id} does not exist" in err
+    assert code == 1 and f"message {message_id} does not exist" in err
     code, out, _ = cli("messages", "show", str(message_id), "--app", "acme", "--json")
     assert json.loads(out)["endpoint_id"] == acme_endpoint
 
@@ -152,9 +155,9 @@ def test_operator_commands_act_inside_the_application_they_name(cli: Any, db: Da
             " attempts = 5, last_error = 'http_500', last_status_code = 500"
         )
     code, _, err = cli("replay", "--ids", str(message_id))
-    assert code == 2 and f"message {message_id} does not exist" in err
+    assert code == 1 and f"message {message_id} does not exist" in err
     code, _, err = cli("replay", "--endpoint", str(acme_endpoint))
-    assert code == 2 and f"endpoint {acme_endpoint} does not exist" in err
+    assert code == 1 and f"endpoint {acme_endpoint} does not exist" in err
     code, out, _ = cli("dead-letters", "--app", "acme", "--json")
     report = json.loads(out)
     assert report["total"] == 1

@@ -29,11 +29,12 @@ def test_resend_a_dead_letter(cli: Any, db: Database) -> None:  # noqa: F811
     code, out, _ = cli("messages", "resend", str(dead))
     assert code == 0
     assert f"message {dead} is pending again" in out and f"webhook-id msg_{dead}" in out
+    # Refusals at run time: exit 1.
     code, _, err = cli("messages", "resend", str(dead))
-    assert code == 2
+    assert code == 1
     assert f"message {dead} is pending: only a delivered message or a dead letter" in err
     code, _, err = cli("messages", "resend", "999999")
-    assert (code, "message 999999 does not exist" in err) == (2, True)
+    assert (code, "message 999999 does not exist" in err) == (1, True)
 
 
 def test_recover_an_endpoint_with_a_progress_bar(cli: Any, db: Database) -> None:  # noqa: F811
@@ -91,12 +92,13 @@ def test_malformed_arguments_exit_2(
     assert named in capsys.readouterr().err
 
 
-def test_recover_refusals_exit_2_naming_them(cli: Any, db: Database) -> None:  # noqa: F811
+def test_recover_refusals_exit_1_or_2_naming_them(cli: Any, db: Database) -> None:  # noqa: F811
+    # Refused at run time (an unknown or disabled endpoint): 1; a window that is no window: 2.
     code, _, err = cli("endpoints", "recover", "4242", "--since", "1h")
-    assert code == 2 and "endpoint 4242 does not exist" in err
+    assert code == 1 and "endpoint 4242 does not exist" in err
     with db.cursor() as cur:
         endpoint = make_endpoint(cur, "http://127.0.0.1:9/hook", enabled=False)
     code, _, err = cli("endpoints", "recover", str(endpoint), "--since", "1h")
-    assert code == 2 and "is disabled: enable it, then recover" in err
+    assert code == 1 and "is disabled: enable it, then recover" in err
     code, _, err = cli("endpoints", "recover", str(endpoint), "--since", "1h", "--until", "2h")
     assert code == 2 and "since must be before until" in err

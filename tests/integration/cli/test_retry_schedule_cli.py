@@ -84,7 +84,7 @@ def test_a_schedule_with_a_max_attempts_exits_2(cli: Any) -> None:  # noqa: F811
     assert "give retry_schedule or max_attempts (deprecated), not both" in err
 
 
-def test_show_of_an_unknown_endpoint_exits_2(cli: Any) -> None:  # noqa: F811
+def test_show_of_an_unknown_endpoint_exits_1(cli: Any) -> None:  # noqa: F811
     code, _, err = cli("endpoints", "show", "4242")
-    assert code == 2
+    assert code == 1
     assert "endpoint 4242 does not exist" in err

@@ -2,7 +2,17 @@
 
 Each command lives in a module of this package with a ``register(subparsers)`` function that adds
 its parser and sets ``handler`` (a callable taking the parsed arguments and returning an exit
-code). Bad arguments exit with code 2 and a message naming the problem, as argparse does.
+code). A command module imports at its top only what its parser needs: ``tidings --help`` loads
+every parser, and the database driver, the AWS SDK or the X-Ray SDK would make it slow.
+
+What the commands print is for standard output; their logs (the structured log lines of the code
+they run, and the EMF metrics of the handlers ``tidings dev`` runs) go to standard error, so that
+``--json`` output is one JSON document that can be piped.
+
+Exit codes: 0 done; 1 the command failed at run time (the database or a service out of reach, a
+refusal such as an unknown id); 2 the command was not asked properly (bad or conflicting
+arguments, a misnamed or invalid setting in the environment, nothing configured to act on), with a
+message naming the problem, as argparse does.
 """
 
 from __future__ import annotations
@@ -14,7 +24,6 @@ import sys
 from collections.abc import Sequence
 
 from tidings import __version__
-from tidings.config import ConfigError, check_environment
 
 COMMAND_MODULES = (
     "tidings.cli.migrate",
@@ -35,8 +44,30 @@ COMMAND_MODULES = (
 )
 
 
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
 class CommandError(Exception):
-    """A command cannot do what was asked; the message says why. Exit code 2."""
+    """A command cannot do what was asked; the message says why. Exit code 1."""
+
+    exit_code = EXIT_FAILURE
+
+
+class UsageError(CommandError):
+    """A command was not asked properly (arguments, settings); the message says why. Exit code 2."""
+
+    exit_code = EXIT_USAGE
+
+
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is when written to (tests swap it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,18 +85,25 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from tidings.config import ConfigError, check_environment
+    from tidings.observability import send_logs_to
+
     try:
         # Before any command, whether it reads settings or not: a misspelt TIDINGS_* variable
         # is named at once rather than silently ignored.
         check_environment(os.environ)
     except ConfigError as exc:
         print(f"tidings: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    send_logs_to(_CurrentStderr())  # type: ignore[arg-type]
     try:
         return int(args.handler(args))
     except CommandError as exc:
         print(f"tidings {args.command}: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
+    except ConfigError as exc:
+        print(f"tidings {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from tidings.cli import CommandError
+from tidings.cli import UsageError
 from tidings.cli.support import print_json, target, use_case_errors, when
 from tidings.config import PAYLOAD_FORMATS
 from tidings.local.progress import table
@@ -47,7 +47,7 @@ def run_create(args: argparse.Namespace) -> int:
         try:
             metadata = json.loads(args.metadata)
         except json.JSONDecodeError as exc:
-            raise CommandError(f"--metadata is not valid JSON: {exc}") from None
+            raise UsageError(f"--metadata is not valid JSON: {exc}") from None
     with target() as where, use_case_errors():
         created = applications.create_application(
             where.db,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidings.cli.support import (
     AppChoice,
@@ -16,10 +16,12 @@ from tidings.cli.support import (
     target,
     when,
 )
-from tidings.config import Settings
-from tidings.dal.connection import Database
 from tidings.local.progress import table
-from tidings.maintenance.dead_letter_report import DeadLetterReport, PatternRules, build_report
+
+if TYPE_CHECKING:
+    from tidings.config import Settings
+    from tidings.dal.connection import Database
+    from tidings.maintenance.dead_letter_report import DeadLetterReport
 
 
 def window_seconds(text: str) -> float:
@@ -57,6 +59,8 @@ def build(
     window_s: float | None = None,
     app: AppChoice | None = None,
 ) -> DeadLetterReport:
+    from tidings.maintenance.dead_letter_report import PatternRules, build_report
+
     window = window_s or settings.dead_letter_report_window_s
     rules = PatternRules.from_settings(settings)
     app_id = None if app is None else app.id

@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from tidings.cli import CommandError
 from tidings.cli.dev import positive_float, positive_int
-from tidings.config import ConfigError
-from tidings.local.lambda_env import HandlerNotFound
 
 if TYPE_CHECKING:
     from tidings.local.demo import DemoOutcome
@@ -57,7 +55,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tidings.cli.dead_letters import report_text
+    from tidings.config import ConfigError
     from tidings.local.demo import DemoOptions, run_demo
+    from tidings.local.lambda_env import HandlerNotFound
 
     # Two warnings that say nothing to someone watching the demo: where the embedded server puts
     # its lock file, and scheduled handlers with no metric to report in a run.

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from tidings.cli import CommandError
+from tidings.cli import CommandError, UsageError
 from tidings.cli.support import secrets_key_notice
-from tidings.config import ConfigError
-from tidings.local.lambda_env import HandlerNotFound
-from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
-from tidings.local.scheduler import DEFAULT_INTERVALS_S
-from tidings.secrets.master_keys import KeyUnavailable
+from tidings.deployment import SCHEDULED_INTERVALS_S as DEFAULT_INTERVALS_S
 
 
 def positive_float(text: str) -> float:
@@ -81,7 +79,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def intervals_from(args: argparse.Namespace, defaults: dict[str, float]) -> dict[str, float]:
+def intervals_from(args: argparse.Namespace, defaults: Mapping[str, float]) -> dict[str, float]:
     return {name: getattr(args, f"{name}_every") or defaults[name] for name in DEFAULT_INTERVALS_S}
 
 
@@ -111,6 +109,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tidings.config import ConfigError
+    from tidings.local.runtime import RuntimeConfig, dev_settings
+
     try:
         settings = dev_settings()
         config = RuntimeConfig(
@@ -124,10 +125,23 @@ def run(args: argparse.Namespace) -> int:
             functions_dir=args.functions_dir,
         )
     except (ConfigError, ValueError) as exc:
-        raise CommandError(str(exc)) from exc
+        raise UsageError(str(exc)) from exc
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    # The lines printed here are for people, on standard output; what the handlers print (their
+    # EMF metrics, as on Lambda) joins their logs on standard error.
+    out = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        _serve(settings, config, stop, out)
+    return 0
+
+
+def _serve(settings: Any, config: Any, stop: threading.Event, out: TextIO) -> None:
+    from tidings.local.lambda_env import HandlerNotFound
+    from tidings.local.runtime import DevRuntime
+    from tidings.secrets.master_keys import KeyUnavailable
+
     runtime = DevRuntime(settings, config)
     try:
         runtime.start()
@@ -142,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         runtime.stop()
         raise CommandError(str(exc)) from exc
     if runtime.keyring is not None:
-        print(secrets_key_notice(runtime.keyring.master), flush=True)
+        print(secrets_key_notice(runtime.keyring.master), file=out, flush=True)
     if runtime.api is not None:
         if runtime.open_access():
             print(
@@ -150,11 +164,13 @@ def run(args: argparse.Namespace) -> int:
                 "without one (sent to 127.0.0.1, localhost or [::1], and by no web page from "
                 "elsewhere); the first token (tidings tokens create --scope admin) ends that, "
                 "and from then on every request needs Authorization: Bearer <token>, as on AWS",
+                file=out,
                 flush=True,
             )
         else:
             print(
                 "tidings dev: every API request needs Authorization: Bearer <token>, as on AWS",
+                file=out,
                 flush=True,
             )
     where = runtime.api.url if runtime.api is not None else "no API"
@@ -163,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"tidings dev: ready  api={where}  database={database}  queue={queue}  "
         f"alerts={config.alerts_path}",
+        file=out,
         flush=True,
     )
     while not stop.wait(0.5):
@@ -170,4 +187,3 @@ def run(args: argparse.Namespace) -> int:
     print("tidings dev: stopping (finishing in-flight work)", file=sys.stderr, flush=True)
     runtime.stop()
     print("tidings dev: stopped", file=sys.stderr, flush=True)
-    return 0

@@ -8,8 +8,8 @@ import sys
 from datetime import datetime
 from typing import Any
 
+from tidings.cli import UsageError
 from tidings.cli.support import (
-    OperatorError,
     add_app_option,
     chosen_app,
     keyring_for,
@@ -220,7 +220,7 @@ def credential_fields(args: argparse.Namespace) -> dict[str, Any]:
         if given
     ]
     if len(schemes) > 1:
-        raise OperatorError(f"give one of {', '.join(schemes)}")
+        raise UsageError(f"give one of {', '.join(schemes)}")
     if args.basic_auth is not None:
         user, password = args.basic_auth
         fields["auth"] = {"type": "basic", "username": user, "password": password}
@@ -228,7 +228,7 @@ def credential_fields(args: argparse.Namespace) -> dict[str, Any]:
         fields["auth"] = {"type": "bearer", "token": args.bearer_token}
     elif schemes:
         if any(v is None for v in oauth2):
-            raise OperatorError(
+            raise UsageError(
                 "OAuth2 needs --oauth2-token-url, --oauth2-client-id and --oauth2-client-secret"
             )
         fields["auth"] = {
@@ -241,7 +241,7 @@ def credential_fields(args: argparse.Namespace) -> dict[str, Any]:
             "client_auth": args.oauth2_client_auth,
         }
     if (args.client_cert is None) != (args.client_key is None):
-        raise OperatorError("give --client-cert and --client-key together")
+        raise UsageError("give --client-cert and --client-key together")
     if args.client_cert is not None:
         fields["tls_client_certificate"] = {
             "certificate_pem": _read_pem(args.client_cert, "--client-cert"),
@@ -257,7 +257,7 @@ def credential_fields(args: argparse.Namespace) -> dict[str, Any]:
     ):
         if getattr(args, f"remove_{kind}", False):
             if name in fields:
-                raise OperatorError(f"--no-{kind.replace('_', '-')} and a new value conflict")
+                raise UsageError(f"--no-{kind.replace('_', '-')} and a new value conflict")
             fields[name] = None
     return fields
 
@@ -267,7 +267,7 @@ def _read_pem(path: str, option: str) -> str:
         with open(path, encoding="utf-8") as file:
             return file.read()
     except (OSError, UnicodeDecodeError) as exc:
-        raise OperatorError(f"{option}: cannot read {path}: {exc.__class__.__name__}") from None
+        raise UsageError(f"{option}: cannot read {path}: {exc.__class__.__name__}") from None
 
 
 def describe_credentials(endpoint: Any) -> list[tuple[str, object]]:
@@ -561,7 +561,7 @@ def run_update(args: argparse.Namespace) -> int:
     }
     credentials = credential_fields(args)
     if not changes and not credentials:
-        raise OperatorError(
+        raise UsageError(
             "nothing to change: give --retry-schedule, --payload-format, --max-in-flight or a "
             "receiver credential option"
         )

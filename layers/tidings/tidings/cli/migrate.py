@@ -6,15 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import psycopg2
-
-from tidings import migrations
-from tidings.cli import CommandError
-from tidings.cli.support import DEV_DATA_DIR, secrets_key_notice
-from tidings.config import ConfigError, get_settings
-from tidings.dal.connection import connect
-from tidings.secrets.keyring import Keyring
-from tidings.secrets.master_keys import KeyUnavailable, configured_master_key
+from tidings.cli import CommandError, UsageError
+from tidings.cli.support import DEV_DATA_DIR, print_json, secrets_key_notice
 
 
 def register(subparsers: Any) -> None:
@@ -22,19 +15,29 @@ def register(subparsers: Any) -> None:
         "migrate",
         help="apply pending database migrations and encrypt stored signing secrets",
     )
+    parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import psycopg2
+
+    from tidings import migrations
+    from tidings.config import ConfigError, get_settings
+    from tidings.dal.connection import connect
     from tidings.logic.schema import prepare_database
+    from tidings.secrets.keyring import Keyring
+    from tidings.secrets.master_keys import KeyUnavailable, configured_master_key
 
     try:
         settings = get_settings()
         master = configured_master_key(settings, data_dir=DEV_DATA_DIR)
-    except (ConfigError, ValueError) as exc:
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    except ValueError as exc:
         raise CommandError(str(exc)) from exc
     if not (settings.database_url or settings.database_user or settings.database_secret_arn):
-        raise CommandError("DATABASE_URL is not set")
+        raise UsageError("DATABASE_URL is not set")
     try:
         conn = connect(settings)
     except psycopg2.OperationalError as exc:
@@ -52,6 +55,16 @@ def run(args: argparse.Namespace) -> int:
     finally:
         conn.close()
     applied = prepared.applied
+    if args.json:
+        print_json(
+            {
+                "applied": list(applied),
+                "encrypted_endpoints": prepared.secrets.encrypted_endpoints,
+                "secrets_key": master.ref,
+                "secrets_key_where": master.where,
+            }
+        )
+        return 0
     print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
     if prepared.secrets.encrypted_endpoints:
         print(

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tidings.cli.support import OperatorError, print_json, target, use_case_errors, when
+from tidings.cli import UsageError
+from tidings.cli.support import print_json, target, use_case_errors, when
 from tidings.cli.tokens import duration
 from tidings.config import PORTAL_URL
 
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         base = args.base_url or where.settings.portal_url
         if not base:
             if where.description == "DATABASE_URL":
-                raise OperatorError(
+                raise UsageError(
                     "the portal's address is unknown: set TIDINGS_PORTAL_URL or pass --base-url "
                     "(the API's URL followed by /portal)"
                 )

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from tidings.cli import CommandError
+from tidings.cli import UsageError
 from tidings.cli.endpoints import endpoint_id
 from tidings.cli.messages import message_id
 from tidings.cli.support import (
@@ -17,7 +17,6 @@ from tidings.cli.support import (
     target,
     use_case_errors,
 )
-from tidings.dal.dead_letters import dead_letter_ids
 from tidings.local.progress import LiveDisplay, progress_bar
 
 # Replays go through the use case this many messages at a time (its limit for listed ids).
@@ -50,10 +49,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tidings.dal.dead_letters import dead_letter_ids
     from tidings.logic.replay import check_named, replay_dead_letters
 
     if args.endpoint is None and args.since is None and args.ids is None:
-        raise CommandError("name what to replay: --endpoint ID, --since TIME or --ids ID ...")
+        raise UsageError("name what to replay: --endpoint ID, --since TIME or --ids ID ...")
     display = LiveDisplay(sys.stderr, every_s=2.0)
     requeued = 0
     with target() as where, use_case_errors():

@@ -13,15 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import psycopg2
-import psycopg2.extensions
-
-from tidings import migrations
 from tidings.cli import CommandError
-from tidings.config import get_settings
-from tidings.dal.connection import open_connection
-from tidings.dal.schema import dump_schema
-from tidings.observability import logger
 
 
 def register(subparsers: Any) -> None:
@@ -41,6 +33,11 @@ def register(subparsers: Any) -> None:
 
 def generate() -> str:
     """The schema text of a freshly migrated database."""
+    from tidings import migrations
+    from tidings.dal.connection import open_connection
+    from tidings.dal.schema import dump_schema
+    from tidings.observability import logger
+
     # The schema may be written to standard output: the migrations' log lines must not join it.
     logger.setLevel("WARNING")
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
@@ -56,6 +53,11 @@ def generate() -> str:
 
 @contextmanager
 def _scratch_database() -> Iterator[str]:
+    import psycopg2.extensions
+
+    from tidings.config import get_settings
+    from tidings.dal.connection import open_connection
+
     server_dsn = get_settings().database_url
     if not server_dsn:
         import pgserver
@@ -84,6 +86,8 @@ def _scratch_database() -> Iterator[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import psycopg2
+
     try:
         text = generate()
     except psycopg2.OperationalError as exc:

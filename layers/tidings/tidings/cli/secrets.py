@@ -6,8 +6,10 @@ import argparse
 from typing import Any
 
 from tidings.cli.support import keyring_for, print_json, secrets_key_notice, target
-from tidings.secrets.master_keys import KeyUnavailable
-from tidings.secrets.upkeep import REENCRYPT_BATCH
+
+# Rows rewritten per transaction by ``reencrypt`` (tidings.secrets.upkeep.REENCRYPT_BATCH, which
+# a test keeps equal: importing it here would load the database layer for ``--help``).
+REENCRYPT_BATCH = 100
 
 
 def register(subparsers: Any) -> None:
@@ -16,6 +18,7 @@ def register(subparsers: Any) -> None:
     )
     commands = parser.add_subparsers(dest="secrets_command", required=True, metavar="COMMAND")
     where = commands.add_parser("where", help="say which key encrypts the signing secrets")
+    where.add_argument("--json", action="store_true", help="print JSON")
     where.set_defaults(handler=run_where)
     again = commands.add_parser(
         "reencrypt",
@@ -48,16 +51,22 @@ def run_where(args: argparse.Namespace) -> int:
     with target() as found:
         # Only says: a key file that does not exist yet is made by the first command that
         # stores a secret, not by this one.
-        print(secrets_key_notice(keyring_for(found, create=False).master))
+        master = keyring_for(found, create=False).master
+    if args.json:
+        print_json({"key": master.ref, "where": master.where})
+    else:
+        print(secrets_key_notice(master))
     return 0
 
 
 def run_reencrypt(args: argparse.Namespace) -> int:
+    from tidings.cli import UsageError
     from tidings.cli.support import OperatorError
+    from tidings.secrets.master_keys import KeyUnavailable
     from tidings.secrets.upkeep import reencrypt_online
 
     if args.batch_size < 1:
-        raise OperatorError("--batch-size must be at least 1")
+        raise UsageError("--batch-size must be at least 1")
     with target() as found:
         keyring = keyring_for(found)
         try:

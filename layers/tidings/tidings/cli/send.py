@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from tidings.cli import CommandError
+from tidings.cli import UsageError
 from tidings.cli.support import add_app_option, chosen_app, print_json, target, use_case_errors
 
 
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         payload = json.loads(args.payload)
     except json.JSONDecodeError as exc:
-        raise CommandError(f"JSON is not valid JSON: {exc}") from None
+        raise UsageError(f"JSON is not valid JSON: {exc}") from None
     with target() as where, use_case_errors():
         app = chosen_app(where, args.app)
         result = events.send_event(

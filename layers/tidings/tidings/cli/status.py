@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidings.cli.support import add_app_option, chosen_app, print_json, target
-from tidings.dal.health import ApplicationFigures, application_figures
-from tidings.dal.operator import EndpointProgress, endpoint_progress
 from tidings.local.progress import ENDPOINT_HEADERS, endpoint_rows, table
-from tidings.maintenance.health import HealthSummary, health_summary
+
+if TYPE_CHECKING:
+    from tidings.dal.health import ApplicationFigures
+    from tidings.dal.operator import EndpointProgress
+    from tidings.maintenance.health import HealthSummary
 
 
 def register(subparsers: Any) -> None:
@@ -68,6 +70,10 @@ def _ms(value: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tidings.dal.health import application_figures
+    from tidings.dal.operator import endpoint_progress
+    from tidings.maintenance.health import health_summary
+
     with target() as where:
         app = None if args.app is None else chosen_app(where, args.app)
         app_id = None if app is None else app.id

@@ -15,14 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 from uuid import UUID
 
-import psycopg2
-from pydantic import BaseModel
-
-from tidings.cli import CommandError
-from tidings.config import ConfigError, Settings
-from tidings.dal.connection import Database
+from tidings.cli import CommandError, UsageError
 
 if TYPE_CHECKING:
+    from tidings.config import Settings
+    from tidings.dal.connection import Database
     from tidings.secrets.keyring import Keyring
     from tidings.secrets.master_keys import MasterKey
 
@@ -32,7 +29,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class OperatorError(CommandError):
-    """The command cannot go on; the message says why (the CLI exits with code 2)."""
+    """The command cannot go on; the message says why (the CLI exits with code 1)."""
 
 
 @dataclass
@@ -55,6 +52,10 @@ def target(data_dir: Path = DEV_DATA_DIR) -> Iterator[Target]:
 
     Against the dev runtime the dev settings apply (loopback targets allowed), as they do there.
     """
+    import psycopg2
+
+    from tidings.config import ConfigError, Settings
+    from tidings.dal.connection import Database
     from tidings.local.runtime import EmbeddedPostgres, dev_settings
 
     try:
@@ -64,7 +65,7 @@ def target(data_dir: Path = DEV_DATA_DIR) -> Iterator[Target]:
         else:
             pgdata = data_dir / "pgdata"
             if not (pgdata / "PG_VERSION").exists():
-                raise OperatorError(
+                raise UsageError(
                     f"DATABASE_URL is not set and there is no dev runtime database in {data_dir}/ "
                     "(start one with `tidings dev`)"
                 )
@@ -74,7 +75,7 @@ def target(data_dir: Path = DEV_DATA_DIR) -> Iterator[Target]:
                 Database(server.dsn), settings, f"the dev runtime in {data_dir}/", server
             )
     except ConfigError as exc:
-        raise OperatorError(str(exc)) from exc
+        raise UsageError(str(exc)) from exc
     try:
         yield found
     except psycopg2.OperationalError as exc:
@@ -120,14 +121,16 @@ def secrets_key_notice(master: MasterKey) -> str:
 
 @contextmanager
 def use_case_errors() -> Iterator[None]:
-    """A use case's refusal (bad input, unknown id) becomes the command's error."""
-    from tidings.logic.errors import UseCaseError
+    """A use case's refusal becomes the command's error: input it cannot take (invalid, too large)
+    a usage error (exit code 2), any other refusal (an unknown id, a conflict) a failure (1)."""
+    from tidings.logic.errors import InvalidInput, PayloadTooLarge, UseCaseError
 
     try:
         yield
     except UseCaseError as exc:
         where = f" ({exc.field})" if exc.field else ""
-        raise OperatorError(f"{exc.message}{where}") from exc
+        kind = UsageError if isinstance(exc, InvalidInput | PayloadTooLarge) else OperatorError
+        raise kind(f"{exc.message}{where}") from exc
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,8 @@ def parse_duration(text: str) -> timedelta:
 
 def plain(value: Any) -> Any:
     """``value`` as JSON-ready data: models, dataclasses, times, decimals and ids included."""
+    from pydantic import BaseModel
+
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if is_dataclass(value) and not isinstance(value, type):

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from tidings.dal.operator import EndpointProgress
+if TYPE_CHECKING:
+    from tidings.dal.operator import EndpointProgress
 
 
 def progress_bar(done: int, total: int, width: int = 30) -> str:

@@ -7,17 +7,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tidings.deployment import DEFAULT_SCHEDULES, FUNCTIONS_BY_NAME, schedule_interval_s
+from tidings.deployment import FUNCTIONS_BY_NAME, SCHEDULED_INTERVALS_S
 from tidings.local.lambda_env import Handler, LambdaContext, scheduled_event
 from tidings.observability import logger
 
 # The deployed schedules of the functions EventBridge starts at intervals (the claimer, which
 # the runtime invokes back to back, aside).
-DEFAULT_INTERVALS_S = {
-    name: schedule_interval_s(expression)
-    for name, expression in DEFAULT_SCHEDULES.items()
-    if name != "claimer"
-}
+DEFAULT_INTERVALS_S = dict(SCHEDULED_INTERVALS_S)
 
 
 @dataclass(frozen=True, slots=True)
