@@ -229,3 +229,20 @@ def test_without_a_database_the_error_says_what_to_do(
     monkeypatch.chdir(tmp_path)
     assert main(["status"]) == 2
     assert "DATABASE_URL is not set" in capsys.readouterr().err
+
+
+def test_migrate_and_secrets_where_print_one_json_document(cli: Any) -> None:
+    code, out, err = cli("migrate", "--json")
+    assert code == 0, err
+    migrated = _json(out)
+    assert migrated["applied"] == []
+    assert migrated["secrets_key"].startswith(("local:", "kms:"))
+    code, out, err = cli("secrets", "where", "--json")
+    assert code == 0, err
+    assert _json(out) == {"key": migrated["secrets_key"], "where": migrated["secrets_key_where"]}
+
+
+def test_status_json_is_one_document_with_the_logs_on_stderr(cli: Any) -> None:
+    code, out, _ = cli("status", "--json")
+    assert code == 0
+    assert set(_json(out)) == {"application", "summary", "applications", "endpoints"}

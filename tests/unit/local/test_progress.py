@@ -83,3 +83,30 @@ def test_log_display_prints_every_few_seconds_and_always_the_final_block() -> No
     display.show("three", final=True)
     assert stream.getvalue() == "one\n\nthree\n\n"
     assert "\x1b" not in stream.getvalue()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_is_redrawn_in_place_unless_plain_output_is_asked() -> None:
+    stream = _Terminal()
+    display = LiveDisplay(stream, environ={"TERM": "xterm-256color"})
+    display.show("a")
+    display.show("b")
+    assert stream.getvalue() == "a\n\x1b[1F\x1b[Jb\n"
+    # NO_COLOR set to the empty string asks for nothing (https://no-color.org).
+    assert LiveDisplay(stream, environ={"NO_COLOR": ""}).tty
+
+
+@pytest.mark.parametrize("environ", [{"NO_COLOR": "1"}, {"TERM": "dumb"}])
+def test_no_color_and_a_dumb_terminal_make_the_display_plain(environ: dict[str, str]) -> None:
+    stream = _Terminal()
+    display = LiveDisplay(stream, every_s=3600, environ=environ)
+    assert not display.tty
+    display.show("one\nrow")
+    display.show("two\nrow")
+    display.show("three\nrow", final=True)
+    assert stream.getvalue() == "one\nrow\n\nthree\nrow\n\n"
+    assert "\x1b" not in stream.getvalue()

@@ -165,10 +165,24 @@ def add_credential_options(parser: argparse.ArgumentParser, *, update: bool) -> 
         help="OAuth2 client credentials: where tokens come from (with --oauth2-client-id and "
         "--oauth2-client-secret)",
     )
-    group.add_argument("--oauth2-client-id", default=None, metavar="ID")
-    group.add_argument("--oauth2-client-secret", default=None, metavar="SECRET")
-    group.add_argument("--oauth2-scope", default=None, metavar="SCOPE")
-    group.add_argument("--oauth2-audience", default=None, metavar="AUDIENCE")
+    group.add_argument(
+        "--oauth2-client-id", default=None, metavar="ID", help="OAuth2: the client id"
+    )
+    group.add_argument(
+        "--oauth2-client-secret",
+        default=None,
+        metavar="SECRET",
+        help="OAuth2: the client secret (stored sealed, never shown)",
+    )
+    group.add_argument(
+        "--oauth2-scope", default=None, metavar="SCOPE", help="OAuth2: the scope to ask for"
+    )
+    group.add_argument(
+        "--oauth2-audience",
+        default=None,
+        metavar="AUDIENCE",
+        help="OAuth2: the audience to ask for",
+    )
     group.add_argument(
         "--oauth2-client-auth",
         choices=("basic", "post"),
@@ -337,7 +351,13 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one statement per opti
     add.add_argument(
         "--max-attempts", type=int, default=None, help="deprecated: use --retry-schedule"
     )
-    add.add_argument("--timeout-ms", type=int, default=None)
+    add.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="how long a delivery waits for the receiver (default: the deployment's HTTP timeout)",
+    )
     add.add_argument(
         "--max-in-flight",
         type=max_in_flight_arg,
@@ -357,7 +377,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one statement per opti
     listing.set_defaults(handler=run_list)
 
     show = actions.add_parser("show", help="one endpoint, with the retry schedule it follows")
-    show.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
+    show.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
     show.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(show)
     show.set_defaults(handler=run_show)
@@ -366,7 +386,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one statement per opti
         "update",
         help="change an endpoint's retry schedule, payload format or cap on deliveries in flight",
     )
-    update.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
+    update.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
     update.add_argument(
         "--retry-schedule",
         type=retry_schedule_arg,
@@ -396,7 +416,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one statement per opti
         "recover",
         help="send again every message of an endpoint since a time that is not delivered",
     )
-    recover.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
+    recover.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
     recover.add_argument(
         "--since",
         type=time_arg,
@@ -419,7 +439,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one statement per opti
     recover.set_defaults(handler=run_recover)
 
     disable = actions.add_parser("disable", help="stop delivering to an endpoint")
-    disable.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
+    disable.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
     disable.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(disable)
     disable.set_defaults(handler=run_disable)
@@ -428,7 +448,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one statement per opti
         "rotate-secret",
         help="new signing secret; earlier ones keep signing for their overlap (5 at most)",
     )
-    rotate.add_argument("endpoint_id", type=endpoint_id, metavar="ID")
+    rotate.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
     rotate.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(rotate)
     rotate.set_defaults(handler=run_rotate)

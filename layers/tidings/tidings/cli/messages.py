@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("messages", help="look at messages")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     show = actions.add_parser("show", help="a message with its payload and attempts")
-    show.add_argument("message_id", type=message_id, metavar="ID")
+    show.add_argument("message_id", type=message_id, metavar="ID", help="the message's id")
     show.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(show)
     show.set_defaults(handler=run_show)
@@ -40,7 +40,7 @@ def register(subparsers: Any) -> None:
         "resend",
         help="deliver a delivered or dead-lettered message again (fresh attempts, same webhook-id)",
     )
-    resend.add_argument("message_id", type=message_id, metavar="ID")
+    resend.add_argument("message_id", type=message_id, metavar="ID", help="the message's id")
     resend.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(resend)
     resend.set_defaults(handler=run_resend)

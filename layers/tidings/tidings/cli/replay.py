@@ -34,7 +34,13 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "replay", help="send dead letters again: by endpoint, since a time, or by id"
     )
-    parser.add_argument("--endpoint", type=endpoint_id, default=None, metavar="ID")
+    parser.add_argument(
+        "--endpoint",
+        type=endpoint_id,
+        default=None,
+        metavar="ID",
+        help="the dead letters of this endpoint",
+    )
     parser.add_argument(
         "--since",
         type=since_time,
@@ -42,7 +48,14 @@ def register(subparsers: Any) -> None:
         metavar="TIME",
         help="dead-lettered at or after TIME: ISO 8601 (UTC unless zoned) or an age (30m, 2h, 7d)",
     )
-    parser.add_argument("--ids", type=message_id, nargs="+", default=None, metavar="ID")
+    parser.add_argument(
+        "--ids",
+        type=message_id,
+        nargs="+",
+        default=None,
+        metavar="ID",
+        help="these dead letters, by message id",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(parser)
     parser.set_defaults(handler=run)

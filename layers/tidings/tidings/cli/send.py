@@ -12,7 +12,9 @@ from tidings.cli.support import add_app_option, chosen_app, print_json, target, 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("send", help="send an event to its subscribed endpoints")
-    parser.add_argument("event_type", metavar="EVENT_TYPE")
+    parser.add_argument(
+        "event_type", metavar="EVENT_TYPE", help="the event's type, such as order.paid"
+    )
     parser.add_argument("payload", metavar="JSON", help="the event's payload, a JSON value")
     parser.add_argument(
         "--event-id", default=None, help="your idempotency key (default: a new UUID)"

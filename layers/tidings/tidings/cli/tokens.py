@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
     listing.set_defaults(handler=run_list)
 
     revoke = actions.add_parser("revoke", help="refuse a token from now on")
-    revoke.add_argument("token_id", type=token_id, metavar="ID")
+    revoke.add_argument("token_id", type=token_id, metavar="ID", help="the token's id")
     revoke.add_argument("--json", action="store_true", help="print JSON")
     revoke.set_defaults(handler=run_revoke)
 

@@ -1,13 +1,15 @@
 """Live delivery progress drawn as text: a progress bar and the per-endpoint table.
 
 Drawing is plain text: on a terminal the block is redrawn in place with ANSI cursor movement;
-elsewhere (CI logs, pipes) a full block is printed every few seconds instead.
+elsewhere (CI logs, pipes), and on a terminal when ``NO_COLOR`` is set (https://no-color.org) or
+``TERM`` is ``dumb``, a full block is printed every few seconds instead, with no escape sequence.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -105,12 +107,29 @@ def render(
     return header + "\n" + table(ENDPOINT_HEADERS, endpoint_rows(endpoints, names))
 
 
-class LiveDisplay:
-    """Redraws a block in place on a terminal; on anything else prints it every ``every_s``."""
+def plain_output_asked(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the environment asks for output without escape sequences: ``NO_COLOR`` set to
+    anything but the empty string, or ``TERM=dumb``."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("NO_COLOR")) or env.get("TERM") == "dumb"
 
-    def __init__(self, stream: TextIO, *, every_s: float = 5.0, tty: bool | None = None) -> None:
+
+class LiveDisplay:
+    """Redraws a block in place on a terminal; on anything else, or when the environment asks for
+    plain output (``NO_COLOR``, ``TERM=dumb``), prints it every ``every_s``."""
+
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        every_s: float = 5.0,
+        tty: bool | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self.stream = stream
-        self.tty = stream.isatty() if tty is None else tty
+        if tty is None:
+            tty = stream.isatty() and not plain_output_asked(environ)
+        self.tty = tty
         self.every_s = every_s
         self._lines = 0
         self._printed_at: float | None = None
