@@ -40,8 +40,10 @@ def __getattr__(name: str) -> Tracer:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def send_logs_to(stream: TextIO) -> None:
-    """Write the structured logs to ``stream`` (on Lambda they go to standard output)."""
+def send_logs_to(stream: TextIO) -> TextIO | None:
+    """Write the structured logs to ``stream`` (on Lambda they go to standard output); returns
+    the stream they went to before."""
     handler = logger.registered_handler
     if isinstance(handler, logging.StreamHandler):
-        handler.setStream(stream)
+        return handler.setStream(stream)
+    return None

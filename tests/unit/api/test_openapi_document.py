@@ -103,7 +103,8 @@ def test_cli_writes_the_document(tmp_path: Path) -> None:
     target = tmp_path / "api.json"
     assert main(["openapi", "-o", str(target)]) == 0
     assert target.read_text(encoding="utf-8") == document()
-    assert main(["openapi", "-o", str(tmp_path / "missing" / "x.json")]) == 2
+    # A file that cannot be written is a failure at run time: exit 1.
+    assert main(["openapi", "-o", str(tmp_path / "missing" / "x.json")]) == 1
 
 
 def test_a_content_type_is_required_exactly_where_the_document_takes_a_body() -> None:

@@ -379,7 +379,7 @@ class CreatePortalLink(_Strict):
         default=DEFAULT_LINK_S,
         ge=1,
         description="Seconds until the link expires unused (at most the deployment's "
-        "portalLinkMaxSeconds, 7 days by default)",
+        "TIDINGS_PORTAL_LINK_MAX_S, 7 days by default)",
     )
 
 

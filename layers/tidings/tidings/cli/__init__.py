@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tidings: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    send_logs_to(_CurrentStderr())  # type: ignore[arg-type]
+    before = send_logs_to(_CurrentStderr())  # type: ignore[arg-type]
     try:
         return int(args.handler(args))
     except CommandError as exc:
@@ -106,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    finally:
+        if before is not None:
+            send_logs_to(before)
 
 
 if __name__ == "__main__":
