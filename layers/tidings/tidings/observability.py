@@ -10,6 +10,7 @@ the X-Ray SDK, which the Lambda handlers need and the ``tidings`` command line d
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -44,6 +45,13 @@ def send_logs_to(stream: TextIO) -> TextIO | None:
     """Write the structured logs to ``stream`` (on Lambda they go to standard output); returns
     the stream they went to before."""
     handler = logger.registered_handler
-    if isinstance(handler, logging.StreamHandler):
-        return handler.setStream(stream)
-    return None
+    if not isinstance(handler, logging.StreamHandler):
+        return None
+    previous: TextIO = handler.stream
+    if getattr(previous, "closed", False):
+        # setStream flushes the stream it replaces, which fails on a closed one (a command that
+        # sent the logs to a file of its own and closed it).
+        with handler.lock or contextlib.nullcontext():
+            handler.stream = stream
+        return previous
+    return handler.setStream(stream)

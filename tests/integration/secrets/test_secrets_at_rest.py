@@ -171,7 +171,7 @@ def test_the_cli_says_where_the_key_is_and_reencrypts(cli: Any, db: Database) ->
     with db.cursor() as cur:
         assert stored_secrets(cur, created.id, keyring_of(KEY_B)) == [created.secret]
 
-    # Without the previous key, the rows cannot be opened: said, exit 2, nothing changed.
+    # Without the previous key, the rows cannot be opened: said, exit 1, nothing changed.
     code, _, err = cli(
         "secrets",
         "reencrypt",
@@ -179,7 +179,7 @@ def test_the_cli_says_where_the_key_is_and_reencrypts(cli: Any, db: Database) ->
         TIDINGS_SECRETS_KEY=b64(KEY_A).decode(),
         TIDINGS_SECRETS_PREVIOUS_KEYS="",
     )
-    assert code == 2 and "TIDINGS_SECRETS_PREVIOUS_KEYS" in err
+    assert code == 1 and "TIDINGS_SECRETS_PREVIOUS_KEYS" in err
     code, _, err = cli("secrets", "where", TIDINGS_SECRETS_KEY="not a key")
     assert code == 2 and "TIDINGS_SECRETS_KEY is not base64" in err
     assert created.secret not in err

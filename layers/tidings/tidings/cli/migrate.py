@@ -23,14 +23,16 @@ def run(args: argparse.Namespace) -> int:
     import psycopg2
 
     from tidings import migrations
-    from tidings.config import ConfigError, get_settings
+    from tidings.config import ConfigError, Settings
     from tidings.dal.connection import connect
     from tidings.logic.schema import prepare_database
     from tidings.secrets.keyring import Keyring
     from tidings.secrets.master_keys import KeyUnavailable, configured_master_key
 
     try:
-        settings = get_settings()
+        # Read now, not from the process's cached settings: a command runs once, with the
+        # environment it is given.
+        settings = Settings.from_env()
         master = configured_master_key(settings, data_dir=DEV_DATA_DIR)
     except ConfigError as exc:
         raise UsageError(str(exc)) from exc

@@ -99,13 +99,17 @@ def keyring_for(target: Target, data_dir: Path = DEV_DATA_DIR, *, create: bool =
     """The keyring of signing secrets for a command: the KMS key when configured, else the local
     key (``TIDINGS_SECRETS_KEY``, else the key file in ``data_dir``, made on first use when
     ``create``)."""
+    from tidings.cli import UsageError
     from tidings.secrets.keyring import Keyring
     from tidings.secrets.master_keys import KeyUnavailable, configured_master_key
 
     try:
         master = configured_master_key(target.settings, data_dir=data_dir, create=create)
-    except (ValueError, KeyUnavailable) as exc:
+    except KeyUnavailable as exc:
         raise OperatorError(str(exc)) from exc
+    except ValueError as exc:
+        # A key that is not a key (not base64, the wrong length) is a setting to correct.
+        raise UsageError(str(exc)) from exc
     return Keyring(master, data_key_max_age_s=target.settings.secrets_data_key_max_age_s)
 
 
