@@ -1245,6 +1245,7 @@ DECLARE
     v_created   bigint[];
     v_where     text;
     v_limit     bigint;
+    v_live      boolean;
 BEGIN
     IF application IS NULL THEN
         -- 'default' can never be deleted (default_application_stays): no lock needed.
@@ -1373,11 +1374,16 @@ BEGIN
             USING ERRCODE = '23503', DETAIL = v_where || 'endpoint_ids';
     END IF;
 
-    -- New events in key order, then their fan-out in one statement.
-    WITH firsts AS (
+    -- New events in key order, then their fan-out in one statement, which writes nothing if the
+    -- application is deleted in its snapshot (the one its endpoints are read in).
+    WITH live AS (
+        SELECT 1 FROM tidings.applications a WHERE a.id = v_app_id AND a.deleted_at IS NULL
+    ),
+    firsts AS (
         SELECT DISTINCT ON (u.event_type, u.event_id) u.event_type, u.event_id, u.payload, u.targets
         FROM unnest(v_types, v_ids, v_payloads, v_targets) WITH ORDINALITY
              AS u (event_type, event_id, payload, targets, ord)
+        WHERE EXISTS (SELECT 1 FROM live)
         ORDER BY u.event_type, u.event_id, u.ord
     ),
     inserted AS (
@@ -1416,7 +1422,11 @@ BEGIN
         RETURNING 1
     )
     -- (fanned runs to completion although nothing reads it: PostgreSQL always does that.)
-    SELECT array_agg(i.id) INTO v_created FROM inserted i;
+    SELECT array_agg(i.id), EXISTS (SELECT 1 FROM live) INTO v_created, v_live FROM inserted i;
+    IF NOT v_live THEN
+        RAISE EXCEPTION 'tidings.enqueue: unknown application: %', application
+            USING ERRCODE = '23503', DETAIL = 'application';
+    END IF;
 
     -- Each key is looked up through the unique index (a correlated subquery is never turned
     -- into a scan of the whole events table, whatever the planner's row estimates).

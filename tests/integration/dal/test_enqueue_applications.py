@@ -212,3 +212,71 @@ def test_deleting_an_application_while_events_are_sent_to_it(
     assert by_status == {"dead_letter": sent}
     assert deleted.messages_dead_lettered == sent
     assert deleted.endpoints_disabled == len(endpoints)
+
+
+def test_a_deletion_committed_in_the_middle_of_a_call_refuses_the_call(
+    db: Database, database_url: str
+) -> None:
+    """The call reads the application, then (a statement later) writes the event and fans it
+    out. A deletion whose first step commits in between is seen by the writing statement: the
+    call is refused, not accepted with no messages. The call is held in between by a lock on the
+    settings table, which it reads between the two."""
+    with db.cursor() as cur:
+        make_endpoint(cur, app_id=make_application(cur, "acme"))
+    holder = psycopg2.connect(database_url)
+    producer = psycopg2.connect(database_url)
+    deleter = Database(database_url)
+    outcome: list[object] = []
+
+    def send() -> None:
+        try:
+            with producer, producer.cursor() as cur:
+                cur.execute("SELECT * FROM tidings.enqueue('t', '{}', 'e1', application => 'acme')")
+                outcome.append(cur.fetchall())
+        except psycopg2.errors.ForeignKeyViolation as exc:
+            outcome.append(exc.diag.message_detail)
+
+    try:
+        with holder.cursor() as cur:
+            cur.execute("LOCK TABLE tidings.settings IN ACCESS EXCLUSIVE MODE")
+        call = threading.Thread(target=send)
+        call.start()
+        wait_until_blocked(db, producer)
+        deletion = threading.Thread(
+            target=applications.delete_application,
+            args=(deleter, applications.find(db, "acme")),
+        )
+        deletion.start()
+        # The deletion's first step commits; its second waits for the call's row lock.
+        with db.cursor() as cur:
+            for _ in range(500):
+                cur.execute("SELECT deleted_at IS NOT NULL FROM tidings.applications WHERE uid = 'acme'")
+                if cur.fetchone() == (True,):
+                    break
+                time.sleep(0.01)
+            else:
+                raise AssertionError("the deletion's first step never committed")
+        holder.rollback()
+        call.join(timeout=10)
+        deletion.join(timeout=10)
+        assert not call.is_alive() and not deletion.is_alive()
+    finally:
+        holder.close()
+        producer.close()
+        deleter.close()
+    assert outcome == ["application"]
+    with db.cursor() as cur:
+        assert count(cur, "events") == 0
+        assert count(cur, "messages") == 0
+
+
+def wait_until_blocked(db: Database, conn: psycopg2.extensions.connection) -> None:
+    """Until ``conn``'s backend waits for a lock."""
+    pid = conn.get_backend_pid()
+    with db.cursor() as cur:
+        for _ in range(500):
+            cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
+            if cur.fetchone() == ("Lock",):
+                return
+            time.sleep(0.01)
+    raise AssertionError("the call never waited for the lock")
