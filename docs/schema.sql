@@ -341,7 +341,7 @@ CREATE INDEX messages_claimable ON tidings.messages USING btree (endpoint_id, ne
 CREATE INDEX messages_dead_letters ON tidings.messages USING btree (endpoint_id, dead_lettered_at) WHERE (status = 'dead_letter'::tidings.message_status);
 CREATE INDEX messages_delivered ON tidings.messages USING btree (delivered_at) WHERE (status = 'delivered'::tidings.message_status);
 CREATE INDEX messages_in_flight ON tidings.messages USING btree (next_attempt_at) WHERE (status = 'in_flight'::tidings.message_status);
-CREATE INDEX messages_leased_by_endpoint ON tidings.messages USING btree (endpoint_id, next_attempt_at) WHERE (lease_token IS NOT NULL);
+CREATE INDEX messages_in_flight_by_endpoint ON tidings.messages USING btree (endpoint_id, next_attempt_at) WHERE (status = 'in_flight'::tidings.message_status);
 CREATE INDEX messages_unreported_dead_letters ON tidings.messages USING btree (dead_lettered_at, id) WHERE ((status = 'dead_letter'::tidings.message_status) AND (dead_letter_reported_at IS NULL));
 CREATE INDEX subscriptions_by_app_and_type ON tidings.subscriptions USING btree (app_id, event_type);
 CREATE INDEX tokens_by_prefix ON tidings.tokens USING btree (prefix);
@@ -552,7 +552,7 @@ BEGIN
 END $function$;
 
 CREATE OR REPLACE FUNCTION tidings.begin_attempts_v3(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision)
- RETURNS TABLE(message_id bigint, endpoint_id bigint, permitted boolean, lease_token uuid, event_type text, event_id text, attempts integer, max_attempts integer, url text, timeout_ms integer, rate_limit_per_s double precision, retry_schedule integer[], secret_data_keys bigint[], secrets bytea[], payload text, payload_format text, event_created_at timestamp with time zone, credential_ids bigint[], credential_kinds text[], credential_data_keys bigint[], credentials bytea[])
+ RETURNS TABLE(message_id bigint, endpoint_id bigint, permitted boolean, lease_token uuid, event_type text, event_id text, attempts integer, max_attempts integer, url text, timeout_ms integer, rate_limit_per_s double precision, max_in_flight integer, retry_schedule integer[], secret_data_keys bigint[], secrets bytea[], payload text, payload_format text, event_created_at timestamp with time zone, credential_ids bigint[], credential_kinds text[], credential_data_keys bigint[], credentials bytea[])
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -626,7 +626,8 @@ BEGIN
     SELECT v.id, v.endpoint_id, s.id IS NOT NULL, s.lease_token,
            m.event_type, ev.event_id, m.attempts,
            coalesce(m.max_attempts, e.max_attempts),
-           e.url, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule, sk.data_keys,
+           e.url, e.timeout_ms, e.rate_limit_per_s, e.max_in_flight, e.retry_schedule,
+           sk.data_keys,
            sk.ciphertexts,
            CASE WHEN v.want_payload THEN ev.payload::text END,
            e.payload_format, ev.created_at,
@@ -1819,7 +1820,7 @@ AS $function$
     SELECT count(*)::integer
     FROM (SELECT 1 FROM tidings.messages m
           WHERE m.endpoint_id = p_endpoint_id
-            AND m.lease_token IS NOT NULL
+            AND m.status = 'in_flight'
             AND m.next_attempt_at > now()
           LIMIT p_limit) f
 $function$;

@@ -234,9 +234,8 @@ class Functions(Construct):
             self._database.proxy.grant_connect(role, spec.database_user)
         self._signing_key.grant(role, spec)
         if spec.sends_to_queue:
-            # Both lanes: the claimer sends each row to its lane's queue, and the sender's
-            # retries through SQS go back to the lane they came from.
             self._queue.grant_send_messages(role)
+        if spec.fills_slow_lane:
             self._slow_queue.grant_send_messages(role)
         if spec.publishes_alerts:
             self._topic.grant_publish(role)
@@ -301,6 +300,7 @@ class Functions(Construct):
             environment["TIDINGS_SECRETS_KMS_KEY_ID"] = self._signing_key.key.key_arn
         if spec.sends_to_queue:
             environment["TIDINGS_DELIVERY_QUEUE_URL"] = self._queue.queue_url
+        if spec.fills_slow_lane:
             environment["TIDINGS_SLOW_DELIVERY_QUEUE_URL"] = self._slow_queue.queue_url
         if spec.publishes_alerts:
             environment["TIDINGS_ALERTS_TOPIC_ARN"] = self._topic.topic_arn

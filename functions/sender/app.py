@@ -50,7 +50,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         settings,
         shared_transport(settings),
         keyring=wiring.keyring(),
-        slow_queue=wiring.slow_delivery_queue(),
     )
     report = sender.process(
         [QueueRecord(record["messageId"], record["body"]) for record in raw_records],

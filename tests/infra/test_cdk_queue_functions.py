@@ -11,6 +11,7 @@ import pytest
 from tests.infra.conftest import Synthesized
 from tidings.config import Settings, known_variables
 from tidings.deployment import (
+    CLAIMER,
     FAST_LANE,
     FUNCTION_SPECS,
     QUEUE_VISIBILITY_TIMEOUT_S,
@@ -27,7 +28,8 @@ REQUIRED_ENVIRONMENT = {
     "TIDINGS_DATABASE_NAME",
     "TIDINGS_DATABASE_ROOT_CERT",
 }
-# What a function that sends to the queues (spec.sends_to_queue) is given: both lanes' queues.
+# The queues' addresses a function may be given: the fast lane's (spec.sends_to_queue) and the
+# slow lane's (spec.fills_slow_lane: the claimer's only).
 QUEUE_ENVIRONMENT = {"TIDINGS_DELIVERY_QUEUE_URL", "TIDINGS_SLOW_DELIVERY_QUEUE_URL"}
 
 
@@ -223,11 +225,12 @@ def test_environment_follows_the_contract(dev: Synthesized) -> None:
             else {"Fn::GetAtt": [proxy_id, "Endpoint"]}
         )
         assert environment["TIDINGS_DATABASE_HOST"] == expected_host, spec.name
-        for variable in QUEUE_ENVIRONMENT:
-            assert (variable in environment) is spec.sends_to_queue, (spec.name, variable)
-        if spec.sends_to_queue:
-            assert environment["TIDINGS_DELIVERY_QUEUE_URL"] == {"Ref": queue_id}
-            assert environment["TIDINGS_SLOW_DELIVERY_QUEUE_URL"] == {"Ref": slow_queue_id}
+        assert environment.get("TIDINGS_DELIVERY_QUEUE_URL") == (
+            {"Ref": queue_id} if spec.sends_to_queue else None
+        ), spec.name
+        assert environment.get("TIDINGS_SLOW_DELIVERY_QUEUE_URL") == (
+            {"Ref": slow_queue_id} if spec is CLAIMER else None
+        ), spec.name
         assert ("TIDINGS_ALERTS_TOPIC_ARN" in environment) is spec.publishes_alerts
         if spec.publishes_alerts:
             assert environment["TIDINGS_ALERTS_TOPIC_ARN"] == {"Ref": topic_id}
@@ -340,11 +343,12 @@ def test_each_function_has_its_own_role_granting_what_its_spec_needs(dev: Synthe
             assert statement["Condition"] == {
                 "StringEquals": {"kms:EncryptionContext:tidings": "signing-secrets"}
             }
-        # Both lanes: the claimer sends each row to its lane, the sender's retries go back to
-        # theirs; only the sender receives, from both.
-        for queue_arn in queue_arns:
+        # The claimer sends each row to its lane's queue; the sender's retries go to the fast
+        # lane's only (a slow endpoint's pass the claim); only the sender receives, from both.
+        fast_arn, slow_arn = queue_arns
+        for queue_arn, senders in ((fast_arn, {CLAIMER, SENDER}), (slow_arn, {CLAIMER})):
             queue_actions = _actions_on(statements, queue_arn)
-            assert ("sqs:SendMessage" in queue_actions) is spec.sends_to_queue, spec.name
+            assert ("sqs:SendMessage" in queue_actions) is (spec in senders), spec.name
             assert ("sqs:ReceiveMessage" in queue_actions) is (spec is SENDER), spec.name
         # Nothing reads or writes the dead-letter queue but SQS's redrive.
         assert _actions_on(statements, {"Fn::GetAtt": [dlq_id, "Arn"]}) == set(), spec.name

@@ -38,6 +38,15 @@ def make_endpoint(
     return endpoint_id
 
 
+def mark_answered(cur: Cursor, endpoint_id: int) -> None:
+    """The endpoint has answered once: no longer untried, so the claim puts no cap on it (and its
+    retries may travel through the queue)."""
+    cur.execute(
+        "UPDATE tidings.endpoint_health SET last_success_at = now() WHERE endpoint_id = %s",
+        (endpoint_id,),
+    )
+
+
 def make_application(cur: Cursor, uid: str, name: str = "") -> int:
     cur.execute(
         "INSERT INTO tidings.applications (uid, name) VALUES (%s, %s) RETURNING id", (uid, name)

@@ -27,7 +27,11 @@ class FunctionSpec:
     # Started by EventBridge on this schedule (a stage may override it in cdk.json); None when
     # something else starts the function.
     schedule: str | None = None
+    # Sends rows to the fast lane's queue (the claimer; the sender, its retries).
     sends_to_queue: bool = False
+    # Sends rows to the slow lane's queue too: only the claimer, for the sender sends a slow
+    # endpoint's retries through the database, so that they pass the claim's cap.
+    fills_slow_lane: bool = False
     publishes_alerts: bool = False
     # Makes HTTP requests to customer endpoints on any public address (ports 80 and 443).
     reaches_endpoints: bool = False
@@ -71,6 +75,7 @@ CLAIMER = FunctionSpec(
     memory_mb=512,
     schedule="rate(1 minute)",
     sends_to_queue=True,
+    fills_slow_lane=True,
     database_role="tidings_claimer",
 )
 SENDER = FunctionSpec(

@@ -250,7 +250,9 @@ def test_a_deletion_committed_in_the_middle_of_a_call_refuses_the_call(
         # The deletion's first step commits; its second waits for the call's row lock.
         with db.cursor() as cur:
             for _ in range(500):
-                cur.execute("SELECT deleted_at IS NOT NULL FROM tidings.applications WHERE uid = 'acme'")
+                cur.execute(
+                    "SELECT deleted_at IS NOT NULL FROM tidings.applications WHERE uid = 'acme'"
+                )
                 if cur.fetchone() == (True,):
                     break
                 time.sleep(0.01)

@@ -20,7 +20,7 @@ from tests.integration.delivery.delivery_harness import (
 )
 from tests.support.receivers import Receiver, running_receiver
 from tests.support.secrets import secrets_keyring
-from tests.support.seed import make_endpoint, seed_messages
+from tests.support.seed import make_endpoint, mark_answered, seed_messages
 from tidings.dal import delivery
 from tidings.dal.connection import Database
 from tidings.delivery.claimer import Claimer
@@ -37,18 +37,10 @@ def claim(cur: Any, batch_size: int = 100, **kw: Any) -> list[delivery.ClaimedMe
     return delivery.claim_due(cur, batch_size=batch_size, lease_s=60, **kw)
 
 
-def answered(cur: Any, endpoint_id: int) -> None:
-    """The endpoint has answered once: it is no longer untried."""
-    cur.execute(
-        "UPDATE tidings.endpoint_health SET last_success_at = now() WHERE endpoint_id = %s",
-        (endpoint_id,),
-    )
-
-
 def slow_endpoint(cur: Any, url: str = "https://receiver.example/hook") -> int:
     """An endpoint that answered, slowly: in the slow lane."""
     endpoint = make_endpoint(cur, url)
-    answered(cur, endpoint)
+    mark_answered(cur, endpoint)
     delivery.mark_slow(cur, [endpoint], hold_s=600)
     return endpoint
 
@@ -72,7 +64,7 @@ def test_an_endpoint_that_never_answered_is_untried_one_row_at_a_time_until_it_a
         [first] = claim(cur, 10, untried_max_in_flight=1)
         assert first.untried and not first.slow
         assert claim(cur, 10, untried_max_in_flight=1) == []
-        answered(cur, endpoint)
+        mark_answered(cur, endpoint)
         rows = claim(cur, 10, untried_max_in_flight=1)
         assert len(rows) == 3 and not any(r.untried or r.slow for r in rows)
 
@@ -80,7 +72,7 @@ def test_an_endpoint_that_never_answered_is_untried_one_row_at_a_time_until_it_a
 def test_a_slow_mark_lasts_its_hold_and_a_fresh_one_is_not_rewritten(db: Database) -> None:
     with db.cursor() as cur:
         endpoint = make_endpoint(cur)
-        answered(cur, endpoint)
+        mark_answered(cur, endpoint)
         seed_messages(cur, endpoint, 3)
         assert delivery.mark_slow(cur, [endpoint, endpoint], hold_s=600) == 1
         # Marked for more than half the hold: the next slow attempt writes nothing.
@@ -101,7 +93,7 @@ def test_a_slow_endpoint_gets_no_more_rows_than_its_cap_and_a_fast_one_has_none(
     with db.cursor() as cur:
         slow = slow_endpoint(cur)
         fast = make_endpoint(cur)
-        answered(cur, fast)
+        mark_answered(cur, fast)
         seed_messages(cur, slow, 50)
         seed_messages(cur, fast, 50)
         rows = claim(cur, 100, slow_max_in_flight=3)
@@ -121,7 +113,7 @@ def test_a_slow_endpoint_gets_no_more_rows_than_its_cap_and_a_fast_one_has_none(
 def test_an_endpoints_own_cap_holds_in_either_lane(db: Database) -> None:
     with db.cursor() as cur:
         fast = make_endpoint(cur)
-        answered(cur, fast)
+        mark_answered(cur, fast)
         cur.execute("UPDATE tidings.endpoints SET max_in_flight = 7 WHERE id = %s", (fast,))
         seed_messages(cur, fast, 30)
         rows = claim(cur, 100)
@@ -152,7 +144,7 @@ def test_the_cap_holds_under_eight_concurrent_claimers(
     with db.cursor() as cur:
         endpoint = slow_endpoint(cur) if cap_source == "slow lane" else make_endpoint(cur)
         if cap_source == "endpoint":
-            answered(cur, endpoint)
+            mark_answered(cur, endpoint)
             cur.execute(
                 "UPDATE tidings.endpoints SET max_in_flight = %s WHERE id = %s", (cap, endpoint)
             )
@@ -231,7 +223,7 @@ def test_the_claimer_sends_each_lane_to_its_own_queue(db: Database) -> None:
         slow = slow_endpoint(cur)
         fast = make_endpoint(cur)
         untried = make_endpoint(cur)
-        answered(cur, fast)
+        mark_answered(cur, fast)
         seed_messages(cur, slow, 3)
         seed_messages(cur, fast, 4)
         seed_messages(cur, untried, 5)
@@ -259,7 +251,7 @@ def test_a_slow_attempt_moves_its_endpoint_to_the_slow_lane_and_a_quick_one_does
         slow = make_endpoint(cur, receiver.url("slow/300"))
         quick = make_endpoint(cur, receiver.url("ok"))
         for endpoint in (slow, quick):
-            answered(cur, endpoint)
+            mark_answered(cur, endpoint)
             seed_messages(cur, endpoint, 1)
     pipeline = make_pipeline(db, slow_lane_threshold_ms=200)
     assert pipeline.claim_and_deliver().delivered == 2
@@ -279,7 +271,7 @@ def test_a_slow_attempt_moves_its_endpoint_to_the_slow_lane_and_a_quick_one_does
 def test_a_timed_out_attempt_marks_its_endpoint_slow(db: Database, receiver: Receiver) -> None:
     with db.cursor() as cur:
         hanging = make_endpoint(cur, receiver.url("hang"))
-        answered(cur, hanging)
+        mark_answered(cur, hanging)
         seed_messages(cur, hanging, 1)
     pipeline = make_pipeline(db, http_timeout_s=0.3, slow_lane_threshold_ms=10_000)
     assert pipeline.claim_and_deliver().retried == 1
@@ -291,28 +283,60 @@ def test_a_timed_out_attempt_marks_its_endpoint_slow(db: Database, receiver: Rec
         assert cur.fetchone() == (True,)
 
 
-def test_a_retry_through_the_queue_goes_back_to_its_lane(db: Database, receiver: Receiver) -> None:
+def retry_waiting_in_the_database(cur: Any, endpoint_id: int) -> bool:
+    """Whether the endpoint's one row is waiting for a retry without a lease (for the claim)."""
+    cur.execute(
+        "SELECT status::text, lease_token IS NULL, next_attempt_at > now()"
+        " FROM tidings.messages WHERE endpoint_id = %s",
+        (endpoint_id,),
+    )
+    return cur.fetchall() == [("failed", True, True)]
+
+
+@pytest.mark.parametrize("cap_source", ["slow lane", "endpoint"])
+def test_a_capped_endpoints_retry_passes_the_claim_rather_than_the_queue(
+    db: Database, receiver: Receiver, cap_source: str
+) -> None:
+    """The claim counts a capped endpoint's rows in flight; a row waiting for its retry's queue
+    message is not in flight, so the retry waits in the database, without a lease, and its next
+    attempt passes the claim (and its cap) like any other."""
     with db.cursor() as cur:
-        failing = slow_endpoint(cur, receiver.url("status/500"))
+        if cap_source == "slow lane":
+            failing = slow_endpoint(cur, receiver.url("status/500"))
+        else:
+            failing = make_endpoint(cur, receiver.url("status/500"))
+            mark_answered(cur, failing)
+            cur.execute("UPDATE tidings.endpoints SET max_in_flight = 2 WHERE id = %s", (failing,))
         seed_messages(cur, failing, 1)
     pipeline = make_pipeline(db)
     slow_queue = RecordingQueue()
     claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
     assert claimer.claim_once().sent == 1
-    [record] = slow_queue.receive()
+    lane_queue = slow_queue if cap_source == "slow lane" else pipeline.queue
+    [record] = lane_queue.receive()
     sender = Sender(
-        db,
-        pipeline.queue,
-        pipeline.settings,
-        pipeline.transport,
-        keyring=secrets_keyring(),
-        slow_queue=slow_queue,
+        db, pipeline.queue, pipeline.settings, pipeline.transport, keyring=secrets_keyring()
     )
     report = sender.process([QueueRecord(record.message_id, record.body)])
     assert report.retried == 1
-    retries = [m for m in slow_queue.sent if m.delay_s]
-    assert len(retries) == 1 and envelopes(retries)[0].slow
-    assert not any(m.delay_s for m in pipeline.queue.sent)
+    assert not any(m.delay_s for m in [*slow_queue.sent, *pipeline.queue.sent])
+    with db.cursor() as cur:
+        assert retry_waiting_in_the_database(cur, failing)
+
+
+def test_a_fast_endpoints_retry_still_travels_through_the_queue(
+    db: Database, receiver: Receiver
+) -> None:
+    with db.cursor() as cur:
+        failing = make_endpoint(cur, receiver.url("status/500"))
+        mark_answered(cur, failing)
+        seed_messages(cur, failing, 1)
+    pipeline = make_pipeline(db)
+    assert pipeline.claim_and_deliver().retried == 1
+    [retry] = envelopes([m for m in pipeline.queue.sent if m.delay_s])
+    assert not retry.slow and not retry.untried
+    with db.cursor() as cur:
+        assert not retry_waiting_in_the_database(cur, failing)
 
 
 def test_an_untried_endpoint_is_cut_at_the_threshold_and_retried_in_the_slow_lane(
@@ -328,23 +352,24 @@ def test_an_untried_endpoint_is_cut_at_the_threshold_and_retried_in_the_slow_lan
     claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
     assert claimer.claim_once().sent == 1
     sender = Sender(
-        db,
-        pipeline.queue,
-        pipeline.settings,
-        pipeline.transport,
-        keyring=secrets_keyring(),
-        slow_queue=slow_queue,
+        db, pipeline.queue, pipeline.settings, pipeline.transport, keyring=secrets_keyring()
     )
     [record] = pipeline.queue.receive()
     started = time.monotonic()
     report = sender.process([QueueRecord(record.message_id, record.body)])
     assert time.monotonic() - started < 2.0
     assert report.retried == 1
-    [retry] = envelopes([m for m in slow_queue.sent if m.delay_s])
-    assert retry.slow and not retry.untried
+    # The retry passes the claim, which now puts the endpoint in the slow lane.
+    assert not any(m.delay_s for m in [*slow_queue.sent, *pipeline.queue.sent])
     with db.cursor() as cur:
         cur.execute("SELECT error_class FROM tidings.attempts WHERE endpoint_id = %s", (untried,))
         assert cur.fetchall() == [("timeout",)]
+        cur.execute(
+            "SELECT count(*) FROM tidings.messages"
+            " WHERE endpoint_id = %s AND status = 'failed' AND lease_token IS NULL",
+            (untried,),
+        )
+        assert cur.fetchone() == (1,)
         # No longer untried, and slow: its next row goes to the slow lane.
         [row] = claim(cur, 10, untried_max_in_flight=1, slow_max_in_flight=10)
         assert row.slow and not row.untried
@@ -357,7 +382,7 @@ def test_an_untried_endpoints_quick_answer_is_recorded_before_its_batch_ends(
         quick = make_endpoint(cur, receiver.url("ok"))
         # A known endpoint of the fast lane that has just turned slow holds the batch.
         known = make_endpoint(cur, receiver.url("slow/1500"))
-        answered(cur, known)
+        mark_answered(cur, known)
         seed_messages(cur, quick, 1)
         seed_messages(cur, known, 1)
     pipeline = make_pipeline(db)

@@ -20,7 +20,7 @@ from tests.integration.delivery.delivery_harness import (
 )
 from tests.integration.maintenance.scheduled_support import make_messages
 from tests.support.receivers import Receiver, running_receiver
-from tests.support.seed import make_endpoint, seed_messages
+from tests.support.seed import make_endpoint, mark_answered, seed_messages
 from tidings.dal import delivery
 from tidings.dal.connection import Database, fetch_dicts
 from tidings.dal.delivery import AttemptOutcome, Lease, MessageStatus
@@ -73,6 +73,7 @@ def test_a_recovered_message_is_never_written_by_its_old_delivery(
     pipeline.queue.inner = LocalQueue(visibility_timeout_s=30, clock=lambda: clock[0])
     with db.cursor() as cur:
         endpoint = make_endpoint(cur, receiver.url("status/500"))
+        mark_answered(cur, endpoint)
         seed_messages(cur, endpoint, 1)
         cur.execute("UPDATE tidings.messages SET created_at = now() - interval '1 minute'")
     pipeline.claim_and_deliver()

@@ -22,7 +22,7 @@ from tests.integration.delivery.delivery_harness import (
     seconds_until,
 )
 from tests.support.receivers import Receiver, running_receiver
-from tests.support.seed import make_endpoint, seed_messages
+from tests.support.seed import make_endpoint, mark_answered, seed_messages
 from tidings.dal.connection import Database
 from tidings.delivery import attempt as attempt_module
 from tidings.delivery import retry_policy
@@ -46,8 +46,11 @@ def pipeline(db: Database) -> Pipeline:
 
 
 def _endpoint(db: Database, url: str, messages: int) -> tuple[int, list[int]]:
+    """An endpoint that has answered before (no cap: a batch may carry several of its rows) with
+    ``messages`` due rows."""
     with db.cursor() as cur:
         endpoint_id = make_endpoint(cur, url)
+        mark_answered(cur, endpoint_id)
         seed_messages(cur, endpoint_id, messages)
         cur.execute(
             "SELECT id FROM tidings.messages WHERE endpoint_id = %s ORDER BY id", (endpoint_id,)
@@ -210,10 +213,10 @@ def test_a_retry_message_that_cannot_be_built_leaves_its_row_to_the_database(
     _, retried = _endpoint(db, receiver.url("status/503"), 2)
     real_build = sender_module._retry_message
 
-    def build(key: str, decision: Any, **lane: Any) -> Any:
+    def build(key: str, decision: Any) -> Any:
         if key == str(retried[0]):
             raise ValueError("cannot build")
-        return real_build(key, decision, **lane)
+        return real_build(key, decision)
 
     monkeypatch.setattr(sender_module, "_retry_message", build)
 

@@ -34,6 +34,9 @@ def _attempt(
     attempts: int = 0,
     max_attempts: int | None = None,
     rate_limit_per_s: float | None = None,
+    max_in_flight: int | None = None,
+    slow: bool = False,
+    untried: bool = False,
     at: datetime = NOW,
 ) -> Attempt:
     token = uuid.UUID(int=message_id)
@@ -49,13 +52,14 @@ def _attempt(
         url="https://example.com/hook",
         timeout_ms=None,
         rate_limit_per_s=rate_limit_per_s,
+        max_in_flight=max_in_flight,
         retry_schedule=None,
         secrets=("whsec_x",),
         payload="{}",
         payload_format=PayloadFormat.RAW,
         event_created_at=NOW,
     )
-    envelope = DeliveryEnvelope(message_id, token, attempts + 1)
+    envelope = DeliveryEnvelope(message_id, token, attempts + 1, slow=slow, untried=untried)
     return Attempt(Job(f"r{message_id}", envelope, row, "{}"), at, result)
 
 
@@ -103,6 +107,35 @@ def test_a_rate_limited_endpoints_retry_waits_for_the_claimer_and_its_token_buck
     assert decision.step.action is NextAction.RETRY_VIA_DATABASE
     assert not decision.outcome.keep_lease
     assert decision.outcome.retry_at == NOW + timedelta(seconds=decision.step.delay_s)
+
+
+@pytest.mark.parametrize(
+    ("limit", "attempt"),
+    [
+        ("its own max_in_flight", _attempt(_answer(503), max_in_flight=4)),
+        ("the slow lane's cap", _attempt(_answer(503), slow=True)),
+        ("the untried endpoint's cap", _attempt(_answer(503), untried=True)),
+    ],
+)
+def test_a_capped_endpoints_retry_passes_the_claim_which_counts_its_rows_in_flight(
+    limit: str, attempt: Attempt
+) -> None:
+    # A row waiting for its queue message is not in flight: the claim could not count it.
+    decision = decide(attempt, SETTINGS, now=NOW, schedule=SCHEDULE)
+    assert decision.step.action is NextAction.RETRY_VIA_DATABASE, limit
+    assert not decision.outcome.keep_lease
+    assert decision.outcome.retry_at == NOW + timedelta(seconds=decision.step.delay_s)
+
+
+def test_an_attempt_that_turned_its_endpoint_slow_retries_through_the_claim() -> None:
+    attempt = _attempt(_failure(AttemptError.TIMEOUT, ms=15000))
+    assert (
+        decide(attempt, SETTINGS, now=NOW, schedule=SCHEDULE).step.action
+        is NextAction.RETRY_VIA_QUEUE
+    )
+    turned = decide(attempt, SETTINGS, now=NOW, schedule=SCHEDULE, turned_slow=True)
+    assert turned.step.action is NextAction.RETRY_VIA_DATABASE
+    assert not turned.outcome.keep_lease
 
 
 def test_a_long_retry_waits_in_the_database_without_its_lease() -> None:

@@ -55,6 +55,7 @@ def _attempt(result: HttpResult, *, attempts: int = 0, max_attempts: int | None 
         url="https://example.com/hook",
         timeout_ms=None,
         rate_limit_per_s=None,
+        max_in_flight=None,
         retry_schedule=None,
         secrets=("whsec_x",),
         payload=PAYLOAD,

@@ -84,6 +84,8 @@ class StartedAttempt:
     url: str
     timeout_ms: int | None
     rate_limit_per_s: float | None
+    # The endpoint's own cap on its rows in flight (None: the lanes' caps only).
+    max_in_flight: int | None
     # The endpoint's own retry schedule (seconds), None for the deployment's.
     retry_schedule: tuple[float, ...] | None
     # The endpoint's signing secrets, encrypted, newest first (empty for a held-back row).
@@ -272,6 +274,7 @@ def begin_attempts(
             url=row["url"],
             timeout_ms=row["timeout_ms"],
             rate_limit_per_s=row["rate_limit_per_s"],
+            max_in_flight=row["max_in_flight"],
             retry_schedule=(
                 None
                 if row["retry_schedule"] is None

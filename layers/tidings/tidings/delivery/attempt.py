@@ -2,7 +2,8 @@
 
 After a request returns, ``decide`` reads its result (the receiver's answer or the network's
 failure) and settles what happens to the message: delivered, retried through the queue or the
-database after a backoff, or dead-lettered (and the endpoint disabled on 410 Gone). The names
+database after a backoff (always the database for an endpoint the claim holds to a limit:
+``retries_pass_the_claim``), or dead-lettered (and the endpoint disabled on 410 Gone). The names
 along the way: the answer reads as a ``Verdict`` (``retry_policy``), which leads to a
 ``NextStep``, which leaves the message in a ``MessageStatus``.
 
@@ -101,16 +102,34 @@ def verdict_of(attempt: Attempt, *, now: datetime) -> Verdict:
     return retry_policy.classify(result.status_code, result.error, result.retry_after, now=now)
 
 
+def retries_pass_the_claim(job: Job, *, turned_slow: bool = False) -> bool:
+    """Whether the job's retries must wait in the database for the claim rather than travel
+    back through the queue: the claim holds its endpoint to a limit that a retry sent without it
+    would break. A rate-limited endpoint's requests spend the tokens the claim takes from its
+    bucket; a capped one's (its own ``max_in_flight``, or the slow or untried lane's cap, or
+    ``turned_slow``: this attempt puts it in the slow lane) are counted by the claim as rows in
+    flight, which a row waiting for its queue message is not."""
+    row, envelope = job.row, job.envelope
+    return (
+        row.rate_limit_per_s is not None
+        or row.max_in_flight is not None
+        or envelope.slow
+        or envelope.untried
+        or turned_slow
+    )
+
+
 def decide(
     attempt: Attempt,
     settings: RetrySettings,
     *,
     now: datetime,
     schedule: Sequence[float],
+    turned_slow: bool = False,
 ) -> Decision:
     """The fate of one attempt, decided at ``now``, for a message that follows ``schedule``
     (``retry_schedule.effective``: its endpoint's or the deployment's, fitted to its row's
-    ``max_attempts``)."""
+    ``max_attempts``); ``turned_slow`` says the attempt put its endpoint in the slow lane."""
     result, row = attempt.result, attempt.job.row
     if result.error is AttemptError.INTERNAL:
         return internal_failure(attempt, settings, now=now, schedule=schedule)
@@ -123,9 +142,9 @@ def decide(
         message_id=row.message_id,
         sqs_max_delay_s=settings.sqs_max_delay_s,
     )
-    if step.action is NextAction.RETRY_VIA_QUEUE and row.rate_limit_per_s is not None:
-        # The claim spends a rate-limited endpoint's tokens; a retry that came back through the
-        # queue would be sent without one. Its retries wait in the database for the claimer.
+    if step.action is NextAction.RETRY_VIA_QUEUE and retries_pass_the_claim(
+        attempt.job, turned_slow=turned_slow
+    ):
         step = NextStep(NextAction.RETRY_VIA_DATABASE, step.delay_s)
     retry_at, keep_lease = None, False
     if step.action is NextAction.RETRY_VIA_QUEUE:

@@ -47,7 +47,7 @@ from tidings.delivery.attempt import (
 from tidings.delivery.credentials import Credentials, CredentialsUnusable
 from tidings.delivery.envelope import DeliveryEnvelope, MalformedEnvelope
 from tidings.delivery.http_transport import HttpResult, HttpTransport
-from tidings.delivery.lanes import Lane, Timing, lane_of, slow_endpoints
+from tidings.delivery.lanes import Timing, slow_endpoints
 from tidings.delivery.request_body import EVENT_TYPE_HEADER, event_type_header, request_body
 from tidings.delivery.retry_policy import AttemptError, NextAction
 from tidings.observability import logger, metrics
@@ -129,11 +129,10 @@ class Sender:
         transport: HttpTransport,
         *,
         keyring: Keyring,
-        slow_queue: DeliveryQueue | None = None,
     ) -> None:
         self.db = db
-        # Retries through the queue go back to their lane's (without a slow lane, to the one).
-        self.queues = {Lane.FAST: queue, Lane.SLOW: slow_queue or queue}
+        # Retries through the queue go back to the fast lane's: a slow endpoint's pass the claim.
+        self.queue = queue
         self.settings = settings
         self.transport = transport
         self._default_schedule = retry_schedule.deployment_default(settings)
@@ -180,13 +179,11 @@ class Sender:
             )
         sent, early = self._send_all(jobs, budget_s, keys)
         attempts = sent + [Attempt(job, datetime.now(UTC), _NOT_SENT) for job in unsendable]
-        now = datetime.now(UTC)
-        decisions = [self._decide(attempt, now) for attempt in attempts]
         # Before the outcomes: an untried endpoint's first answer takes it out of its cap, and
         # must not leave it in the fast lane when that answer was slow.
-        slow = self._mark_slow(attempts) | {
-            endpoint for recorded_early in early for endpoint in recorded_early.slow
-        }
+        slow = self._mark_slow(attempts)
+        now = datetime.now(UTC)
+        decisions = [self._decide(attempt, now, slow=slow) for attempt in attempts]
         try:
             decisions, recorded = self._record(decisions) if decisions else ([], _NOTHING_WRITTEN)
         except _UNAVAILABLE:
@@ -201,9 +198,7 @@ class Sender:
         decisions = [d for e in early for d in e.decisions] + decisions
         recorded = _merged([*(e.recorded for e in early), recorded])
         written = [d for d in decisions if d.outcome.lease.message_id in recorded.written_ids]
-        self._requeue(
-            [d for d in written if d.step.action is NextAction.RETRY_VIA_QUEUE], slow=slow
-        )
+        self._requeue([d for d in written if d.step.action is NextAction.RETRY_VIA_QUEUE])
         _report_observations(decisions, recorded)
         return BatchReport(
             failed_record_ids=frozenset(poison),
@@ -236,8 +231,8 @@ class Sender:
     def _record_now(self, attempt: Attempt) -> _RecordedEarly | None:
         """Decide and record one attempt at once (an untried endpoint's: its answer lifts its
         cap); None when the database is unavailable, leaving it to the batch's record."""
-        decision = self._decide(attempt, datetime.now(UTC))
         slow = self._mark_slow([attempt])
+        decision = self._decide(attempt, datetime.now(UTC), slow=slow)
         try:
             decisions, recorded = self._record([decision])
         except _UNAVAILABLE:
@@ -247,7 +242,7 @@ class Sender:
                 extra={"message_id": attempt.job.row.message_id},
             )
             return None
-        return _RecordedEarly(decisions, recorded, frozenset(slow))
+        return _RecordedEarly(decisions, recorded)
 
     def _data_keys(self, jobs: Sequence[Job]) -> Mapping[int, DataKey] | None:
         """The opened data keys of the jobs' signing secrets (from the keyring's cache, else one
@@ -397,8 +392,15 @@ class Sender:
             )
         return self.credentials.post(receiver, row.url, body, headers, timeout_s)
 
-    def _decide(self, attempt: Attempt, now: datetime) -> Decision:
-        return decide_or_fail(attempt, self.settings, now=now, default=self._default_schedule)
+    def _decide(self, attempt: Attempt, now: datetime, *, slow: set[int]) -> Decision:
+        """``slow``: the endpoints this batch's attempts put in the slow lane."""
+        return decide_or_fail(
+            attempt,
+            self.settings,
+            now=now,
+            default=self._default_schedule,
+            turned_slow=attempt.job.row.endpoint_id in slow,
+        )
 
     def _record(
         self, decisions: Sequence[Decision]
@@ -469,21 +471,19 @@ class Sender:
             )
         )
 
-    def _requeue(self, retries: Sequence[Decision], *, slow: set[int]) -> None:
-        """Send retry messages, each to its lane's queue (the slow lane's when it came from
-        there or its endpoint was just found slow); a row whose message the queue refused (or
-        that could not be built) is released at once, to wait out its delay in the database."""
+    def _requeue(self, retries: Sequence[Decision]) -> None:
+        """Send retry messages to the fast lane's queue (a slow or untried endpoint's retries
+        pass the claim instead: ``retries_pass_the_claim``); a row whose message the queue
+        refused (or that could not be built) is released at once, to wait out its delay in the
+        database."""
         if not retries:
             return
         by_id = {str(d.outcome.lease.message_id): d for d in retries}
-        outgoing: dict[Lane, list[OutgoingMessage]] = {}
+        outgoing: list[OutgoingMessage] = []
         unbuilt: list[str] = []
         for key, d in by_id.items():
             try:
-                in_slow_lane = d.attempt.job.envelope.slow or d.outcome.endpoint_id in slow
-                outgoing.setdefault(lane_of(in_slow_lane), []).append(
-                    _retry_message(key, d, slow=in_slow_lane)
-                )
+                outgoing.append(_retry_message(key, d))
             except Exception as exc:
                 _log_internal_error(
                     "building a retry message failed; the row waits out its delay in the database",
@@ -492,12 +492,12 @@ class Sender:
                 )
                 unbuilt.append(key)
         failed: list[str] = []
-        for lane, messages in outgoing.items():
+        if outgoing:
             try:
-                failed += self.queues[lane].send_batch(messages)
+                failed = self.queue.send_batch(outgoing)
             except Exception:
                 logger.exception("sending retry messages failed; releasing their leases")
-                failed += [m.id for m in messages]
+                failed = [m.id for m in outgoing]
         for key in [*unbuilt, *failed]:
             self._release(by_id[key])
         if failed:
@@ -524,12 +524,20 @@ def decide_or_fail(
     *,
     now: datetime,
     default: retry_schedule.Schedule,
+    turned_slow: bool = False,
 ) -> Decision:
     """The attempt's fate, for the schedule its message follows (its endpoint's own, else the
     ``default``); should deciding it fail, whatever the answer held, a counted ``internal_error``
-    failure of this record alone. Never raises for an attempt."""
+    failure of this record alone. Never raises for an attempt. ``turned_slow``: the attempt put
+    its endpoint in the slow lane."""
     try:
-        return decide(attempt, settings, now=now, schedule=_schedule_of(attempt, default))
+        return decide(
+            attempt,
+            settings,
+            now=now,
+            schedule=_schedule_of(attempt, default),
+            turned_slow=turned_slow,
+        )
     except Exception as exc:
         _log_internal_error(
             "deciding an attempt's fate failed: a failed attempt (internal_error)",
@@ -555,7 +563,7 @@ _NOT_SENT = HttpResult(None, AttemptError.INTERNAL, 0, detail="internal error in
 _NOTHING_WRITTEN = delivery.RecordResult(frozenset(), (), frozenset())
 
 
-def _retry_message(key: str, decision: Decision, *, slow: bool) -> OutgoingMessage:
+def _retry_message(key: str, decision: Decision) -> OutgoingMessage:
     return OutgoingMessage(
         id=key,
         body=DeliveryEnvelope(
@@ -563,7 +571,6 @@ def _retry_message(key: str, decision: Decision, *, slow: bool) -> OutgoingMessa
             decision.outcome.lease.token,
             decision.outcome.attempt_number + 1,
             decision.attempt.job.payload,
-            slow=slow,
         ).to_body(),
         delay_s=min(MAX_DELAY_S, math.ceil(decision.step.delay_s)),
     )
@@ -575,7 +582,6 @@ class _RecordedEarly:
 
     decisions: list[Decision]
     recorded: delivery.RecordResult
-    slow: frozenset[int]
 
 
 def _merged(results: Sequence[delivery.RecordResult]) -> delivery.RecordResult:

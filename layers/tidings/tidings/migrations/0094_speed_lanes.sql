@@ -20,16 +20,16 @@ ALTER TABLE tidings.endpoints
     ADD COLUMN max_in_flight integer
     CONSTRAINT endpoints_max_in_flight_check CHECK (max_in_flight BETWEEN 1 AND 1000);
 
--- rows_in_flight: an endpoint's rows under a live lease, counted up to p_limit (an index range of
--- messages_leased_by_endpoint, migration 0095; a sequential count until it exists). A lease is
--- what counts, not the in_flight status: a retry that travels back through the queue keeps its
--- row's lease while the row waits as 'failed', and it will be sent without passing the claim.
+-- rows_in_flight: an endpoint's rows in flight under a live lease, counted up to p_limit (an
+-- index range of messages_in_flight_by_endpoint, migration 0095; a sequential count until it
+-- exists). A capped endpoint has no other rows on their way: the sender sends its retries
+-- through the database, never back through the queue, so each of its attempts passes the claim.
 CREATE FUNCTION tidings.rows_in_flight(p_endpoint_id bigint, p_limit integer) RETURNS integer
 LANGUAGE sql STABLE AS $$
     SELECT count(*)::integer
     FROM (SELECT 1 FROM tidings.messages m
           WHERE m.endpoint_id = p_endpoint_id
-            AND m.lease_token IS NOT NULL
+            AND m.status = 'in_flight'
             AND m.next_attempt_at > now()
           LIMIT p_limit) f
 $$;

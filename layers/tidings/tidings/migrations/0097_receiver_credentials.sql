@@ -11,8 +11,10 @@
 -- health monitor watches. An update replaces a kind's row (a new id, so senders that cached the
 -- old one open the new one) or deletes it.
 --
--- begin_attempts_v3 is begin_attempts_v2 (0093) also returning the permitted rows' credentials;
--- an endpoint without any costs one probe of the (endpoint_id, kind) index per row. v2 stays
+-- begin_attempts_v3 is begin_attempts_v2 (0093) also returning the permitted rows' credentials
+-- (an endpoint without any costs one probe of the (endpoint_id, kind) index per row) and the
+-- endpoint's own max_in_flight (the sender sends a capped endpoint's retries through the
+-- database, so that each attempt passes the claim's cap). v2 stays
 -- granted for the previous release's senders while this one is deployed (they deliver without
 -- the credentials; see the README's upgrade notes).
 --
@@ -137,6 +139,7 @@ CREATE FUNCTION tidings.begin_attempts_v3(
     url text,
     timeout_ms integer,
     rate_limit_per_s double precision,
+    max_in_flight integer,
     retry_schedule integer[],
     secret_data_keys bigint[],
     secrets bytea[],
@@ -220,7 +223,8 @@ BEGIN
     SELECT v.id, v.endpoint_id, s.id IS NOT NULL, s.lease_token,
            m.event_type, ev.event_id, m.attempts,
            coalesce(m.max_attempts, e.max_attempts),
-           e.url, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule, sk.data_keys,
+           e.url, e.timeout_ms, e.rate_limit_per_s, e.max_in_flight, e.retry_schedule,
+           sk.data_keys,
            sk.ciphertexts,
            CASE WHEN v.want_payload THEN ev.payload::text END,
            e.payload_format, ev.created_at,

@@ -2,7 +2,7 @@
 -- One message of an application's endpoints with its event (key and payload text), and what
 -- decides when it is sent: its lease, its endpoint's state, circuit and speed lane (as the claim
 -- tells it) with its own cap and its rows in flight under a live lease (counted up to 1000, the
--- largest cap; through messages_leased_by_endpoint), read at one moment (now() is that
+-- largest cap; through messages_in_flight_by_endpoint), read at one moment (now() is that
 -- moment).
 SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status, m.attempts,
        m.max_attempts, m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at,
@@ -18,7 +18,7 @@ SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status,
        (SELECT count(*)::integer
         FROM (SELECT 1 FROM tidings.messages f
               WHERE f.endpoint_id = m.endpoint_id
-                AND f.lease_token IS NOT NULL
+                AND f.status = 'in_flight'
                 AND f.next_attempt_at > now()
               LIMIT 1000) leased_now) AS in_flight,
        now() AS db_now
