@@ -590,8 +590,9 @@ def test_an_endpoint_is_deleted_after_a_confirmation(system: System, page: Porta
     )
     page.open(system.link())
     open_endpoint(page, doomed["url"])
-    # It has not answered yet: the fast lane (untried), under its own cap.
-    assert page.by_testid("lane-badge").text == "Fast lane"
+    # It has not answered yet: the slow lane (untried), one delivery at a time.
+    assert page.by_testid("lane-badge").text == "Slow lane"
+    assert "has not answered yet" in page.by_testid("lane-explanation").text
     assert page.by_testid("fact-max-in-flight").text == "3"
     page.click("endpoint-delete")
     assert page.shown("endpoint-delete-confirm")

@@ -123,8 +123,8 @@ class Settings:
     slow_lane_threshold_ms: int = 1000
     slow_lane_hold_s: float = 600.0
     slow_lane_max_in_flight: int = 10
-    # An endpoint that has never answered gets this many rows in flight until it does (its speed
-    # is unknown: one request is what it takes to learn it).
+    # An endpoint that has never answered travels the slow lane with this many rows in flight
+    # until it does (its speed is unknown: one request is what it takes to learn it).
     untried_max_in_flight: int = 1
 
     # Attempts

@@ -232,7 +232,7 @@ def test_max_in_flight_is_set_changed_and_cleared(api: Api, db: Database) -> Non
     assert api.patch(path, {"description": "kept"}).body["max_in_flight"] == 1000
     cleared = api.patch(path, {"max_in_flight": None})
     assert cleared.body["max_in_flight"] is None
-    # Not answered yet: untried, in the fast lane, one delivery at a time.
+    # Not answered yet: untried, in the slow lane, one delivery at a time.
     assert cleared.body["in_flight_limit"] == 1
     assert api.get(path).body == cleared.body
     with db.cursor() as cur:
@@ -245,9 +245,9 @@ def test_max_in_flight_is_set_changed_and_cleared(api: Api, db: Database) -> Non
 def test_an_endpoint_shows_its_lane(api: Api, db: Database) -> None:
     created = api.create_endpoint()
     path = f"/v1/endpoints/{created['id']}"
-    # Never answered: it starts in the fast lane (untried), with no hold.
-    assert (created["lane"], created["slow_until"]) == ("fast", None)
-    assert (api.get(path).body["lane"], api.get(path).body["slow_until"]) == ("fast", None)
+    # Never answered: its speed is unknown, so it starts in the slow lane (untried), with no hold.
+    assert (created["lane"], created["slow_until"]) == ("slow", None)
+    assert (api.get(path).body["lane"], api.get(path).body["slow_until"]) == ("slow", None)
     with db.cursor() as cur:
         cur.execute(
             "UPDATE tidings.endpoint_health SET last_success_at = now() WHERE endpoint_id = %s",

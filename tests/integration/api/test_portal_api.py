@@ -178,9 +178,9 @@ def test_a_session_sees_its_endpoints_lane_and_cap(
             "POST", "/v1/apps/acme/portal-links", {"read_only": read_only}, token=admin
         )
         token = open_link(gateway, made.body["url"]).body["token"]
-        # Not answered yet: untried, in the fast lane, one delivery at a time.
+        # Not answered yet: untried, in the slow lane, one delivery at a time.
         shown = gateway.call("GET", path, token=token).body
-        assert (shown["lane"], shown["slow_until"], shown["max_in_flight"]) == ("fast", None, None)
+        assert (shown["lane"], shown["slow_until"], shown["max_in_flight"]) == ("slow", None, None)
         assert shown["in_flight_limit"] == 1
     # The page's form edits URL, description and event types only; the cap is the API's.
     changed = gateway.call("PATCH", path, {"max_in_flight": 2}, token=token)

@@ -28,16 +28,16 @@ def test_max_in_flight_round_trip(cli: Any, db: Database) -> None:  # noqa: F811
     assert code == 0
     created = json.loads(out)
     endpoint_id = created["id"]
-    # Untried: one delivery at a time until it answers, whatever its own cap.
-    assert (created["max_in_flight"], created["lane"], created["in_flight_limit"]) == (5, "fast", 1)
+    # Untried: in the slow lane, one delivery at a time until it answers, whatever its own cap.
+    assert (created["max_in_flight"], created["lane"], created["in_flight_limit"]) == (5, "slow", 1)
     assert _stored_cap(db, endpoint_id) == 5
 
     code, out, _ = cli("endpoints", "show", str(endpoint_id))
     assert code == 0
     assert "max in flight  5" in out
-    assert "fast (at most 1 in flight)" in out
+    assert "slow (not answered yet; at most 1 in flight)" in out
     code, out, _ = cli("endpoints", "list")
-    assert code == 0 and "max in flight" in out and "fast" in out
+    assert code == 0 and "max in flight" in out and "slow" in out
 
     code, out, _ = cli("endpoints", "update", str(endpoint_id), "--max-in-flight", "1000")
     assert code == 0 and "max in flight 1000" in out
@@ -51,7 +51,7 @@ def test_max_in_flight_round_trip(cli: Any, db: Database) -> None:  # noqa: F811
     assert _stored_cap(db, endpoint_id) is None
     code, out, _ = cli("endpoints", "show", str(endpoint_id), "--json")
     shown = json.loads(out)
-    # Not answered yet: untried, in the fast lane, one delivery at a time.
+    # Not answered yet: untried, in the slow lane, one delivery at a time.
     assert (shown["max_in_flight"], shown["in_flight_limit"]) == (None, 1)
     assert shown["retry_schedule"] == [60]
 
@@ -107,8 +107,9 @@ def test_status_shows_each_endpoints_lane(cli: Any, db: Database) -> None:  # no
     assert (shown[ids[0]]["lane"], shown[ids[0]]["in_flight_limit"]) == ("fast", None)
     assert (shown[ids[1]]["lane"], shown[ids[1]]["in_flight_limit"]) == ("slow", 10)
     assert shown[ids[1]]["slow_until"] is not None
-    # Never answered: untried, in the fast lane.
-    assert (shown[ids[2]]["lane"], shown[ids[2]]["slow_until"]) == ("fast", None)
+    # Never answered: untried, in the slow lane, one delivery at a time.
+    assert (shown[ids[2]]["lane"], shown[ids[2]]["slow_until"]) == ("slow", None)
+    assert shown[ids[2]]["in_flight_limit"] == 1
     assert (shown[capped]["lane"], shown[capped]["in_flight_limit"]) == ("fast", 4)
     assert shown[capped]["max_in_flight"] == 4
 
@@ -121,6 +122,6 @@ def test_status_shows_each_endpoints_lane(cli: Any, db: Database) -> None:  # no
     assert [row.rstrip().split("  ")[-1].strip() for row in rows] == [
         "fast",
         "slow (≤ 10 in flight)",
-        "fast",
+        "slow (≤ 1 in flight)",
         "fast (≤ 4 in flight)",
     ]

@@ -32,8 +32,8 @@ def pipeline_settings(**changes: Any) -> Settings:
         # pipelines here claim new endpoints' backlogs whole.
         slow_lane_max_in_flight=1000,
         untried_max_in_flight=1000,
-        # Nor is an untried endpoint's request cut short, nor an endpoint marked slow, at the
-        # timeouts these tests use; test_lanes.py sets its own threshold.
+        # Nor is an endpoint marked slow at the timeouts these tests use; test_lanes.py sets its
+        # own threshold.
         slow_lane_threshold_ms=60_000,
     )
     return base.replace(**changes)

@@ -5,7 +5,6 @@ own queue. Concurrency is checked with several real connections."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +23,7 @@ from tests.support.seed import make_endpoint, mark_answered, seed_messages
 from tidings.dal import delivery
 from tidings.dal.connection import Database
 from tidings.delivery.claimer import Claimer
+from tidings.delivery.lanes import lane_of
 from tidings.delivery.sender import QueueRecord, Sender
 
 
@@ -232,10 +232,12 @@ def test_the_claimer_sends_each_lane_to_its_own_queue(db: Database) -> None:
     claimer = Claimer(db, fast_queue, settings, slow_queue=slow_queue)
     assert claimer.claim_once().sent == 8
     fast_sent = envelopes(fast_queue.sent)
-    assert len(fast_sent) == 5 and not any(e.slow for e in fast_sent)
-    # The untried endpoint: one row, in the fast lane, marked so the sender cuts it short.
-    assert sum(e.untried for e in fast_sent) == 1
-    assert len(slow_queue.sent) == 3 and all(e.slow for e in envelopes(slow_queue.sent))
+    assert len(fast_sent) == 4 and not any(e.slow for e in fast_sent)
+    # The slow endpoint's rows, and one of the untried endpoint's: its speed is unknown, so it
+    # shares no batch of the fast lane.
+    slow_sent = envelopes(slow_queue.sent)
+    assert len(slow_sent) == 4 and all(e.slow for e in slow_sent)
+    assert rows_by_endpoint(db, slow_sent) == {(slow, 3), (untried, 1)}
     # Without a slow lane, every row goes to the delivery queue.
     with db.cursor() as cur:
         seed_messages(cur, slow, 2)
@@ -281,6 +283,16 @@ def test_a_timed_out_attempt_marks_its_endpoint_slow(db: Database, receiver: Rec
             (hanging,),
         )
         assert cur.fetchone() == (True,)
+
+
+def rows_by_endpoint(db: Database, sent: list[Any]) -> set[tuple[int, int]]:
+    """(endpoint id, how many of the envelopes' rows are its) for the envelopes sent."""
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT endpoint_id, count(*) FROM tidings.messages WHERE id = ANY (%s) GROUP BY 1",
+            ([e.message_id for e in sent],),
+        )
+        return {(int(endpoint), int(n)) for endpoint, n in cur.fetchall()}
 
 
 def retry_waiting_in_the_database(cur: Any, endpoint_id: int) -> bool:
@@ -334,82 +346,35 @@ def test_a_fast_endpoints_retry_still_travels_through_the_queue(
     pipeline = make_pipeline(db)
     assert pipeline.claim_and_deliver().retried == 1
     [retry] = envelopes([m for m in pipeline.queue.sent if m.delay_s])
-    assert not retry.slow and not retry.untried
+    assert not retry.slow
     with db.cursor() as cur:
         assert not retry_waiting_in_the_database(cur, failing)
 
 
-def test_an_untried_endpoint_is_cut_at_the_threshold_and_retried_in_the_slow_lane(
-    db: Database, receiver: Receiver
+@pytest.mark.parametrize(("answer", "lane_after"), [("ok", "fast"), ("slow/1500", "slow")])
+def test_an_untried_endpoint_is_sent_in_the_slow_lane_and_its_first_answer_decides_its_lane(
+    db: Database, receiver: Receiver, answer: str, lane_after: str
 ) -> None:
+    """Its first delivery travels the slow lane with the whole of its timeout (never cut short,
+    so never sent twice for being slow), alone in its batch; its answer decides where the rest
+    go: a quick one lifts its cap and sends them to the fast lane, a slow one keeps them in the
+    slow lane."""
     with db.cursor() as cur:
-        untried = make_endpoint(cur, receiver.url("slow/3000"))
-        seed_messages(cur, untried, 2)
+        untried = make_endpoint(cur, receiver.url(answer))
+        seed_messages(cur, untried, 3)
     pipeline = make_pipeline(
         db, slow_lane_threshold_ms=300, http_timeout_s=10, untried_max_in_flight=1
     )
     slow_queue = RecordingQueue()
     claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
     assert claimer.claim_once().sent == 1
-    sender = Sender(
-        db, pipeline.queue, pipeline.settings, pipeline.transport, keyring=secrets_keyring()
-    )
-    [record] = pipeline.queue.receive()
-    started = time.monotonic()
-    report = sender.process([QueueRecord(record.message_id, record.body)])
-    assert time.monotonic() - started < 2.0
-    assert report.retried == 1
-    # The retry passes the claim, which now puts the endpoint in the slow lane.
-    assert not any(m.delay_s for m in [*slow_queue.sent, *pipeline.queue.sent])
+    assert pipeline.queue.sent == []
+    [record] = slow_queue.receive()
+    report = pipeline.sender.process([QueueRecord(record.message_id, record.body)])
+    assert report.delivered == 1
     with db.cursor() as cur:
         cur.execute("SELECT error_class FROM tidings.attempts WHERE endpoint_id = %s", (untried,))
-        assert cur.fetchall() == [("timeout",)]
-        cur.execute(
-            "SELECT count(*) FROM tidings.messages"
-            " WHERE endpoint_id = %s AND status = 'failed' AND lease_token IS NULL",
-            (untried,),
-        )
-        assert cur.fetchone() == (1,)
-        # No longer untried, and slow: its next row goes to the slow lane.
-        [row] = claim(cur, 10, untried_max_in_flight=1, slow_max_in_flight=10)
-        assert row.slow and not row.untried
-
-
-def test_an_untried_endpoints_quick_answer_is_recorded_before_its_batch_ends(
-    db: Database, receiver: Receiver
-) -> None:
-    with db.cursor() as cur:
-        quick = make_endpoint(cur, receiver.url("ok"))
-        # A known endpoint of the fast lane that has just turned slow holds the batch.
-        known = make_endpoint(cur, receiver.url("slow/1500"))
-        mark_answered(cur, known)
-        seed_messages(cur, quick, 1)
-        seed_messages(cur, known, 1)
-    pipeline = make_pipeline(db)
-    pipeline.claimer.claim_once()
-    received = pipeline.queue.receive()
-    assert len(received) == 2
-    finished = threading.Event()
-
-    def run() -> None:
-        pipeline.sender.process([QueueRecord(m.message_id, m.body) for m in received])
-        finished.set()
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    delivered_early = False
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not finished.is_set():
-        with db.cursor() as cur:
-            cur.execute(
-                "SELECT status::text FROM tidings.messages WHERE endpoint_id = %s", (quick,)
-            )
-            if cur.fetchone() == ("delivered",):
-                delivered_early = not finished.is_set()
-                break
-        time.sleep(0.02)
-    worker.join(10)
-    assert delivered_early, "the untried endpoint's answer waited for its batch"
-    with db.cursor() as cur:
-        cur.execute("SELECT count(*) FROM tidings.messages WHERE status = 'delivered'")
-        assert cur.fetchone() == (2,)
+        assert cur.fetchall() == [(None,)]
+        rows = claim(cur, 10, untried_max_in_flight=1, slow_max_in_flight=10)
+    assert len(rows) == 2
+    assert {lane_of(slow=r.slow, untried=r.untried).value for r in rows} == {lane_after}

@@ -36,7 +36,6 @@ def _attempt(
     rate_limit_per_s: float | None = None,
     max_in_flight: int | None = None,
     slow: bool = False,
-    untried: bool = False,
     at: datetime = NOW,
 ) -> Attempt:
     token = uuid.UUID(int=message_id)
@@ -59,7 +58,7 @@ def _attempt(
         payload_format=PayloadFormat.RAW,
         event_created_at=NOW,
     )
-    envelope = DeliveryEnvelope(message_id, token, attempts + 1, slow=slow, untried=untried)
+    envelope = DeliveryEnvelope(message_id, token, attempts + 1, slow=slow)
     return Attempt(Job(f"r{message_id}", envelope, row, "{}"), at, result)
 
 
@@ -113,8 +112,8 @@ def test_a_rate_limited_endpoints_retry_waits_for_the_claimer_and_its_token_buck
     ("limit", "attempt"),
     [
         ("its own max_in_flight", _attempt(_answer(503), max_in_flight=4)),
+        # An untried endpoint's rows travel the slow lane too.
         ("the slow lane's cap", _attempt(_answer(503), slow=True)),
-        ("the untried endpoint's cap", _attempt(_answer(503), untried=True)),
     ],
 )
 def test_a_capped_endpoints_retry_passes_the_claim_which_counts_its_rows_in_flight(

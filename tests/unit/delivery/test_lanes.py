@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings.delivery.envelope import DeliveryEnvelope, MalformedEnvelope
-from tidings.delivery.lanes import Lane, Timing, lane_of, slow_endpoints
+from tidings.delivery.lanes import Lane, Timing, in_flight_cap, lane_of, slow_endpoints
 from tidings.delivery.retry_policy import AttemptError
 
 
@@ -54,19 +54,36 @@ def test_the_lane_travels_in_the_envelope_only_when_slow() -> None:
     assert "slow" not in json.loads(fast.to_body())
     assert DeliveryEnvelope.from_body(slow.to_body()) == slow
     assert DeliveryEnvelope.from_body(fast.to_body()) == fast
-    assert lane_of(slow.slow) is Lane.SLOW and lane_of(fast.slow) is Lane.FAST
 
 
-@pytest.mark.parametrize("flag", ["slow", "untried"])
+@pytest.mark.parametrize(
+    ("slow", "untried", "lane"),
+    [(False, False, Lane.FAST), (True, False, Lane.SLOW), (False, True, Lane.SLOW)],
+)
+def test_a_slow_or_untried_endpoints_rows_travel_the_slow_lane(
+    slow: bool, untried: bool, lane: Lane
+) -> None:
+    assert lane_of(slow=slow, untried=untried) is lane
+
+
 @pytest.mark.parametrize("value", ["yes", 1, None, []])
-def test_a_lane_flag_that_is_not_a_boolean_is_malformed(flag: str, value: object) -> None:
+def test_a_lane_flag_that_is_not_a_boolean_is_malformed(value: object) -> None:
     body = json.dumps(
-        {"message_id": 1, "lease_token": str(uuid.uuid4()), "attempt": 1, flag: value}
+        {"message_id": 1, "lease_token": str(uuid.uuid4()), "attempt": 1, "slow": value}
     )
-    with pytest.raises(MalformedEnvelope, match=f"{flag} must be true or false"):
+    with pytest.raises(MalformedEnvelope, match="slow must be true or false"):
         DeliveryEnvelope.from_body(body)
 
 
-def test_an_untried_row_says_so_in_its_envelope() -> None:
-    envelope = DeliveryEnvelope(7, uuid.uuid4(), 1, None, untried=True)
-    assert DeliveryEnvelope.from_body(envelope.to_body()).untried
+@pytest.mark.parametrize("own", [None, 1, 5, 50])
+@pytest.mark.parametrize(("slow", "untried"), [(False, False), (True, False), (False, True)])
+def test_the_cap_in_force_is_the_lanes_lowered_by_the_endpoints_own(
+    own: int | None, slow: bool, untried: bool
+) -> None:
+    cap = in_flight_cap(own, slow=slow, untried=untried, slow_cap=10, untried_cap=1)
+    lane_cap = 10 if slow else 1 if untried else None
+    if lane_cap is None:
+        assert cap == own
+    else:
+        assert cap == (lane_cap if own is None else min(own, lane_cap))
+        assert cap <= lane_cap

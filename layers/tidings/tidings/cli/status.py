@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
                 since,
                 app_id,
                 slow_lane_max_in_flight=where.settings.slow_lane_max_in_flight,
+                untried_max_in_flight=where.settings.untried_max_in_flight,
             )
         )
     if args.json:

@@ -53,9 +53,10 @@ class EndpointProgress:
     p95_ms: float | None
     # The uid of the endpoint's application.
     app_uid: str = "default"
-    # Its speed lane ("fast" or "slow"), when a slow answer's hold ends, its own cap on its rows
-    # in flight and the cap in force (its own, else the slow lane's while it is slow; None: none
-    # or, for a slow endpoint, the slow lane's was not asked for).
+    # Its speed lane ("fast", or "slow" while it is slow or has never answered), when a slow
+    # answer's hold ends, its own cap on its rows in flight and the cap in force (the slow lane's
+    # or the untried one's, its own when lower, else its own; None: none, or the lane's was not
+    # asked for).
     lane: str = "fast"
     slow_until: datetime | None = None
     max_in_flight: int | None = None
@@ -74,12 +75,18 @@ def endpoint_progress(
     app_id: int | None = None,
     *,
     slow_lane_max_in_flight: int | None = None,
+    untried_max_in_flight: int | None = None,
 ) -> list[EndpointProgress]:
     """Every endpoint's figures (of one application, or all); latency from attempts made since
-    ``since``; a slow endpoint without a cap of its own has ``slow_lane_max_in_flight``."""
+    ``since``; the caps the claim puts on slow and untried endpoints are the ones given."""
     cur.execute(
         sql("endpoint_progress"),
-        {"since": since, "app_id": app_id, "slow_lane_max_in_flight": slow_lane_max_in_flight},
+        {
+            "since": since,
+            "app_id": app_id,
+            "slow_lane_max_in_flight": slow_lane_max_in_flight,
+            "untried_max_in_flight": untried_max_in_flight,
+        },
     )
     return [
         EndpointProgress(
@@ -97,7 +104,7 @@ def endpoint_progress(
             attempts=row["attempts"],
             p95_ms=None if row["p95_ms"] is None else float(row["p95_ms"]),
             app_uid=row["app_uid"],
-            lane="slow" if row["slow"] else "fast",
+            lane="slow" if row["slow_lane"] else "fast",
             slow_until=row["slow_until"],
             max_in_flight=row["max_in_flight"],
             in_flight_limit=row["in_flight_limit"],

@@ -106,15 +106,14 @@ def retries_pass_the_claim(job: Job, *, turned_slow: bool = False) -> bool:
     """Whether the job's retries must wait in the database for the claim rather than travel
     back through the queue: the claim holds its endpoint to a limit that a retry sent without it
     would break. A rate-limited endpoint's requests spend the tokens the claim takes from its
-    bucket; a capped one's (its own ``max_in_flight``, or the slow or untried lane's cap, or
-    ``turned_slow``: this attempt puts it in the slow lane) are counted by the claim as rows in
-    flight, which a row waiting for its queue message is not."""
-    row, envelope = job.row, job.envelope
+    bucket; a capped one's (its own ``max_in_flight``, or the slow lane's cap, which holds an
+    untried endpoint too, or ``turned_slow``: this attempt puts it in the slow lane) are counted
+    by the claim as rows in flight, which a row waiting for its queue message is not."""
+    row = job.row
     return (
         row.rate_limit_per_s is not None
         or row.max_in_flight is not None
-        or envelope.slow
-        or envelope.untried
+        or job.envelope.slow
         or turned_slow
     )
 

@@ -3,8 +3,8 @@
 One invocation loops for most of its time budget, so rows due now reach the queue within about
 a second even though the function is scheduled once a minute. Overlapping invocations are safe:
 ``claim_due`` skips rows another claimer holds. Each row goes to its lane's queue
-(``tidings.delivery.lanes``): the slow lane's when the claim says its endpoint is slow and the
-deployment has one, the delivery queue otherwise.
+(``tidings.delivery.lanes``): the slow lane's when the claim says its endpoint is slow or has
+never answered and the deployment has one, the delivery queue otherwise.
 """
 
 from __future__ import annotations
@@ -106,13 +106,13 @@ class Claimer:
             return ClaimRound()
         by_lane: dict[Lane, list[delivery.ClaimedMessage]] = {}
         for row in rows:
-            by_lane.setdefault(lane_of(row.slow), []).append(row)
+            by_lane.setdefault(lane_of(slow=row.slow, untried=row.untried), []).append(row)
         failed: list[delivery.Lease] = []
         unsent: list[delivery.Lease] = []
         error: Exception | None = None
         for lane, lane_rows in by_lane.items():
             try:
-                failed += self._send(self.queues[lane], lane_rows)
+                failed += self._send(self.queues[lane], lane_rows, lane)
             except Exception as exc:
                 # Nothing of this lane is known to have been sent: give its rows back rather
                 # than wait for their leases to expire (the other lane's went out).
@@ -156,7 +156,9 @@ class Claimer:
         return summary
 
     @staticmethod
-    def _send(queue: DeliveryQueue, rows: list[delivery.ClaimedMessage]) -> list[delivery.Lease]:
+    def _send(
+        queue: DeliveryQueue, rows: list[delivery.ClaimedMessage], lane: Lane
+    ) -> list[delivery.Lease]:
         """Send the rows as queue messages; the leases of those the queue refused."""
         outgoing = [
             OutgoingMessage(
@@ -166,8 +168,7 @@ class Claimer:
                     row.lease_token,
                     row.attempts + 1,
                     row.payload,
-                    slow=row.slow,
-                    untried=row.untried,
+                    slow=lane is Lane.SLOW,
                 ).to_body(),
             )
             for row in rows

@@ -34,9 +34,8 @@ class DeliveryEnvelope:
     """What travels through the delivery queue for one row: which row, under which lease.
 
     ``payload`` is the event's JSON text when it fits in the message; otherwise the sender reads
-    it from the database. ``slow`` says the row travels in the slow lane (its retries through the
-    queue go back there); ``untried`` that its endpoint has never answered (the sender cuts its
-    request short at the slow-lane threshold and records it at once). Each is written only when
+    it from the database. ``slow`` says the row travels in the slow lane (its endpoint is slow, or
+    has never answered): its retries pass the claim rather than the queue. It is written only when
     true, so a body is otherwise as before.
     """
 
@@ -45,7 +44,6 @@ class DeliveryEnvelope:
     attempt: int
     payload: str | None = None
     slow: bool = False
-    untried: bool = False
 
     def to_body(self) -> str:
         """The JSON body; the payload is dropped when the body would exceed the queue's limit."""
@@ -56,8 +54,6 @@ class DeliveryEnvelope:
         }
         if self.slow:
             fields["slow"] = True
-        if self.untried:
-            fields["untried"] = True
         if self.payload is not None:
             # ASCII escapes: a payload may hold characters SQS refuses in a body (U+FFFE), and
             # one such row must not stop every batch it is claimed in.
@@ -88,9 +84,6 @@ class DeliveryEnvelope:
         slow = data.get("slow", False)
         if not isinstance(slow, bool):
             raise MalformedEnvelope("slow must be true or false")
-        untried = data.get("untried", False)
-        if not isinstance(untried, bool):
-            raise MalformedEnvelope("untried must be true or false")
         token_text = data.get("lease_token")
         if not isinstance(token_text, str):
             raise MalformedEnvelope("lease_token must be a UUID")
@@ -104,7 +97,6 @@ class DeliveryEnvelope:
             attempt=attempt,
             payload=payload,
             slow=slow,
-            untried=untried,
         )
 
     @property

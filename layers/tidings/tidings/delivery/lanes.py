@@ -3,9 +3,10 @@
 A sender batch lasts as long as its slowest request. An endpoint whose attempt took at least the
 slow-lane threshold, or ran out of time, is marked slow for a while (``mark_slow``); the claim
 puts a slow endpoint's rows in the slow lane: a queue of its own whose senders take one message
-at a time, under a concurrency of their own, with a cap on each endpoint's rows in flight.
-Everything else shares the fast lane's batches; an endpoint that has never answered ("untried")
-has one row at a time there, cut short at the threshold and recorded as soon as it answers.
+at a time, under a concurrency of their own, with a cap on each endpoint's rows in flight. An
+endpoint that has never answered ("untried") travels there too, one row at a time, until its
+first answer tells its speed: nothing of unknown speed shares a batch. Everything else shares the
+fast lane's batches.
 """
 
 from __future__ import annotations
@@ -22,8 +23,22 @@ class Lane(enum.StrEnum):
     SLOW = "slow"
 
 
-def lane_of(slow: bool) -> Lane:
-    return Lane.SLOW if slow else Lane.FAST
+def lane_of(*, slow: bool, untried: bool) -> Lane:
+    """The lane of a claimed row, from what the claim says of its endpoint."""
+    return Lane.SLOW if slow or untried else Lane.FAST
+
+
+def in_flight_cap(
+    own: int | None, *, slow: bool, untried: bool, slow_cap: int, untried_cap: int
+) -> int | None:
+    """The cap the claim puts on an endpoint's rows in flight (``claim_due_v2`` states the same
+    rule in SQL): the slow lane's while it is slow, the untried one's until it first answers,
+    its ``own`` when lower (an application's token sets it, and may only lower a lane's cap);
+    else its own; None for none."""
+    lane_cap = slow_cap if slow else untried_cap if untried else None
+    if lane_cap is None:
+        return own
+    return lane_cap if own is None else min(own, lane_cap)
 
 
 @dataclass(frozen=True, slots=True)

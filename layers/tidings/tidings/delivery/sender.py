@@ -21,7 +21,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -177,10 +177,10 @@ class Sender:
                 failed_record_ids=frozenset(poison | unsent),
                 skipped=skipped + len(jobs) + len(unsendable),
             )
-        sent, early = self._send_all(jobs, budget_s, keys)
+        sent = self._send_all(jobs, budget_s, keys)
         attempts = sent + [Attempt(job, datetime.now(UTC), _NOT_SENT) for job in unsendable]
         # Before the outcomes: an untried endpoint's first answer takes it out of its cap, and
-        # must not leave it in the fast lane when that answer was slow.
+        # must not leave it out of the slow lane when that answer was slow.
         slow = self._mark_slow(attempts)
         now = datetime.now(UTC)
         decisions = [self._decide(attempt, now, slow=slow) for attempt in attempts]
@@ -195,8 +195,6 @@ class Sender:
                 failed_record_ids=frozenset(poison | {a.job.record_id for a in attempts}),
                 skipped=skipped,
             )
-        decisions = [d for e in early for d in e.decisions] + decisions
-        recorded = _merged([*(e.recorded for e in early), recorded])
         written = [d for d in decisions if d.outcome.lease.message_id in recorded.written_ids]
         self._requeue([d for d in written if d.step.action is NextAction.RETRY_VIA_QUEUE])
         _report_observations(decisions, recorded)
@@ -227,22 +225,6 @@ class Sender:
         except _UNAVAILABLE:
             logger.exception("could not mark slow endpoints", extra={"endpoint_ids": slow})
         return set(slow)
-
-    def _record_now(self, attempt: Attempt) -> _RecordedEarly | None:
-        """Decide and record one attempt at once (an untried endpoint's: its answer lifts its
-        cap); None when the database is unavailable, leaving it to the batch's record."""
-        slow = self._mark_slow([attempt])
-        decision = self._decide(attempt, datetime.now(UTC), slow=slow)
-        try:
-            decisions, recorded = self._record([decision])
-        except _UNAVAILABLE:
-            logger.warning(
-                "could not record an untried endpoint's attempt at once; it is recorded with "
-                "its batch",
-                extra={"message_id": attempt.job.row.message_id},
-            )
-            return None
-        return _RecordedEarly(decisions, recorded)
 
     def _data_keys(self, jobs: Sequence[Job]) -> Mapping[int, DataKey] | None:
         """The opened data keys of the jobs' signing secrets (from the keyring's cache, else one
@@ -295,29 +277,13 @@ class Sender:
 
     def _send_all(
         self, jobs: Sequence[Job], budget_s: float | None, keys: Mapping[int, DataKey]
-    ) -> tuple[list[Attempt], list[_RecordedEarly]]:
-        """Send every job concurrently. An untried endpoint's attempt (cut short at the slow-lane
-        threshold) is recorded as soon as it comes back, so that a quick endpoint's cap lifts
-        at its first answer rather than when the batch ends; the other attempts come back in the
-        order they finished, for the batch's record."""
-        futures: dict[Future[tuple[float, Attempt]], Job] = {
-            self._executor.submit(self._send_timed, job, budget_s, keys): job for job in jobs
-        }
-        early: list[_RecordedEarly] = []
-        recorded: set[Future[tuple[float, Attempt]]] = set()
-        untried = [future for future, job in futures.items() if job.envelope.untried]
-        for future in as_completed(untried):
-            done = self._record_now(future.result()[1])
-            if done is not None:
-                early.append(done)
-                recorded.add(future)
+    ) -> list[Attempt]:
+        """Send every job concurrently; the attempts in the order they finished."""
+        futures = [self._executor.submit(self._send_timed, job, budget_s, keys) for job in jobs]
         # Woken once, when all are done, rather than once per request.
         wait(futures)
-        finished = sorted(
-            (future.result() for future in futures if future not in recorded),
-            key=lambda done: done[0],
-        )
-        return [attempt for _, attempt in finished], early
+        finished = sorted((future.result() for future in futures), key=lambda done: done[0])
+        return [attempt for _, attempt in finished]
 
     def _send_timed(
         self, job: Job, budget_s: float | None, keys: Mapping[int, DataKey]
@@ -348,10 +314,6 @@ class Sender:
         )
         if budget_s is not None:
             timeout_s = min(timeout_s, budget_s)
-        if job.envelope.untried:
-            # Its speed is unknown: it may hold this batch no longer than the slow-lane threshold
-            # (a longer answer is cut, counted a timeout, and retried in the slow lane).
-            timeout_s = min(timeout_s, self.settings.slow_lane_threshold_ms / 1000)
         try:
             secrets = open_secrets(keys, job.row.endpoint_id, job.row.secrets)
             headers = signing.webhook_headers(
@@ -472,7 +434,7 @@ class Sender:
         )
 
     def _requeue(self, retries: Sequence[Decision]) -> None:
-        """Send retry messages to the fast lane's queue (a slow or untried endpoint's retries
+        """Send retry messages to the fast lane's queue (a slow or capped endpoint's retries
         pass the claim instead: ``retries_pass_the_claim``); a row whose message the queue
         refused (or that could not be built) is released at once, to wait out its delay in the
         database."""
@@ -574,14 +536,6 @@ def _retry_message(key: str, decision: Decision) -> OutgoingMessage:
         ).to_body(),
         delay_s=min(MAX_DELAY_S, math.ceil(decision.step.delay_s)),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class _RecordedEarly:
-    """An attempt recorded as soon as it came back, apart from its batch."""
-
-    decisions: list[Decision]
-    recorded: delivery.RecordResult
 
 
 def _merged(results: Sequence[delivery.RecordResult]) -> delivery.RecordResult:

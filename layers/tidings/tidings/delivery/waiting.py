@@ -10,6 +10,8 @@ import enum
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from tidings.delivery.lanes import in_flight_cap
+
 
 class WaitReason(enum.StrEnum):
     DELIVERED = "delivered"
@@ -60,21 +62,14 @@ class WaitFacts:
 
     @property
     def in_flight_cap(self) -> int | None:
-        """The cap the claim puts on the endpoint's rows in flight: its own, else the slow
-        lane's while it is slow, else the untried one's until it answers, else none."""
-        # Its own cap only lowers a lane's (an application's token sets it).
-        own = self.max_in_flight
-        if self.slow_lane:
-            return (
-                self.slow_lane_max_in_flight
-                if own is None
-                else min(own, self.slow_lane_max_in_flight)
-            )
-        if self.untried:
-            return (
-                self.untried_max_in_flight if own is None else min(own, self.untried_max_in_flight)
-            )
-        return own
+        """The cap the claim puts on the endpoint's rows in flight (``lanes.in_flight_cap``)."""
+        return in_flight_cap(
+            self.max_in_flight,
+            slow=self.slow_lane,
+            untried=self.untried,
+            slow_cap=self.slow_lane_max_in_flight,
+            untried_cap=self.untried_max_in_flight,
+        )
 
 
 @dataclass(frozen=True, slots=True)

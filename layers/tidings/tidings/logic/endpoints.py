@@ -21,7 +21,7 @@ from tidings.dal import secrets as secrets_dal
 from tidings.dal.applications import DEFAULT_APP_ID
 from tidings.dal.connection import Cursor, Database
 from tidings.delivery import retry_schedule, signing, ssrf
-from tidings.delivery.lanes import Lane, lane_of
+from tidings.delivery.lanes import Lane, in_flight_cap, lane_of
 from tidings.logic import credentials as creds
 from tidings.logic.errors import InvalidInput, NotFound, Unavailable
 from tidings.logic.validation import (
@@ -589,7 +589,7 @@ def _shown(row: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
     shown.update(creds.shown_fields(shown.pop("credentials", None)))
     slow = bool(shown.pop("slow"))
     untried = bool(shown.pop("untried"))
-    shown["lane"] = lane_of(slow)
+    shown["lane"] = lane_of(slow=slow, untried=untried)
     shown["in_flight_limit"] = in_flight_limit(shown["max_in_flight"], slow, untried, settings)
     own = shown.pop("retry_schedule")
     default = retry_schedule.deployment_default(settings)
@@ -607,19 +607,14 @@ def _shown(row: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
 def in_flight_limit(
     max_in_flight: int | None, slow: bool, untried: bool, settings: Settings
 ) -> int | None:
-    """The cap on an endpoint's deliveries in flight, as the claim applies it: the slow lane's
-    while it is slow, the untried one's until it first answers (its own when lower: an
-    application's token sets it and may only lower it), else its own, else none."""
-    lane_cap = (
-        settings.slow_lane_max_in_flight
-        if slow
-        else settings.untried_max_in_flight
-        if untried
-        else None
+    """The cap on an endpoint's deliveries in flight, as the claim applies it."""
+    return in_flight_cap(
+        max_in_flight,
+        slow=slow,
+        untried=untried,
+        slow_cap=settings.slow_lane_max_in_flight,
+        untried_cap=settings.untried_max_in_flight,
     )
-    if lane_cap is None:
-        return max_in_flight
-    return lane_cap if max_in_flight is None else min(max_in_flight, lane_cap)
 
 
 def _conflicting_schedule() -> InvalidInput:

@@ -1,7 +1,8 @@
 -- name: endpoint_progress
 -- Per endpoint (of one application, or of all when app_id is NULL, with its application's uid):
--- its messages by status, its circuit state, its speed lane (as the claim tells it) and the cap on
--- its rows in flight (its own, else the given slow-lane cap while it is slow), and the p95 latency
+-- its messages by status, its circuit state, its speed lane (as the claim tells it: slow while it
+-- is slow or has never answered) and the cap on its rows in flight (as the claim applies it: the
+-- given slow-lane or untried cap, its own when lower, else its own), and the p95 latency
 -- and count of its attempts since a given time, computed live from the attempt log (the demo's
 -- table, tidings status).
 WITH counts AS (
@@ -25,9 +26,11 @@ latency AS (
 )
 SELECT e.id, a.uid AS app_uid, e.url, e.description, e.enabled, e.disabled_reason,
        h.state::text AS circuit,
-       lane.slow, CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until,
+       lane.slow OR lane.untried AS slow_lane,
+       CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until,
        e.max_in_flight,
        CASE WHEN lane.slow THEN least(e.max_in_flight, %(slow_lane_max_in_flight)s::integer)
+            WHEN lane.untried THEN least(e.max_in_flight, %(untried_max_in_flight)s::integer)
             ELSE e.max_in_flight END
            AS in_flight_limit,
        coalesce(c.total, 0) AS total, coalesce(c.pending, 0) AS pending,
@@ -38,7 +41,8 @@ FROM tidings.endpoints e
 JOIN tidings.applications a ON a.id = e.app_id
 JOIN tidings.endpoint_health h ON h.endpoint_id = e.id
 CROSS JOIN LATERAL (
-    SELECT coalesce(h.slow_until > now(), false) AS slow
+    SELECT coalesce(h.slow_until > now(), false) AS slow,
+           (h.last_success_at IS NULL AND h.last_failure_at IS NULL) AS untried
 ) lane
 LEFT JOIN counts c ON c.endpoint_id = e.id
 LEFT JOIN latency l ON l.endpoint_id = e.id

@@ -195,7 +195,14 @@
         limit ? " at most " + limit + " deliveries in flight at once (its limit)" : null,
       ];
     }
-    var why = ["It answered slowly (or timed out) lately, so until ", timeNode(endpoint.slow_until), " its"];
+    // Slow without a hold: it has not answered yet, and travels apart until it does.
+    var untried = !endpoint.slow_until;
+    var why = untried
+      ? ["It has not answered yet, so its speed is unknown: its"]
+      : ["It answered slowly (or timed out) lately, so until ", timeNode(endpoint.slow_until), " its"];
+    var until = untried
+      ? " It moves to the fast lane at its first quick answer."
+      : " It returns to the fast lane once its answers are quick again.";
     return [
       h("span", { class: "badge badge-warn", testid: "lane-badge" }, "Slow lane"),
       " ",
@@ -205,7 +212,8 @@
         why.concat([
           " deliveries travel apart from other endpoints': one at a time, at most " +
             limit +
-            " in flight at once. It returns to the fast lane once its answers are quick again.",
+            " in flight at once." +
+            until,
         ])
       ),
     ];
