@@ -179,8 +179,9 @@ class Sender:
             )
         sent = self._send_all(jobs, budget_s, keys)
         attempts = sent + [Attempt(job, datetime.now(UTC), _NOT_SENT) for job in unsendable]
-        # Before the outcomes: an untried endpoint's first answer takes it out of its cap, and
-        # must not leave it out of the slow lane when that answer was slow.
+        # Before deciding and recording: a recorded answer takes an untried endpoint out of its
+        # cap, and must not leave it out of the slow lane when that answer was slow; and an
+        # endpoint found slow has its retries pass the claim.
         slow = self._mark_slow(attempts)
         now = datetime.now(UTC)
         decisions = [self._decide(attempt, now, slow=slow) for attempt in attempts]
