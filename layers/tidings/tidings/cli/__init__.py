@@ -43,6 +43,7 @@ COMMAND_MODULES = (
     "tidings.cli.secrets",
     "tidings.cli.openapi",
     "tidings.cli.schema",
+    "tidings.cli.completion",
 )
 
 

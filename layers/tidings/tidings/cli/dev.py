@@ -104,6 +104,7 @@ def register(subparsers: Any) -> None:
         "--data-dir",
         type=Path,
         default=Path(".tidings"),
+        metavar="DIR",
         help="embedded database and alerts file (default ./.tidings)",
     )
     add_runtime_arguments(parser)

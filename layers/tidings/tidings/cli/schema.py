@@ -26,7 +26,11 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument(
-        "-o", "--output", default="-", help="file to write (default: standard output)"
+        "-o",
+        "--output",
+        default="-",
+        metavar="FILE",
+        help="file to write (default: standard output)",
     )
     parser.set_defaults(handler=run)
 
