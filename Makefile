@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION ?= 20
 
-.PHONY: install browser test test-unit test-integration test-infra test-e2e lint checkov typecheck check demo synth bench clean
+.PHONY: install browser test test-unit test-unit-py312 test-integration test-infra test-e2e lint checkov typecheck check demo wheel wheel-demo synth bench clean
 
 install: $(STAMP)
 
@@ -35,6 +35,33 @@ test: $(STAMP) browser
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit
+
+# The unit tier again on Python 3.12, which the Lambda functions run (infra/functions.py RUNTIME),
+# in a virtual environment of its own holding only what that tier imports (the package's runtime
+# dependencies and the unit-tests extra). Python 3.12 is PYTHON312 when given, else pyenv's newest
+# 3.12, else python3.12 on PATH.
+PY312_VENV := .venv-py312
+PY312_STAMP := $(PY312_VENV)/.installed
+
+$(PY312_STAMP): pyproject.toml
+	@python312="$(PYTHON312)"; \
+	if [ -z "$$python312" ] && command -v pyenv >/dev/null 2>&1; then \
+		python312=$$(ls -d "$$(pyenv root)"/versions/3.12.*/bin/python 2>/dev/null | sort -V | tail -n 1); \
+	fi; \
+	if [ -z "$$python312" ]; then python312=$$(command -v python3.12 || true); fi; \
+	if [ -z "$$python312" ] || ! "$$python312" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then \
+		echo "Python 3.12 not found (looked for PYTHON312, pyenv's 3.12.*, python3.12 on PATH):" \
+			"install it (pyenv install 3.12) or name it: make test-unit-py312 PYTHON312=/path/to/python3.12" >&2; \
+		exit 1; \
+	fi; \
+	echo "$(PY312_VENV): $$("$$python312" --version) ($$python312)"; \
+	rm -rf $(PY312_VENV) && "$$python312" -m venv $(PY312_VENV)
+	$(PY312_VENV)/bin/pip install --quiet --upgrade pip
+	$(PY312_VENV)/bin/pip install --quiet '.[unit-tests]'
+	touch $(PY312_STAMP)
+
+test-unit-py312: $(PY312_STAMP)
+	$(PY312_VENV)/bin/python -m pytest tests/unit
 
 test-integration: $(STAMP)
 	$(BIN)/pytest tests/integration
@@ -80,6 +107,23 @@ check: lint typecheck test
 demo: $(STAMP)
 	$(BIN)/tidings demo
 
+# The wheel and the source distribution, in dist/ (the wheel is built from the source
+# distribution, so both hold everything): pip install dist/tidings-*.whl, or with [local].
+wheel: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --quiet --outdir dist .
+
+# The wheel as a user installs it: with its local extra, into a new virtual environment outside
+# the repository, then `tidings demo` from an empty folder, so that the handlers, the SQL and the
+# portal's files can only come from the installed package.
+wheel-demo: wheel
+	@scratch=$$(mktemp -d) && trap 'rm -rf "$$scratch"' EXIT && \
+	$(PYTHON) -m venv "$$scratch/venv" && \
+	"$$scratch/venv/bin/pip" install --quiet "$$(ls $(CURDIR)/dist/tidings-*.whl)[local]" && \
+	mkdir "$$scratch/elsewhere" && cd "$$scratch/elsewhere" && \
+	echo "tidings demo --events 200 in $$PWD, tidings from $$scratch/venv" && \
+	"$$scratch/venv/bin/tidings" demo --events 200
+
 # Synthesizes the CDK app with Python alone (no CDK CLI, no Docker): `make synth STAGE=prod`.
 # The layers are built by `make install`, so synth itself needs no network.
 STAGE ?= dev
@@ -97,4 +141,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/isolation.py
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) cdk.out build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) $(PY312_VENV) cdk.out build dist .pytest_cache .mypy_cache .ruff_cache

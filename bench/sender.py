@@ -4,7 +4,7 @@ A receiver in its own process answers every POST after ``--latency-ms`` (100 ms)
 - the baseline, a naive worker, delivers ``--baseline`` rows one at a time, each in its own
   transaction: BEGIN, select a due row FOR UPDATE SKIP LOCKED, POST, insert the attempt, update
   the row, update the endpoint's health, COMMIT (seven round trips per delivery);
-- then the sender handler (``functions/sender/app.py``, one process standing for one Lambda
+- then the sender handler (``tidings.handlers.sender``, one process standing for one Lambda
   execution environment, so batches run one after another) delivers ``--messages`` rows that the
   claimer leases in batches of ``--claim-batch`` onto a local queue with the SQS contract.
 
@@ -280,7 +280,7 @@ def sender_run(url: str, count: int, claim_batch: int) -> tuple[int, float, floa
 
     Returns delivered, wall s, CPU s, round trips, and handler invocations.
     """
-    from functions.sender import app as sender_app
+    from tidings.handlers import sender as sender_app
 
     settings = Settings(
         allowed_networks=("127.0.0.0/8",), claim_batch_size=claim_batch, sender_concurrency=10

@@ -2,7 +2,8 @@
 
 * The dependencies layer is ``pip install --platform <manylinux tag> --only-binary=:all:
   --python-version <X.Y> --implementation cp --target <dir>/python`` of the runtime
-  dependencies in ``pyproject.toml``: pip picks the wheels built for Lambda's architecture and
+  dependencies in ``pyproject.toml`` (less those Lambda provides and those only the operator CLI
+  uses): pip picks the wheels built for Lambda's architecture and
   Python version, whatever machine runs the build. The Python 3.12+ runtimes run on Amazon
   Linux 2023 (glibc 2.34), so ``manylinux_2_28`` wheels are allowed besides ``manylinux2014``;
   recent psycopg2-binary releases ship aarch64 wheels only for the former.
@@ -47,6 +48,9 @@ BUILD_ROOT = REPO_ROOT / "build" / "layers"
 # The Lambda Python runtime ships these (and their own dependency s3transfer); packing them again
 # would only add size and pin versions the runtime already manages.
 PROVIDED_BY_RUNTIME = frozenset({"boto3", "botocore", "s3transfer"})
+# Runtime dependencies of the operator CLI alone (``tidings completion``); no function imports
+# them, so the layer goes without.
+CLI_ONLY = frozenset({"shtab"})
 
 # Files that never belong in a layer.
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".mypy_cache")
@@ -109,7 +113,8 @@ class BuiltLayers:
 
 
 def runtime_requirements(pyproject: Path = PYPROJECT) -> list[str]:
-    """The ``[project].dependencies`` of ``pyproject.toml``, minus what the runtime provides."""
+    """The ``[project].dependencies`` of ``pyproject.toml``, minus what the runtime provides and
+    what only the operator CLI uses."""
     try:
         project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
         declared: list[str] = list(project["dependencies"])
@@ -117,7 +122,8 @@ def runtime_requirements(pyproject: Path = PYPROJECT) -> list[str]:
         raise LayerBuildError(
             f"cannot read [project].dependencies from {pyproject}: {exc}"
         ) from exc
-    return [req for req in declared if _distribution(req) not in PROVIDED_BY_RUNTIME]
+    left_out = PROVIDED_BY_RUNTIME | CLI_ONLY
+    return [req for req in declared if _distribution(req) not in left_out]
 
 
 def _distribution(requirement: str) -> str:

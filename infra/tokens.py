@@ -1,7 +1,7 @@
 """The deploy's first admin token: a Secrets Manager secret that the migrator fills.
 
 CloudFormation creates the secret with a random placeholder; the migrator custom resource
-(``functions/migrator/app.py``) replaces it with a Tidings token and stores the token's hash, so
+(``tidings.handlers.migrator``) replaces it with a Tidings token and stores the token's hash, so
 the token never passes through a template, a resource property or a log. Read it with
 ``aws secretsmanager get-secret-value --secret-id <AdminTokenSecretArn>``.
 """

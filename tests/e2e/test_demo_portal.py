@@ -21,7 +21,6 @@ def test_the_demo_ends_with_a_portal_link_that_opens_once(tmp_path: Path) -> Non
     env = {
         **os.environ,
         "PYTHONPATH": str(REPOSITORY / "layers" / "tidings"),
-        "TIDINGS_FUNCTIONS_DIR": str(REPOSITORY / "functions"),
     }
     for name in ("DATABASE_URL", "AWS_ENDPOINT_URL"):
         env.pop(name, None)

@@ -28,7 +28,6 @@ def test_dev_serves_the_api_and_stops_cleanly_on_sigint(database_url: str, tmp_p
         **os.environ,
         "DATABASE_URL": database_url,
         "PYTHONPATH": str(REPOSITORY / "layers" / "tidings"),
-        "TIDINGS_FUNCTIONS_DIR": str(REPOSITORY / "functions"),
     }
     env.pop("AWS_ENDPOINT_URL", None)
     # No key given: the runtime makes its key file in the data directory and says so.

@@ -268,7 +268,6 @@ def test_every_kind_of_receiver_credential_works_through_tidings_dev(
         **SETTINGS,
         "DATABASE_URL": database_url,
         "PYTHONPATH": str(REPOSITORY / "layers" / "tidings"),
-        "TIDINGS_FUNCTIONS_DIR": str(REPOSITORY / "functions"),
         "POWERTOOLS_LOG_LEVEL": "DEBUG",
     }
     env.pop("AWS_ENDPOINT_URL", None)

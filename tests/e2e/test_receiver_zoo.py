@@ -162,7 +162,6 @@ def test_no_receiver_can_break_delivery_for_another(database_url: str, tmp_path:
         **SETTINGS,
         "DATABASE_URL": database_url,
         "PYTHONPATH": str(REPOSITORY / "layers" / "tidings"),
-        "TIDINGS_FUNCTIONS_DIR": str(REPOSITORY / "functions"),
         "POWERTOOLS_LOG_LEVEL": "WARNING",
     }
     env.pop("AWS_ENDPOINT_URL", None)

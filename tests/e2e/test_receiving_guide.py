@@ -76,7 +76,6 @@ def dev_api(database_url: str, tmp_path: Path) -> Iterator[str]:
         **os.environ,
         "DATABASE_URL": database_url,
         "PYTHONPATH": str(REPOSITORY / "layers" / "tidings"),
-        "TIDINGS_FUNCTIONS_DIR": str(REPOSITORY / "functions"),
         "TIDINGS_CLAIM_IDLE_POLL_S": "0.2",
     }
     env.pop("AWS_ENDPOINT_URL", None)

@@ -110,7 +110,6 @@ class Runtime:
             **FAULT_SETTINGS,
             "DATABASE_URL": dsn,
             "PYTHONPATH": str(REPOSITORY / "layers" / "tidings"),
-            "TIDINGS_FUNCTIONS_DIR": str(REPOSITORY / "functions"),
             "POWERTOOLS_LOG_LEVEL": "WARNING",
         }
         self.env.pop("AWS_ENDPOINT_URL", None)

@@ -6,6 +6,7 @@ import datetime
 import io
 import json
 import tarfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from cryptography.x509.oid import NameOID
 
 from infra.app import cdk_json_context, main
 from infra.build_layers import (
+    CLI_ONLY,
     PROVIDED_BY_RUNTIME,
     LayerBuildError,
     NpmPackage,
@@ -125,7 +127,12 @@ def test_missing_stages_are_reported() -> None:
         stage_config(_lookup({"stage": "dev"}))
 
 
-def test_runtime_requirements_leave_out_what_lambda_provides() -> None:
+def test_runtime_requirements_leave_out_what_lambda_provides_and_the_cli_alone_uses() -> None:
+    declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    declared_names = {
+        r.split("==")[0].split("[")[0].lower() for r in declared["project"]["dependencies"]
+    }
+    assert declared_names >= CLI_ONLY
     requirements = runtime_requirements()
     names = {r.split("==")[0].split("[")[0].lower() for r in requirements}
     assert names == {
@@ -136,6 +143,7 @@ def test_runtime_requirements_leave_out_what_lambda_provides() -> None:
         "cryptography",
     }
     assert not names & PROVIDED_BY_RUNTIME
+    assert not names & CLI_ONLY
 
 
 def test_unreadable_pyproject_is_a_clear_error(tmp_path: Path) -> None:

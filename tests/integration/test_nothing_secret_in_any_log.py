@@ -14,7 +14,7 @@ The same scenario first runs with every statement logged (``log_statement = all`
 and the excerpt are then in the server log (so the search would find them), the signing secrets
 still are not (they never reach the database in clear).
 
-Every function's handler (``functions/*/app.py``) is also called with Powertools' debugging
+Every function's handler (``tidings.handlers``) is also called with Powertools' debugging
 switch ``POWERTOOLS_LOGGER_LOG_EVENT`` turned on, with an event full of a marker (tokens, SQS
 records, payloads): none of them may log it.
 """
@@ -30,7 +30,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psycopg2
@@ -54,6 +53,7 @@ from tidings.delivery.http_transport import HttpTransport
 from tidings.delivery.sender import QueueRecord, Sender
 from tidings.delivery.ssrf import parse_allowed_networks
 from tidings.deployment import DATABASE_LOG_PARAMETERS
+from tidings.local.lambda_env import handler_names
 from tidings.local.runtime import ANY_PORT
 from tidings.logic.schema import DatabaseLogin, prepare_database
 from tidings.observability import logger
@@ -319,7 +319,7 @@ def test_with_the_deployed_settings_no_log_holds_a_secret_a_payload_or_an_excerp
     assert found(written, traces) == []
 
 
-FUNCTIONS = sorted(p.parent.name for p in Path(__file__).parents[2].glob("functions/*/app.py"))
+FUNCTIONS = handler_names()
 
 
 def an_event_full_of(marker: str) -> dict[str, Any]:

@@ -4,7 +4,6 @@ and the CLI, instead of being silently ignored)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +19,10 @@ from tidings.config import (
     get_settings,
     known_variables,
 )
+from tidings.local.lambda_env import handler_module, handler_names
 
 ROOT = Path(__file__).resolve().parents[2]
-FUNCTIONS = sorted(p.parent.name for p in (ROOT / "functions").glob("*/app.py"))
+FUNCTIONS = handler_names()
 
 
 @pytest.mark.parametrize(
@@ -98,12 +98,8 @@ def test_a_function_with_a_misspelt_variable_fails_to_start(
     function: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TIDINGS_LEASE", "30")
-    spec = importlib.util.spec_from_file_location(
-        f"unknown_variable_{function}", ROOT / "functions" / function / "app.py"
-    )
-    assert spec is not None and spec.loader is not None
     with pytest.raises(ConfigError, match=r"TIDINGS_LEASE is not a Tidings setting"):
-        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        handler_module(function, module_name=f"unknown_variable_{function}")
 
 
 @pytest.mark.usefixtures("fresh_settings")
@@ -112,12 +108,8 @@ def test_a_function_with_an_infinite_timeout_fails_to_start(
     function: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TIDINGS_HTTP_TIMEOUT_S", "inf")
-    spec = importlib.util.spec_from_file_location(
-        f"infinite_timeout_{function}", ROOT / "functions" / function / "app.py"
-    )
-    assert spec is not None and spec.loader is not None
     with pytest.raises(ConfigError, match="TIDINGS_HTTP_TIMEOUT_S='inf' is not a finite number"):
-        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        handler_module(function, module_name=f"infinite_timeout_{function}")
 
 
 @pytest.mark.parametrize("argv", [["status"], ["openapi"], ["dev", "--no-api"]])

@@ -46,9 +46,9 @@ OTHER_VARIABLES = frozenset(
         # replaced (never kept in Settings, so that no settings dump can show them).
         "TIDINGS_SECRETS_KEY",
         "TIDINGS_SECRETS_PREVIOUS_KEYS",
-        # tidings.local.lambda_env: where tidings dev finds functions/<name>/app.py.
+        # tidings.local.lambda_env: a folder of stand-in handlers for tidings dev.
         "TIDINGS_FUNCTIONS_DIR",
-        # functions/migrator (set by infra/functions.py): the login users it makes.
+        # tidings.handlers.migrator (set by infra/functions.py): the login users it makes.
         "TIDINGS_DATABASE_LOGINS",
         # The test suite's own switches (tests/conftest.py, tests/support/clusters.py,
         # tests/e2e/test_portal_browser.py), in the environment of the code under test.

@@ -2,7 +2,8 @@
 queue's visibility and redrive. The one table that the CDK app builds the stack from and that the
 local runtime imitates, so the two cannot disagree.
 
-Each function is ``functions/<name>/app.py`` with the handler ``app.handler``. The flags say what
+Each function's handler is ``tidings.handlers.<name>``, deployed through its entry point
+``functions/<name>/app.py`` (``app.handler``). The flags say what
 a function may touch; the constructs turn them into grants and security-group rules, so a
 function's permissions are read here and nowhere else: its database role and login user
 included (what each role may run is ``tidings.dal.access``).

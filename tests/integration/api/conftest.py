@@ -136,7 +136,7 @@ def query_string(params: dict[str, str]) -> str:
 
 class Gateway:
     """Requests through what API Gateway runs on AWS and the local API server runs here: the
-    token authorizer function, then the ingest function (both loaded from ``functions/`` as
+    token authorizer function, then the ingest function (both the package's handlers, loaded as
     Lambda loads them), without an HTTP server around them."""
 
     def __init__(self, gateway: Any) -> None:

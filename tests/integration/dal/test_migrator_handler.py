@@ -3,9 +3,7 @@ Secrets Manager for the first admin token)."""
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 
 import boto3
@@ -15,9 +13,8 @@ from moto import mock_aws
 
 from tests.integration.maintenance.scheduled_support import aws_test_environment
 from tidings.config import Settings
+from tidings.local.lambda_env import handler_module
 from tidings.logic import tokens
-
-HANDLER_PATH = Path(__file__).resolve().parents[3] / "functions" / "migrator" / "app.py"
 
 
 @dataclass
@@ -29,11 +26,7 @@ class LambdaContext:
 
 
 def _load_handler() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("migrator_app", HANDLER_PATH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return handler_module("migrator", module_name="migrator_app")
 
 
 def _event(request_type: str, secret_arn: str | None = None) -> dict[str, object]:

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from tidings.dal.connection import Cursor
-
-ROOT = Path(__file__).resolve().parents[3]
+from tidings.local.lambda_env import handler_module
 
 
 def load_handler(function: str) -> ModuleType:
-    """``functions/<function>/app.py`` as a module of its own name."""
-    path = ROOT / "functions" / function / "app.py"
-    spec = importlib.util.spec_from_file_location(f"function_{function}_app", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The handler module of ``function`` (``tidings.handlers.<function>``), loaded afresh as a
+    module of its own name, as a new execution environment loads it."""
+    return handler_module(function, module_name=f"function_{function}_app")
 
 
 def insert_attempts(

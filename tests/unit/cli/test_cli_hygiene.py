@@ -20,8 +20,8 @@ from tidings.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[3]
 # Commands whose output is not a result: a runtime that serves until stopped, and documents
-# (the OpenAPI document, the schema) written as they are.
-NO_JSON = {"dev", "demo", "openapi", "schema"}
+# (the OpenAPI document, the schema, the shell completion script) written as they are.
+NO_JSON = {"dev", "demo", "openapi", "schema", "completion"}
 
 
 def _tidings(
@@ -79,7 +79,7 @@ def test_a_usage_error_exits_2() -> None:
     assert "TIDINGS_LEASE" in done.stderr
 
 
-def test_help_loads_no_x_ray_sdk_nor_database_driver() -> None:
+def test_help_loads_no_x_ray_sdk_nor_database_driver_nor_completion() -> None:
     probe = (
         "import sys\n"
         "from tidings.cli import main\n"
@@ -87,7 +87,7 @@ def test_help_loads_no_x_ray_sdk_nor_database_driver() -> None:
         "    main(['--help'])\n"
         "except SystemExit:\n"
         "    pass\n"
-        "heavy = ('aws_xray_sdk', 'psycopg2', 'boto3', 'botocore', 'pydantic')\n"
+        "heavy = ('aws_xray_sdk', 'psycopg2', 'boto3', 'botocore', 'pydantic', 'shtab')\n"
         "print(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in heavy}))\n"
     )
     environ = dict(os.environ)

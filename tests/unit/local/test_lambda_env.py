@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+import tidings.handlers
 from tidings.local.lambda_env import (
     HandlerNotFound,
     HttpRequest,
     LambdaContext,
     api_gateway_event,
-    default_functions_dir,
+    handler_module,
+    handler_path,
     http_response,
     load_handler,
     scheduled_event,
@@ -125,14 +127,42 @@ def test_missing_handler_names_the_path(tmp_path: Path) -> None:
         load_handler("empty", tmp_path)
 
 
-def test_functions_dir_is_the_repository_folder_or_the_configured_one(
+def test_handlers_come_from_the_package_whatever_the_working_directory(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("TIDINGS_FUNCTIONS_DIR", raising=False)
-    repository = Path(__file__).resolve().parents[3]
-    assert default_functions_dir() == repository / "functions"
-    monkeypatch.setenv("TIDINGS_FUNCTIONS_DIR", str(tmp_path))
-    assert default_functions_dir() == tmp_path
+    monkeypatch.chdir(tmp_path)
+    package = Path(tidings.handlers.__file__).parent
+    assert handler_path("sender") == package / "sender.py"
+    page = load_handler("portal")({"path": "/portal"}, LambdaContext("tidings-portal", 3))
+    assert page["statusCode"] == 200 and "<html" in page["body"].lower()
+
+
+def test_each_execution_environment_loads_a_module_of_its_own() -> None:
+    first = handler_module("portal", module_name="portal_environment_1")
+    second = handler_module("portal", module_name="portal_environment_2")
+    assert first is not second and first.handler is not second.handler
+    assert first.__file__ == second.__file__
+
+
+def test_a_folder_of_stand_ins_replaces_the_packages_handlers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    configured, given = tmp_path / "configured", tmp_path / "given"
+    for folder in (configured, given):
+        (folder / "sender").mkdir(parents=True)
+        (folder / "sender" / "app.py").write_text("def handler(event, context):\n    return 1\n")
+    monkeypatch.setenv("TIDINGS_FUNCTIONS_DIR", str(configured))
+    assert handler_path("sender") == configured / "sender" / "app.py"
+    assert handler_path("sender", given) == given / "sender" / "app.py"
+
+
+def test_an_unknown_function_is_refused_with_the_known_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TIDINGS_FUNCTIONS_DIR", raising=False)
+    with pytest.raises(HandlerNotFound, match=r"no function is named 'sendr' \(the functions: "):
+        load_handler("sendr")
 
 
 def test_functions_running_at_once_each_name_themselves_in_their_log_lines(

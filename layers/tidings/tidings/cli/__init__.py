@@ -12,7 +12,9 @@ they run, and the EMF metrics of the handlers ``tidings dev`` runs) go to standa
 Exit codes: 0 done; 1 the command failed at run time (the database or a service out of reach, a
 refusal such as an unknown id); 2 the command was not asked properly (bad or conflicting
 arguments, a misnamed or invalid setting in the environment, nothing configured to act on), with a
-message naming the problem, as argparse does.
+message naming the problem, as argparse does. A command that needs the embedded PostgreSQL of the
+``local`` extra, run without it, is such a problem too (2): nothing is tried, and trying again
+cannot help until the extra is installed.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ COMMAND_MODULES = (
     "tidings.cli.secrets",
     "tidings.cli.openapi",
     "tidings.cli.schema",
+    "tidings.cli.completion",
 )
 
 
@@ -86,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from tidings.config import ConfigError, check_environment
+    from tidings.local.embedded import LocalExtraMissing
     from tidings.observability import send_logs_to
 
     try:
@@ -101,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         print(f"tidings {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
-    except ConfigError as exc:
+    except (ConfigError, LocalExtraMissing) as exc:
         print(f"tidings {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -49,7 +49,9 @@ def register(subparsers: Any) -> None:
         help="at the end, print a link to the consumer portal of the demo's application and keep "
         "serving until Ctrl-C (default: when the output is a terminal)",
     )
-    parser.add_argument("--functions-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--functions-dir", type=Path, default=None, metavar="DIR", help=argparse.SUPPRESS
+    )
     parser.set_defaults(handler=run)
 
 

@@ -74,8 +74,10 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--functions-dir",
         type=Path,
+        metavar="DIR",
         default=None,
-        help="folder holding functions/<name>/app.py (default: beside the installed package)",
+        help="run stand-in handlers from DIR/<name>/app.py, each a whole handler, instead of the "
+        "package's own (tidings.handlers)",
     )
 
 
@@ -102,6 +104,7 @@ def register(subparsers: Any) -> None:
         "--data-dir",
         type=Path,
         default=Path(".tidings"),
+        metavar="DIR",
         help="embedded database and alerts file (default ./.tidings)",
     )
     add_runtime_arguments(parser)

@@ -14,7 +14,11 @@ from tidings.cli import CommandError
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("openapi", help="write the ingest API's OpenAPI document")
     parser.add_argument(
-        "-o", "--output", default="-", help="file to write (default: standard output)"
+        "-o",
+        "--output",
+        default="-",
+        metavar="FILE",
+        help="file to write (default: standard output)",
     )
     parser.set_defaults(handler=run)
 

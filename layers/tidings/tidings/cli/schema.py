@@ -26,7 +26,11 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument(
-        "-o", "--output", default="-", help="file to write (default: standard output)"
+        "-o",
+        "--output",
+        default="-",
+        metavar="FILE",
+        help="file to write (default: standard output)",
     )
     parser.set_defaults(handler=run)
 
@@ -60,14 +64,14 @@ def _scratch_database() -> Iterator[str]:
 
     server_dsn = get_settings().database_url
     if not server_dsn:
-        import pgserver
+        from tidings.local.embedded import EmbeddedPostgres
 
         with tempfile.TemporaryDirectory(prefix="tidings-schema-") as folder:
-            server = pgserver.get_server(Path(folder), cleanup_mode="delete")  # type: ignore[attr-defined]
+            server = EmbeddedPostgres(Path(folder) / "pgdata", delete_on_stop=True)
             try:
-                yield server.get_uri()
+                yield server.dsn
             finally:
-                server.cleanup()
+                server.stop()
         return
     name = f"tidings_schema_{uuid.uuid4().hex[:12]}"
     admin = open_connection(server_dsn)

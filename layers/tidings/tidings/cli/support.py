@@ -56,7 +56,8 @@ def target(data_dir: Path = DEV_DATA_DIR) -> Iterator[Target]:
 
     from tidings.config import ConfigError, Settings
     from tidings.dal.connection import Database
-    from tidings.local.runtime import EmbeddedPostgres, dev_settings
+    from tidings.local.embedded import EmbeddedPostgres
+    from tidings.local.runtime import dev_settings
 
     try:
         if _configured_database():

@@ -2,7 +2,7 @@
 
 For each request, as API Gateway does on AWS (``infra/api.py``):
 1. a method the API's ``ANY`` method does not cover (TRACE, CONNECT, …) is answered 405;
-2. the TOKEN authorizer (``functions/authorizer/app.py``) is called with the ``Authorization``
+2. the TOKEN authorizer (``tidings.handlers.authorizer``) is called with the ``Authorization``
    header; no header, or a refusal, is answered 401, and what it accepts reaches the handler with
    its context in ``requestContext.authorizer``. Unlike API Gateway, every request is checked
    (nothing is cached), so a revoked token is refused at once here;

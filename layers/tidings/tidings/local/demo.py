@@ -36,6 +36,7 @@ from tidings.dal.operator import (
     enqueue_events,
     unsettled_messages,
 )
+from tidings.local.embedded import embedded_postgres_package
 from tidings.local.progress import LiveDisplay, render
 from tidings.local.receivers import Kind, Receivers
 from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
@@ -178,6 +179,8 @@ def run_demo(
     runtime is still up when it is called with the outcome and a portal link for the demo's
     application (and ``out``, to write to: the handlers' own output stays in the log), and stops
     when it returns."""
+    # The demo's database is always embedded: without the local extra, stop before anything starts.
+    embedded_postgres_package()
     workdir = Path(tempfile.mkdtemp(prefix="tidings-demo-"))
     log_stream = (workdir / "runtime.log").open("a", encoding="utf-8")
     quiet_handlers(log_stream)

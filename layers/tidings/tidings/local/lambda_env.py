@@ -1,9 +1,9 @@
 """What AWS hands a handler: the context object and the events of each trigger.
 
-Handlers are loaded from ``functions/<name>/app.py`` the way Lambda loads them: by file, with the
-``tidings`` package importable beside them (on Lambda through the layer, here because it is
-installed). The folder is found next to the package's source tree (``layers/tidings`` in the
-repository), or given explicitly with ``--functions-dir`` / ``TIDINGS_FUNCTIONS_DIR``.
+Handlers are the modules of ``tidings.handlers``, found in the installed package whatever the
+working directory, and loaded the way Lambda loads an entry point: by file, once per execution
+environment. ``--functions-dir`` / ``TIDINGS_FUNCTIONS_DIR`` name a folder of stand-in handlers
+instead (``<folder>/<name>/app.py``, each a whole handler: the tests' fakes, say).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import os
+import pkgutil
 import threading
 import time
 import uuid
@@ -18,22 +19,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl
 
-import tidings
+import tidings.handlers
 from tidings.observability import logger
 
 REGION = "us-east-1"
 ACCOUNT = "000000000000"
 STAGE = "local"
 FUNCTIONS_DIR_ENV = "TIDINGS_FUNCTIONS_DIR"
+HANDLERS_PACKAGE = "tidings.handlers"
 
 Handler = Callable[[dict[str, Any], Any], Any]
 
 
 class HandlerNotFound(LookupError):
-    """A function's ``app.py`` or its ``handler`` is missing; the message names the path."""
+    """A function's handler module or its ``handler`` is missing; the message names which."""
 
 
 class LambdaContext:
@@ -170,37 +173,71 @@ def http_response(result: Mapping[str, Any]) -> HttpResponse:
     return HttpResponse(status=status, headers=tuple(headers), body=body)
 
 
-def default_functions_dir() -> Path:
-    """``functions/`` of the source tree the ``tidings`` package was installed from."""
+def configured_functions_dir() -> Path | None:
+    """The folder of stand-in handlers named by ``TIDINGS_FUNCTIONS_DIR``, if any."""
     configured = os.environ.get(FUNCTIONS_DIR_ENV)
-    if configured:
-        return Path(configured)
-    package_dir = Path(tidings.__file__).resolve().parent
-    # layers/tidings/tidings/__init__.py -> the repository root is three levels up.
-    return package_dir.parents[2] / "functions"
+    return Path(configured) if configured else None
+
+
+def handler_names() -> list[str]:
+    """The functions whose handlers the package holds (``tidings.handlers.<name>``)."""
+    return sorted(found.name for found in pkgutil.iter_modules(tidings.handlers.__path__))
+
+
+def handler_path(name: str, functions_dir: Path | None = None) -> Path:
+    """The file that holds the handler of function ``name``: ``<functions_dir>/<name>/app.py``
+    when a folder of stand-ins is given (or configured), else the package's own module."""
+    folder = functions_dir or configured_functions_dir()
+    if folder is not None:
+        path = folder / name / "app.py"
+        if not path.is_file():
+            raise HandlerNotFound(
+                f"no Lambda entry point at {path} (the folder of stand-in handlers comes from "
+                f"--functions-dir or {FUNCTIONS_DIR_ENV}; without either, the package's own "
+                "handlers run)"
+            )
+        return path
+    known = handler_names()
+    if name not in known:
+        raise HandlerNotFound(f"no function is named {name!r} (the functions: {', '.join(known)})")
+    spec = importlib.util.find_spec(f"{HANDLERS_PACKAGE}.{name}")
+    if spec is None or spec.origin is None or not Path(spec.origin).is_file():
+        # Lambda loads an entry point from a file, and so does this (a zipped install has none).
+        raise HandlerNotFound(
+            f"{HANDLERS_PACKAGE}.{name} is not a file of the installed tidings package; "
+            "install tidings as a wheel (pip install tidings) to run its handlers"
+        )
+    return Path(spec.origin)
+
+
+def handler_module(
+    name: str, functions_dir: Path | None = None, *, module_name: str | None = None
+) -> ModuleType:
+    """The handler module of function ``name``, loaded from its file as a new module (named
+    ``module_name``), as a Lambda execution environment imports its entry point: its top level
+    runs now (reading the settings), and its module-level state is its own."""
+    path = handler_path(name, functions_dir)
+    spec = importlib.util.spec_from_file_location(module_name or f"tidings_function_{name}", path)
+    if spec is None or spec.loader is None:
+        raise HandlerNotFound(f"cannot load {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_handler(name: str, functions_dir: Path | None = None, *, environment: int = 0) -> Handler:
-    """``handler`` of ``functions/<name>/app.py``, loaded from its file as Lambda loads it.
+    """``handler`` of function ``name`` (see ``handler_path``), loaded as Lambda loads it.
 
     Each ``environment`` number gets a module of its own, as each Lambda execution environment
     imports the entry point once: module-level state (a batch processor, say) is never shared
     between simulated environments running on different threads.
     """
-    folder = functions_dir or default_functions_dir()
-    path = folder / name / "app.py"
-    if not path.is_file():
-        raise HandlerNotFound(
-            f"no Lambda entry point at {path}; pass --functions-dir or set {FUNCTIONS_DIR_ENV}"
-        )
-    spec = importlib.util.spec_from_file_location(f"tidings_function_{name}_{environment}", path)
-    if spec is None or spec.loader is None:
-        raise HandlerNotFound(f"cannot load {path} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = handler_module(
+        name, functions_dir, module_name=f"tidings_function_{name}_{environment}"
+    )
     handler = getattr(module, "handler", None)
     if not callable(handler):
-        raise HandlerNotFound(f"{path} defines no callable 'handler'")
+        raise HandlerNotFound(f"{module.__file__} defines no callable 'handler'")
     return _with_own_log_keys(handler)
 
 

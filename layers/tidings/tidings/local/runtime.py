@@ -34,6 +34,7 @@ from tidings.deployment import (
     DeliveryLane,
 )
 from tidings.local.api_server import ApiServer
+from tidings.local.embedded import EmbeddedPostgres
 from tidings.local.event_source import consume_once
 from tidings.local.lambda_env import Handler, LambdaContext, load_handler, scheduled_event
 from tidings.local.notifier import LocalNotifier
@@ -115,22 +116,6 @@ class RuntimeConfig:
     @property
     def alerts_path(self) -> Path:
         return self.data_dir / "alerts.jsonl"
-
-
-class EmbeddedPostgres:
-    """A pgserver instance whose data lives in ``data_dir``; started on construction."""
-
-    def __init__(self, data_dir: Path, *, delete_on_stop: bool = False) -> None:
-        import pgserver
-
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self._server = pgserver.get_server(  # type: ignore[attr-defined]
-            data_dir.resolve(), cleanup_mode="delete" if delete_on_stop else "stop"
-        )
-        self.dsn: str = self._server.get_uri()
-
-    def stop(self) -> None:
-        self._server.cleanup()
 
 
 def local_keyring(settings: Settings, data_dir: Path) -> Keyring:
@@ -216,11 +201,12 @@ class DevRuntime:
 
     def start(self) -> None:
         config = self.config
-        config.data_dir.mkdir(parents=True, exist_ok=True)
         settings = self._base_settings
+        # The embedded server first: without the local extra nothing is made, not even the folder.
         if not settings.database_url and not settings.database_secret_arn:
             self.embedded = EmbeddedPostgres(config.data_dir / "pgdata")
             settings = settings.replace(database_url=self.embedded.dsn)
+        config.data_dir.mkdir(parents=True, exist_ok=True)
         self.keyring = local_keyring(settings, config.data_dir)
         applied = prepare_database(settings, self.keyring)
         if applied:
