@@ -99,6 +99,78 @@ def test_scope_refusals_are_documented_where_a_scope_can_meet_them() -> None:
             assert ("403" in op["responses"]) != every_scope, (method, path)
 
 
+def test_every_operation_is_named_after_its_route() -> None:
+    doc = json.loads(document())
+    ids = [op["operationId"] for ops in doc["paths"].values() for op in ops.values()]
+    assert len(ids) == len(set(ids))
+    for path, ops in doc["paths"].items():
+        for op in ops.values():
+            # An application's route keeps one name, told apart by where it is served.
+            in_app = path.startswith("/v1/apps/{app}/") and any(
+                path == f"/v1/apps/{{app}}{inner}" for inner, _ in IN_AN_APPLICATION
+            )
+            assert op["operationId"].endswith("_in_app") == in_app, path
+
+
+def test_every_link_leads_to_an_operation_with_the_parameters_it_gives() -> None:
+    """A link names an operation of the document and only parameters that operation takes, each
+    from the response it is on or from the request's own path."""
+    doc = json.loads(document())
+    operations = {
+        op["operationId"]: (path, op) for path, ops in doc["paths"].items() for op in ops.values()
+    }
+    followed = 0
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            own = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
+            for status, answer in op["responses"].items():
+                for name, link in answer.get("links", {}).items():
+                    assert status.startswith("2"), (method, path, name)
+                    target_path, target = operations[link["operationId"]]
+                    taken = {p["name"]: p["in"] for p in target.get("parameters", [])}
+                    # Every path parameter of the target is given.
+                    wanted = {n for n, where in taken.items() if where == "path"}
+                    assert wanted <= set(link["parameters"]), (path, name, target_path)
+                    for parameter, expression in link["parameters"].items():
+                        assert parameter in taken, (path, name, parameter)
+                        if expression.startswith("$request.path."):
+                            assert expression.removeprefix("$request.path.") in own
+                        else:
+                            assert expression.startswith("$response.body#/"), expression
+                    followed += 1
+    # Each created thing leads to what can be done with it (counted when this was written).
+    assert followed >= 60
+
+
+def test_what_is_created_links_to_what_can_be_done_with_it() -> None:
+    paths = json.loads(document())["paths"]
+
+    def targets(path: str, method: str, status: str) -> set[str]:
+        links = paths[path][method]["responses"][status]["links"]
+        return {link["operationId"] for link in links.values()}
+
+    assert {
+        "get_endpoint",
+        "update_endpoint",
+        "delete_endpoint",
+        "rotate_secret",
+        "endpoint_health",
+        "recover_endpoint",
+    } <= targets("/v1/endpoints", "post", "201")
+    assert "get_endpoint_in_app" in targets("/v1/apps/{app}/endpoints", "post", "201")
+    assert {"get_application", "delete_application", "create_endpoint_in_app"} <= targets(
+        "/v1/apps", "post", "201"
+    )
+    assert {"get_message", "resend_message"} <= targets("/v1/events", "post", "202")
+    assert {"get_message", "resend_message"} <= targets("/v1/events", "post", "200")
+    assert {"get_token", "revoke_token"} <= targets("/v1/tokens", "post", "201")
+    created = paths["/v1/apps/{app}/endpoints"]["post"]["responses"]["201"]["links"]
+    assert created["GetEndpoint"]["parameters"] == {
+        "app": "$request.path.app",
+        "endpoint_id": "$response.body#/id",
+    }
+
+
 def test_cli_writes_the_document(tmp_path: Path) -> None:
     target = tmp_path / "api.json"
     assert main(["openapi", "-o", str(target)]) == 0

@@ -11,6 +11,11 @@ function in the request context. A route then:
    attempt is as unknown as one that does not exist (404).
 
 ``app_routes`` registers each such route twice, at ``/v1{path}`` and ``/v1/apps/<app>{path}``.
+
+Every route's operation id is its function's name (``_in_app`` added for the variant at
+``/v1/apps/<app>…``), so that the document's links (``Link``) can name the operation a response
+leads to: the ids in an answer become the parameters of the next request, for clients and for
+schemathesis' stateful tests.
 """
 
 from __future__ import annotations
@@ -64,6 +69,52 @@ class AppScope:
 
 
 DEFAULT = AppScope(applications.DEFAULT_APP_ID, applications.DEFAULT_APP_UID)
+# What the operation id of a route's variant at /v1/apps/<app>… adds to its function's name.
+IN_APP_SUFFIX = "_in_app"
+# The runtime expression of the application a request named in its path.
+SAME_APPLICATION = "$request.path.app"
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """An OpenAPI link from a response to the operation it leads to.
+
+    ``operation`` is the target route's function name; ``parameters`` map the target's path and
+    query parameters to runtime expressions (``$response.body#/id``). A target inside an
+    application (``in_application``, registered by ``app_routes``) is followed in the same
+    application: from a route at ``/v1/apps/<app>…`` to the target's variant there, with ``app``
+    passed on, unless the parameters name the application themselves (from a created
+    application's answer)."""
+
+    operation: str
+    parameters: Mapping[str, str]
+    description: str
+    in_application: bool = True
+
+    def document(self, *, in_app: bool) -> dict[str, Any]:
+        """The link as the document states it, from a route at ``/v1/apps/<app>…`` (``in_app``)
+        or not."""
+        parameters = dict(self.parameters)
+        target = self.operation
+        if self.in_application and (in_app or "app" in parameters):
+            target += IN_APP_SUFFIX
+            parameters = {"app": SAME_APPLICATION, **parameters}
+        return {"operationId": target, "parameters": parameters, "description": self.description}
+
+
+Links = Mapping[int, Mapping[str, Link]]
+
+
+def _with_links(
+    responses: Mapping[int, Any] | None, links: Links | None, *, in_app: bool
+) -> dict[int, Any] | None:
+    """``responses`` with each status code's links added, as seen from the route's variant."""
+    if responses is None:
+        return None
+    found = {code: dict(answer) for code, answer in responses.items()}
+    for code, named in (links or {}).items():
+        found[code]["links"] = {name: link.document(in_app=in_app) for name, link in named.items()}
+    return found
 
 
 def principal_of(event: Mapping[str, Any]) -> Principal | None:
@@ -93,10 +144,17 @@ def acting_in(router: Router, action: Action, ref: str | None) -> AppScope:
 
 
 def app_routes(
-    router: Router, method: str, path: str, *, action: Action, **options: Any
+    router: Router,
+    method: str,
+    path: str,
+    *,
+    action: Action,
+    links: Links | None = None,
+    **options: Any,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function, whose first parameter is the ``AppScope``, at
-    ``/v1{path}`` (the default application) and at ``/v1/apps/<app>{path}``."""
+    ``/v1{path}`` (the default application) and at ``/v1/apps/<app>{path}``, with ``links``
+    on its responses."""
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         hints = typing.get_type_hints(func, include_extras=True)
@@ -116,15 +174,21 @@ def app_routes(
         )
         variants: list[tuple[Any, str, list[inspect.Parameter], str]] = [
             (in_default, f"/v1{path}", params, ""),
-            (in_app, f"/v1/apps/<app>{path}", [app_param, *params], "_in_app"),
+            (in_app, f"/v1/apps/<app>{path}", [app_param, *params], IN_APP_SUFFIX),
         ]
+        responses = options.pop("responses", None)
         for variant, full_path, variant_params, suffix in variants:
             functools.update_wrapper(variant, func, assigned=("__module__", "__doc__"), updated=())
             variant.__name__ = variant.__qualname__ = func.__name__ + suffix
             # Powertools reads the parameters (validation, OpenAPI) from the signature.
             variant.__signature__ = inspect.Signature(variant_params, return_annotation=returns)
             del variant.__wrapped__
-            getattr(router, method.lower())(full_path, **options)(variant)
+            getattr(router, method.lower())(
+                full_path,
+                operation_id=variant.__name__,
+                responses=_with_links(responses, links, in_app=bool(suffix)),
+                **options,
+            )(variant)
             REGISTERED.append((method.upper(), full_path))
             if _reads_body(hints):
                 READS_BODY.append((method.upper(), full_path))
@@ -134,12 +198,16 @@ def app_routes(
 
 
 def route(
-    router: Router, method: str, path: str, **options: Any
+    router: Router, method: str, path: str, *, links: Links | None = None, **options: Any
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a route that exists once (``/v1/apps``, ``/v1/tokens``)."""
+    """Register a route that exists once (``/v1/apps``, ``/v1/tokens``), with ``links`` on its
+    responses."""
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
-        getattr(router, method.lower())(path, **options)(func)
+        responses = _with_links(options.pop("responses", None), links, in_app=False)
+        getattr(router, method.lower())(
+            path, operation_id=func.__name__, responses=responses, **options
+        )(func)
         REGISTERED.append((method.upper(), path))
         if _reads_body(typing.get_type_hints(func, include_extras=True)):
             READS_BODY.append((method.upper(), path))

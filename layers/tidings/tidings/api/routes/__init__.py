@@ -1,0 +1,23 @@
+"""The routes, one module per resource: each parses its request, checks who asks in which
+application, calls one use case, and shapes the answer.
+
+Everything an application holds (events, messages, endpoints, replay) is served twice: at
+``/v1/…`` for the default application and at ``/v1/apps/{app}/…`` (see ``tidings.api.scoping``).
+Applications and tokens are managed at ``/v1/apps`` and ``/v1/tokens``. Every module registers
+its routes on the one ``router`` when it is imported.
+"""
+
+from tidings.api.routes import (
+    applications,
+    dead_letters,
+    endpoints,
+    events,
+    messages,
+    portal,
+    tokens,
+)
+from tidings.api.routes.common import router
+
+ROUTE_MODULES = (events, messages, endpoints, dead_letters, portal, applications, tokens)
+
+__all__ = ["ROUTE_MODULES", "router"]
