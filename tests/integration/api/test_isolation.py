@@ -155,6 +155,9 @@ ADMIN_ROUTES = {
     ("DELETE", "/v1/tokens/{token_id}"),
     # Only a portal link opens a session.
     ("POST", "/v1/portal/sessions"),
+    # Every application's figures at once.
+    ("GET", "/v1/admin/status"),
+    ("GET", "/v1/admin/dead-letters"),
 }
 
 
@@ -290,7 +293,8 @@ def test_a_producer_token_is_refused_every_endpoint_route(gateway: Gateway, worl
     refused = 0
     for method, template in OPERATIONS:
         if not any(
-            part in template for part in ("/endpoints", "/dead-letters", "/resend", "/portal-links")
+            part in template
+            for part in ("/endpoints", "/dead-letters", "/resend", "/portal-links", "/status")
         ):
             continue
         for app in ("acme", "globex"):
@@ -300,8 +304,9 @@ def test_a_producer_token_is_refused_every_endpoint_route(gateway: Gateway, worl
             )
             assert (reply.status, reply.error["code"]) == (403, "forbidden"), (method, path)
             refused += 1
-    # Two applications, each route with and without /apps/{app}, twelve routes.
-    assert refused == 2 * 2 * 12
+    # Two applications, each route with and without /apps/{app} (twelve routes), the views of
+    # one application's status and dead letters, and of every application's.
+    assert refused == 2 * (2 * 12 + 2 + 2)
 
 
 def test_expired_revoked_and_forged_tokens_are_401_on_every_route(

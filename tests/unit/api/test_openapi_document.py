@@ -50,6 +50,11 @@ MANAGEMENT = {
     ("/v1/tokens/{token_id}", "get"),
     ("/v1/tokens/{token_id}", "delete"),
     ("/v1/portal/sessions", "post"),
+    # The operators' views: every application's, and one application's.
+    ("/v1/admin/status", "get"),
+    ("/v1/admin/dead-letters", "get"),
+    ("/v1/apps/{app}/status", "get"),
+    ("/v1/apps/{app}/dead-letters", "get"),
 }
 
 

@@ -17,7 +17,7 @@ ENDPOINT_WORK = {
     Action.REPLAY,
     Action.MAKE_PORTAL_LINKS,
 }
-ADMIN_ONLY = {Action.MANAGE_APPLICATIONS, Action.MANAGE_TOKENS}
+ADMIN_ONLY = {Action.MANAGE_APPLICATIONS, Action.MANAGE_TOKENS, Action.READ_EVERY_APPLICATION}
 # What only a portal link does: open its session.
 LINK_ONLY = {Action.OPEN_PORTAL_SESSION}
 CHANGES = {

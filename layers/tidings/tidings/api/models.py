@@ -34,6 +34,14 @@ from tidings.logic.messages import Attempt, Message, MessageDetail, MessagePage,
 from tidings.logic.portal import DEFAULT_LINK_S, PortalLink, PortalSession
 from tidings.logic.replay import ReplayResult
 from tidings.logic.resend import RecoverResult
+from tidings.logic.status import (
+    ApplicationQueue,
+    DeadLetterEndpoint,
+    DeadLetterReport,
+    EndpointFigures,
+    QueueSummary,
+    StatusReport,
+)
 from tidings.logic.tokens import CreatedToken, Token, TokenPage, TokenScope
 
 
@@ -118,6 +126,7 @@ Payload = Annotated[
 __all__ = [
     "Application",
     "ApplicationPage",
+    "ApplicationQueue",
     "Attempt",
     "BatchResult",
     "CreateApplication",
@@ -126,7 +135,10 @@ __all__ = [
     "CreateToken",
     "CreatedEndpoint",
     "CreatedToken",
+    "DeadLetterEndpoint",
+    "DeadLetterReport",
     "Endpoint",
+    "EndpointFigures",
     "EndpointHealth",
     "EndpointPage",
     "ErrorBody",
@@ -139,6 +151,7 @@ __all__ = [
     "Moment",
     "PortalLink",
     "PortalSession",
+    "QueueSummary",
     "RecoverRequest",
     "RecoverResult",
     "ReplayRequest",
@@ -147,6 +160,7 @@ __all__ = [
     "RotatedSecret",
     "SendEvent",
     "SendResult",
+    "StatusReport",
     "Token",
     "TokenPage",
     "UpdateApplication",

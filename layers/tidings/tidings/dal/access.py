@@ -74,6 +74,12 @@ _APPLICATIONS = (
     "retire_application_endpoints",
 )
 _TOKENS = ("insert_token", "list_tokens", "get_token", "revoke_token")
+_OPERATOR_VIEWS = (
+    "health_summary",
+    "application_figures",
+    "endpoint_progress",
+    "dead_letter_stats",
+)
 
 PRODUCER = _role(
     "tidings_producer",
@@ -102,7 +108,7 @@ INGEST = _role(
     "The ingest API: applications, tokens and portal links, and in an application events, "
     "endpoints (creating and rotating their secrets, revealing the current one through "
     "tidings.endpoint_signing_secret_v1), messages and their attempts, replay, resend and "
-    "recovery",
+    "recovery; the operators' status and dead-letter views",
     "enqueue_event",
     "enqueue_batch",
     "list_messages",
@@ -114,6 +120,8 @@ INGEST = _role(
     # The API alone opens portal sessions and reveals a secret a person asks for.
     "exchange_portal_link",
     "endpoint_signing_secret",
+    # What `tidings status` and `tidings dead-letters` read, over the API.
+    *_OPERATOR_VIEWS,
 )
 AUTHORIZER = _role(
     "tidings_authorizer",
@@ -183,12 +191,9 @@ OPERATOR = _role(
     "replay, resend and recovery, the dev runtime and the demo",
     "enqueue_event",
     "enqueue_events",
-    "health_summary",
-    "application_figures",
+    *_OPERATOR_VIEWS,
     "any_token",
-    "endpoint_progress",
     "unsettled_messages",
-    "dead_letter_stats",
     "dead_letter_ids",
     *_ENDPOINTS,
     *_MESSAGES,

@@ -40,6 +40,9 @@ class Action(enum.StrEnum):
     MANAGE_TOKENS = "manage_tokens"
     MAKE_PORTAL_LINKS = "make_portal_links"
     OPEN_PORTAL_SESSION = "open_portal_session"
+    # The whole queue's status and dead letters, every application's at once (one
+    # application's figures are its endpoints' and messages': READ_ENDPOINTS).
+    READ_EVERY_APPLICATION = "read_every_application"
 
 
 ALLOWED: Mapping[Scope, frozenset[Action]] = {

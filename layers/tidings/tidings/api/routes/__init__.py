@@ -3,11 +3,13 @@ application, calls one use case, and shapes the answer.
 
 Everything an application holds (events, messages, endpoints, replay) is served twice: at
 ``/v1/…`` for the default application and at ``/v1/apps/{app}/…`` (see ``tidings.api.scoping``).
-Applications and tokens are managed at ``/v1/apps`` and ``/v1/tokens``. Every module registers
-its routes on the one ``router`` when it is imported.
+Applications and tokens are managed at ``/v1/apps`` and ``/v1/tokens``; the operators' views of
+every application are at ``/v1/admin/…``. Every module registers its routes on the one
+``router`` when it is imported.
 """
 
 from tidings.api.routes import (
+    admin,
     applications,
     dead_letters,
     endpoints,
@@ -18,6 +20,6 @@ from tidings.api.routes import (
 )
 from tidings.api.routes.common import router
 
-ROUTE_MODULES = (events, messages, endpoints, dead_letters, portal, applications, tokens)
+ROUTE_MODULES = (events, messages, endpoints, dead_letters, portal, applications, tokens, admin)
 
 __all__ = ["ROUTE_MODULES", "router"]

@@ -33,6 +33,12 @@ _ITSELF = {"app": _CREATED}
             "DeleteApplication": Link(
                 "delete_application", _ITSELF, "Delete it", in_application=False
             ),
+            "ApplicationStatus": Link(
+                "application_status", _ITSELF, "Its queue's figures", in_application=False
+            ),
+            "ApplicationDeadLetters": Link(
+                "application_dead_letters", _ITSELF, "Its dead letters", in_application=False
+            ),
             "CreateEndpointInIt": Link("create_endpoint", _ITSELF, "An endpoint in it"),
             "ListItsEndpoints": Link("list_endpoints", _ITSELF, "Its endpoints"),
             "SendEventToIt": Link("send_event", _ITSELF, "An event for its endpoints"),
