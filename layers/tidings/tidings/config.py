@@ -48,6 +48,10 @@ OTHER_VARIABLES = frozenset(
         "TIDINGS_SECRETS_PREVIOUS_KEYS",
         # tidings.local.lambda_env: a folder of stand-in handlers for tidings dev.
         "TIDINGS_FUNCTIONS_DIR",
+        # tidings.client and the command line's remote mode: a deployed stack's API and the
+        # token to call it with.
+        "TIDINGS_API_URL",
+        "TIDINGS_TOKEN",
         # tidings.handlers.migrator (set by infra/functions.py): the login users it makes.
         "TIDINGS_DATABASE_LOGINS",
         # The test suite's own switches (tests/conftest.py, tests/support/clusters.py,

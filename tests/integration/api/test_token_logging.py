@@ -128,3 +128,56 @@ def test_the_command_line_prints_a_token_once_and_logs_none(
     assert main(["tokens", "revoke", "1"]) == 0
     text = logged_text(capfd, everything_logged)
     assert token not in text
+
+
+def test_the_client_and_the_remote_command_line_log_no_token_nor_secret(  # noqa: PLR0917
+    database_url: str,
+    settings: Settings,
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    everything_logged: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """``tidings.client`` (with its retries, which urllib3 logs) and the command line over the
+    API print the tokens and secrets they are asked for, once, and log none of them."""
+    from tidings.client import ApiUnreachable, Client
+
+    admin = tokens.create_token(db, scope="admin").token
+    shown: list[str] = []
+    with wiring.overridden(settings=settings, database_factory=lambda: Database(database_url)):
+        server = ApiServer(load_handler("ingest"), port=0, authorizer=load_handler("authorizer"))
+        server.start()
+        try:
+            with Client(server.url, admin) as client:
+                shown.append(client.create_token("producer").token)
+                endpoint = client.create_endpoint("https://93.184.215.14/hook")
+                shown += [
+                    endpoint.secret,
+                    client.rotate_secret(endpoint.id).secret,
+                    client.reveal_secret(endpoint.id).secret,
+                ]
+                client.send_event("t", {"n": 1}, event_id="e-1")
+            with (
+                Client("http://127.0.0.1:9", admin, retries=2, backoff_s=0.01) as away,
+                pytest.raises(ApiUnreachable),
+            ):
+                away.list_endpoints()
+            monkeypatch.delenv("DATABASE_URL", raising=False)
+            monkeypatch.setenv("TIDINGS_API_URL", server.url)
+            monkeypatch.setenv("TIDINGS_TOKEN", admin)
+            assert main(["tokens", "create", "--scope", "producer", "--json"]) == 0
+            assert main(["endpoints", "rotate-secret", str(endpoint.id), "--json"]) == 0
+            assert main(["tokens", "list"]) == 0
+            assert main(["--token", admin[:-1] + "x", "tokens", "list"]) == 1
+        finally:
+            server.stop()
+    printed = capfd.readouterr()
+    for line in printed.out.splitlines():
+        if '"token": "' in line or '"secret": "' in line:
+            shown.append(line.split('": "', 1)[1].split('"', 1)[0])
+    assert len(shown) == 6
+    assert not any(secret in printed.err for secret in [*shown, admin])
+    text = logged_text(capfd, everything_logged)
+    assert "/v1/tokens" in text  # the requests were logged, the credentials were not
+    for secret in [admin, admin[:-1] + "x", *shown]:
+        assert secret not in text

@@ -85,8 +85,8 @@ def test_an_update_that_changes_nothing_exits_2(cli: Any, db: Database) -> None:
     code, _, err = cli("endpoints", "update", str(endpoint_id))
     assert code == 2
     assert (
-        "give --retry-schedule, --payload-format, --max-in-flight or a receiver credential option"
-        in err
+        "give --url, --description, --event-type, --retry-schedule, --payload-format, "
+        "--max-in-flight or a receiver credential option" in err
     )
 
 

@@ -102,7 +102,8 @@ def test_dead_letters_report_and_replay(cli: Any, db: Database) -> None:
         )
     code, out, _ = cli("dead-letters")
     assert code == 0
-    assert "3 dead letter(s)" in out and "http://127.0.0.1:9/hook" in out and "What to do" in out
+    # Each endpoint by its origin, as in the JSON and the scheduled report.
+    assert "3 dead letter(s)" in out and "http://127.0.0.1:9 " in out and "What to do" in out
     code, out, _ = cli("dead-letters", "--json")
     assert _json(out)["total"] == 3
     with db.cursor() as cur:

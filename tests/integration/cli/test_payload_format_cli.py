@@ -80,6 +80,6 @@ def test_update_without_a_change_exits_2(cli: Any, db: Database) -> None:  # noq
     code, _, err = cli("endpoints", "update", str(endpoint_id))
     assert code == 2
     assert (
-        "nothing to change: give --retry-schedule, --payload-format, --max-in-flight"
-        " or a receiver credential option" in err
+        "nothing to change: give --url, --description, --event-type, --retry-schedule, "
+        "--payload-format, --max-in-flight or a receiver credential option" in err
     )

@@ -58,7 +58,7 @@ class _Row:
 def test_plain_makes_json_ready_values() -> None:
     ident = uuid.UUID(int=7)
     assert plain({"a": [_Row(NOW, Decimal("1.5"))], "id": ident, "kind": Kind.SLOW}) == {
-        "a": [{"when": "2026-05-01T12:00:00+00:00", "amount": 1.5}],
+        "a": [{"when": "2026-05-01T12:00:00Z", "amount": 1.5}],
         "id": str(ident),
         "kind": "slow",
     }

@@ -5,14 +5,20 @@ its parser and sets ``handler`` (a callable taking the parsed arguments and retu
 code). A command module imports at its top only what its parser needs: ``tidings --help`` loads
 every parser, and the database driver, the AWS SDK or the X-Ray SDK would make it slow.
 
+Every command that has an API counterpart (status, apps, tokens, portal-link, endpoints, send,
+messages, dead-letters, replay) works on a database or, given an API URL and a token
+(``--api-url`` and ``--token``, or ``TIDINGS_API_URL`` and ``TIDINGS_TOKEN``), over a deployed
+stack's API (``tidings.cli.backend``).
+
 What the commands print is for standard output; their logs (the structured log lines of the code
 they run, and the EMF metrics of the handlers ``tidings dev`` runs) go to standard error, so that
 ``--json`` output is one JSON document that can be piped.
 
-Exit codes: 0 done; 1 the command failed at run time (the database or a service out of reach, a
-refusal such as an unknown id); 2 the command was not asked properly (bad or conflicting
-arguments, a misnamed or invalid setting in the environment, nothing configured to act on), with a
-message naming the problem, as argparse does. A command that needs the embedded PostgreSQL of the
+Exit codes: 0 done; 1 the command failed at run time (the database, the API or a service out of
+reach, a refusal such as an unknown id or, over the API, a 401, 403, 404 or 409); 2 the command
+was not asked properly (bad or conflicting arguments, input the API or a use case cannot take, a
+misnamed or invalid setting in the environment, nothing configured to act on), with a message
+naming the problem, as argparse does. A command that needs the embedded PostgreSQL of the
 ``local`` extra, run without it, is such a problem too (2): nothing is tried, and trying again
 cannot help until the extra is installed.
 """
@@ -79,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Reliable outbound webhooks with PostgreSQL as the source of truth.",
     )
     parser.add_argument("--version", action="version", version=f"tidings {__version__}")
+    from tidings.cli.backend import add_remote_options
+
+    add_remote_options(parser, after_command=False)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
@@ -101,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     before = send_logs_to(_CurrentStderr())  # type: ignore[arg-type]
     try:
+        from tidings.cli.backend import remote_settings
+
+        # Before any command: --api-url given to one that works locally only is refused.
+        remote_settings(args)
         return int(args.handler(args))
     except CommandError as exc:
         print(f"tidings {args.command}: {exc}", file=sys.stderr)

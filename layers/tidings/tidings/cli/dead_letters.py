@@ -1,5 +1,6 @@
-"""``tidings dead-letters``: the dead letters of a time window, per endpoint, with the action to
-take. A read-only view: it marks nothing, so the scheduled report still names each dead letter."""
+"""``tidings dead-letters``: the dead letters of a time window, per endpoint (its origin), with
+the action to take. A read-only view: it marks nothing, so the scheduled report still names each
+dead letter. On the database, or over the API."""
 
 from __future__ import annotations
 
@@ -7,21 +8,14 @@ import argparse
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from tidings.cli.support import (
-    AppChoice,
-    add_app_option,
-    chosen_app,
-    parse_time,
-    print_json,
-    target,
-    when,
-)
+from tidings.cli.backend import add_remote_options, backend_for
+from tidings.cli.support import AppChoice, add_app_option, parse_time, print_json, when
 from tidings.local.progress import table
 
 if TYPE_CHECKING:
+    from tidings.client.models import DeadLetterReport
     from tidings.config import Settings
     from tidings.dal.connection import Database
-    from tidings.maintenance.dead_letter_report import DeadLetterReport
 
 
 def window_seconds(text: str) -> float:
@@ -46,25 +40,24 @@ def register(subparsers: Any) -> None:
         type=window_seconds,
         default=None,
         metavar="AGE",
-        help="report the dead letters of the last AGE (30m, 2h, 7d); default: the report's window",
+        help="report the dead letters of the last AGE (30m, 2h, 7d; at most 90d); default: the "
+        "report's window",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(parser, "only this application's dead letters (default: every application's)")
+    add_remote_options(parser, after_command=True)
     parser.set_defaults(handler=run)
 
 
 def build(
-    db: Database,
-    settings: Settings,
-    window_s: float | None = None,
-    app: AppChoice | None = None,
+    db: Database, settings: Settings, window_s: float | None = None, app: AppChoice | None = None
 ) -> DeadLetterReport:
-    from tidings.maintenance.dead_letter_report import PatternRules, build_report
+    """The report from the database, as the API answers it."""
+    from tidings.cli.backend import _as
+    from tidings.client.models import DeadLetterReport
+    from tidings.logic import status
 
-    window = window_s or settings.dead_letter_report_window_s
-    rules = PatternRules.from_settings(settings)
-    app_id = None if app is None else app.id
-    return db.run(lambda cur: build_report(cur, window, rules=rules, app_id=app_id))
+    return _as(DeadLetterReport, status.dead_letter_report(db, settings, window_s, app))
 
 
 def render(report: DeadLetterReport) -> str:
@@ -74,16 +67,16 @@ def render(report: DeadLetterReport) -> str:
         return head + "\nNothing was dead-lettered."
     rows: list[list[object]] = [
         [
-            e.stats.endpoint_id,
-            e.stats.app_uid,
-            e.stats.url,
-            e.stats.dead_letters,
-            e.pattern.value.replace("_", " "),
-            e.stats.top_error or "-",
-            e.stats.top_status_code,
-            when(e.stats.first_at),
-            when(e.stats.last_at),
-            round(e.stats.mean_attempts, 1),
+            e.endpoint_id,
+            e.application,
+            e.url,
+            e.dead_letters,
+            e.pattern.replace("_", " "),
+            e.top_error or "-",
+            e.top_status_code,
+            when(e.first_at),
+            when(e.last_at),
+            round(e.mean_attempts, 1),
         ]
         for e in report.endpoints
     ]
@@ -99,9 +92,7 @@ def render(report: DeadLetterReport) -> str:
         "last",
         "attempts",
     )
-    actions = [
-        f"endpoint {e.stats.endpoint_id} ({e.stats.app_uid}): {e.action}" for e in report.endpoints
-    ]
+    actions = [f"endpoint {e.endpoint_id} ({e.application}): {e.action}" for e in report.endpoints]
     return "\n".join([head, "", table(headers, rows), "", "What to do:", *actions])
 
 
@@ -110,11 +101,10 @@ def report_text(db: Database, settings: Settings) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    with target() as where:
-        app = None if args.app is None else chosen_app(where, args.app)
-        report = build(where.db, where.settings, args.window, app)
+    with backend_for(args) as backend:
+        report = backend.dead_letters(args.window, args.app)
     if args.json:
-        print_json(report.to_dict())
+        print_json(report)
     else:
         print(render(report))
     return 0

@@ -1,5 +1,5 @@
-"""``tidings endpoints add|list|show|update|disable|rotate-secret|recover``: manage webhook
-endpoints."""
+"""``tidings endpoints add|list|show|update|enable|disable|delete|rotate-secret|recover``:
+manage webhook endpoints, on the database or over the API."""
 
 from __future__ import annotations
 
@@ -9,17 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from tidings.cli import UsageError
-from tidings.cli.support import (
-    add_app_option,
-    chosen_app,
-    keyring_for,
-    parse_time,
-    print_json,
-    secrets_key_notice,
-    target,
-    use_case_errors,
-    when,
-)
+from tidings.cli.backend import add_remote_options, backend_for
+from tidings.cli.support import add_app_option, app_name, parse_time, print_json, when
 from tidings.config import PAYLOAD_FORMATS
 from tidings.local.progress import LiveDisplay, progress_bar, table
 
@@ -307,8 +298,10 @@ def describe_credentials(endpoint: Any) -> list[tuple[str, object]]:
     return facts
 
 
-def register(subparsers: Any) -> None:  # noqa: PLR0915 - one statement per option
-    parser = subparsers.add_parser("endpoints", help="add, list, disable endpoints; rotate secrets")
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "endpoints", help="add, list, change, disable, delete endpoints; rotate secrets; recover"
+    )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     add = actions.add_parser("add", help="add an endpoint; prints its id and its secret (once)")
@@ -367,26 +360,38 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one statement per opti
         "none; in the slow lane, TIDINGS_SLOW_LANE_MAX_IN_FLIGHT)",
     )
     add_credential_options(add, update=False)
-    add.add_argument("--json", action="store_true", help="print JSON")
-    add_app_option(add)
-    add.set_defaults(handler=run_add)
+    _common(add, run_add)
 
     listing = actions.add_parser("list", help="list endpoints")
-    listing.add_argument("--json", action="store_true", help="print JSON")
-    add_app_option(listing)
-    listing.set_defaults(handler=run_list)
+    _common(listing, run_list)
 
     show = actions.add_parser("show", help="one endpoint, with the retry schedule it follows")
     show.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
-    show.add_argument("--json", action="store_true", help="print JSON")
-    add_app_option(show)
-    show.set_defaults(handler=run_show)
+    _common(show, run_show)
 
     update = actions.add_parser(
         "update",
-        help="change an endpoint's retry schedule, payload format or cap on deliveries in flight",
+        help="change an endpoint's URL, description, event types, retry schedule, payload "
+        "format, cap on deliveries in flight or receiver credentials",
     )
     update.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
+    update.add_argument(
+        "--url",
+        default=_KEEP,
+        metavar="URL",
+        help="deliver to URL from now on (the same rules as endpoints add; queued messages go "
+        "there too)",
+    )
+    update.add_argument("--description", default=_KEEP, help="a note for people")
+    update.add_argument(
+        "--event-type",
+        dest="event_types",
+        action="append",
+        default=None,
+        metavar="TYPE",
+        help="the event types it receives from now on, replacing its own ('*' for all); "
+        "repeat for more",
+    )
     update.add_argument(
         "--retry-schedule",
         type=retry_schedule_arg,
@@ -408,9 +413,7 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one statement per opti
         help="its own cap on deliveries in flight at once, 1..1000 ('default': none of its own)",
     )
     add_credential_options(update, update=True)
-    update.add_argument("--json", action="store_true", help="print JSON")
-    add_app_option(update)
-    update.set_defaults(handler=run_update)
+    _common(update, run_update)
 
     recover = actions.add_parser(
         "recover",
@@ -430,86 +433,85 @@ def register(subparsers: Any) -> None:  # noqa: PLR0915 - one statement per opti
     recover.add_argument(
         "--batch-size",
         type=batch_size_arg,
-        default=1000,
+        default=None,
         metavar="N",
-        help="messages per transaction (1 to 10000; default 1000)",
+        help="messages per transaction (1 to 10000; default 1000); the database mode's, the API "
+        "sets its own",
     )
-    recover.add_argument("--json", action="store_true", help="print JSON")
-    add_app_option(recover)
-    recover.set_defaults(handler=run_recover)
+    _common(recover, run_recover)
+
+    enable = actions.add_parser(
+        "enable",
+        help="deliver to an endpoint again (then replay or recover what was dead-lettered)",
+    )
+    enable.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
+    _common(enable, run_enable)
 
     disable = actions.add_parser("disable", help="stop delivering to an endpoint")
     disable.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
-    disable.add_argument("--json", action="store_true", help="print JSON")
-    add_app_option(disable)
-    disable.set_defaults(handler=run_disable)
+    _common(disable, run_disable)
+
+    delete = actions.add_parser(
+        "delete", help="delete an endpoint for good (its messages and attempts are kept)"
+    )
+    delete.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
+    _common(delete, run_delete)
 
     rotate = actions.add_parser(
         "rotate-secret",
         help="new signing secret; earlier ones keep signing for their overlap (5 at most)",
     )
     rotate.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
-    rotate.add_argument("--json", action="store_true", help="print JSON")
-    add_app_option(rotate)
-    rotate.set_defaults(handler=run_rotate)
+    _common(rotate, run_rotate)
+
+
+def _common(parser: argparse.ArgumentParser, handler: Any) -> None:
+    """What every endpoints command takes: --json, --app, the API's options; and its handler."""
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(parser)
+    add_remote_options(parser, after_command=True)
+    parser.set_defaults(handler=handler)
 
 
 def run_add(args: argparse.Namespace) -> int:
-    from tidings.logic import endpoints
-
-    with target() as where, use_case_errors():
-        app = chosen_app(where, args.app)
-        keyring = keyring_for(where)
-        created = endpoints.create_endpoint(
-            where.db,
-            keyring=keyring,
-            app_id=app.id,
-            url=args.url,
-            description=args.description,
-            event_types=args.event_types,
-            max_attempts=args.max_attempts,
-            timeout_ms=args.timeout_ms,
-            rate_limit_per_s=args.rate_limit,
-            retry_schedule=args.retry_schedule,
-            payload_format=args.payload_format,
-            max_in_flight=args.max_in_flight,
-            settings=where.settings,
-            **credential_fields(args),
-        )
+    fields = {
+        "url": args.url,
+        "event_types": args.event_types,
+        "description": args.description,
+        "max_attempts": args.max_attempts,
+        "timeout_ms": args.timeout_ms,
+        "rate_limit_per_s": args.rate_limit,
+        "retry_schedule": _whole_seconds(args.retry_schedule),
+        "payload_format": args.payload_format,
+        "max_in_flight": args.max_in_flight,
+        **credential_fields(args),
+    }
+    with backend_for(args) as backend:
+        added = backend.add_endpoint(args.app, fields)
+    created = added.endpoint
     if args.json:
         print_json(created)
         return 0
-    print(f"endpoint {created.id} added to application {app.uid}: {created.url}")
+    print(f"endpoint {created.id} added to application {app_name(args)}: {created.url}")
     print(f"  event types: {', '.join(created.event_types)}")
     print(f"  retries:     {describe_schedule(created.retry_schedule)}")
     print(f"  body:        {created.payload_format}")
     print(f"  lane:        {describe_lane(created)}")
     print(f"  secret:      {created.secret}")
     print("  (the secret is shown this once; keep it to verify signatures)")
-    print(f"  ({secrets_key_notice(keyring.master)})")
+    if added.secrets_notice:
+        print(f"  ({added.secrets_notice})")
     return 0
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from tidings.logic import endpoints
-
-    found = []
-    with target() as where, use_case_errors():
-        app = chosen_app(where, args.app)
-        cursor: str | None = None
-        while True:
-            page = endpoints.list_endpoints(
-                where.db, cursor=cursor, limit=100, app_id=app.id, settings=where.settings
-            )
-            found.extend(page.items)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
+    with backend_for(args) as backend:
+        found = backend.endpoints(args.app)
     if args.json:
         print_json(found)
         return 0
     if not found:
-        print(f"no endpoints in application {app.uid}")
+        print(f"no endpoints in application {app_name(args)}")
         return 0
     rows: list[list[object]] = [
         [
@@ -530,13 +532,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from tidings.logic import endpoints
-
-    with target() as where, use_case_errors():
-        app = chosen_app(where, args.app)
-        found = endpoints.get_endpoint(
-            where.db, args.endpoint_id, app_id=app.id, settings=where.settings
-        )
+    with backend_for(args) as backend:
+        found = backend.endpoint(args.app, args.endpoint_id)
     if args.json:
         print_json(found)
         return 0
@@ -544,7 +541,7 @@ def run_show(args: argparse.Namespace) -> int:
         "endpoint": "its own",
         "max_attempts": f"the deployment's, for {found.max_attempts} attempts",
         "default": "the deployment's",
-    }[found.retry_schedule_source]
+    }.get(found.retry_schedule_source, found.retry_schedule_source)
     facts: list[tuple[str, object]] = [
         ("endpoint", found.id),
         ("url", found.url),
@@ -568,36 +565,37 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_update(args: argparse.Namespace) -> int:
-    from tidings.logic import endpoints
-
     changes = {
         name: value
         for name, value in (
+            ("url", args.url),
+            ("description", args.description),
+            ("event_types", _KEEP if args.event_types is None else args.event_types),
             ("retry_schedule", args.retry_schedule),
             ("max_in_flight", args.max_in_flight),
             ("payload_format", args.payload_format),
         )
         if value is not _KEEP
     }
+    if "retry_schedule" in changes:
+        changes["retry_schedule"] = _whole_seconds(changes["retry_schedule"])
     credentials = credential_fields(args)
     if not changes and not credentials:
         raise UsageError(
-            "nothing to change: give --retry-schedule, --payload-format, --max-in-flight or a "
-            "receiver credential option"
+            "nothing to change: give --url, --description, --event-type, --retry-schedule, "
+            "--payload-format, --max-in-flight or a receiver credential option"
         )
-    with target() as where, use_case_errors():
-        app = chosen_app(where, args.app)
-        changed = endpoints.update_endpoint(
-            where.db,
-            args.endpoint_id,
-            {**changes, **credentials},
-            settings=where.settings,
-            app_id=app.id,
-            keyring=keyring_for(where) if credentials else None,
-        )
+    with backend_for(args) as backend:
+        changed = backend.update_endpoint(args.app, args.endpoint_id, {**changes, **credentials})
     if args.json:
         print_json(changed)
         return 0
+    if "url" in changes:
+        print(f"endpoint {changed.id}: url {changed.url}")
+    if "description" in changes:
+        print(f"endpoint {changed.id}: description {changed.description or '-'}")
+    if "event_types" in changes:
+        print(f"endpoint {changed.id}: event types {', '.join(changed.event_types)}")
     if "retry_schedule" in changes:
         print(f"endpoint {changed.id}: retries {describe_schedule(changed.retry_schedule)}")
     if "payload_format" in changes:
@@ -613,24 +611,20 @@ def run_update(args: argparse.Namespace) -> int:
 
 
 def run_recover(args: argparse.Namespace) -> int:
-    from tidings.logic.resend import recover_endpoint
-
     display = LiveDisplay(sys.stderr, every_s=2.0)
 
     def progress(done: int, total: int) -> None:
         if not args.json:
             display.show(f"recovering endpoint {args.endpoint_id} " + progress_bar(done, total))
 
-    with target() as where, use_case_errors():
-        app = chosen_app(where, args.app)
-        result = recover_endpoint(
-            where.db,
+    with backend_for(args) as backend:
+        result = backend.recover_endpoint(
+            args.app,
             args.endpoint_id,
             since=args.since,
             until=args.until,
             batch_size=args.batch_size,
             progress=progress,
-            app_id=app.id,
         )
     if args.json:
         print_json(result)
@@ -649,14 +643,19 @@ def run_recover(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_disable(args: argparse.Namespace) -> int:
-    from tidings.logic import endpoints
+def run_enable(args: argparse.Namespace) -> int:
+    with backend_for(args) as backend:
+        changed = backend.update_endpoint(args.app, args.endpoint_id, {"enabled": True})
+    if args.json:
+        print_json(changed)
+    else:
+        print(f"endpoint {changed.id} enabled: {changed.url}")
+    return 0
 
-    with target() as where, use_case_errors():
-        app = chosen_app(where, args.app)
-        changed = endpoints.update_endpoint(
-            where.db, args.endpoint_id, {"enabled": False}, settings=where.settings, app_id=app.id
-        )
+
+def run_disable(args: argparse.Namespace) -> int:
+    with backend_for(args) as backend:
+        changed = backend.update_endpoint(args.app, args.endpoint_id, {"enabled": False})
     if args.json:
         print_json(changed)
     else:
@@ -664,18 +663,19 @@ def run_disable(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_rotate(args: argparse.Namespace) -> int:
-    from tidings.logic import endpoints
+def run_delete(args: argparse.Namespace) -> int:
+    with backend_for(args) as backend:
+        backend.delete_endpoint(args.app, args.endpoint_id)
+    if args.json:
+        print_json({"endpoint_id": args.endpoint_id, "deleted": True})
+    else:
+        print(f"endpoint {args.endpoint_id} deleted (its messages and attempts are kept)")
+    return 0
 
-    with target() as where, use_case_errors():
-        app = chosen_app(where, args.app)
-        rotated = endpoints.rotate_secret(
-            where.db,
-            args.endpoint_id,
-            keyring=keyring_for(where),
-            settings=where.settings,
-            app_id=app.id,
-        )
+
+def run_rotate(args: argparse.Namespace) -> int:
+    with backend_for(args) as backend:
+        rotated = backend.rotate_secret(args.app, args.endpoint_id)
     if args.json:
         print_json(rotated)
         return 0
@@ -686,3 +686,8 @@ def run_rotate(args: argparse.Namespace) -> int:
             f"{when(rotated.previous_secret_expires_at)} UTC"
         )
     return 0
+
+
+def _whole_seconds(schedule: tuple[float, ...] | None) -> list[int] | None:
+    """A schedule of delays as the API takes it: whole seconds (as the option is written)."""
+    return None if schedule is None else [round(delay) for delay in schedule]

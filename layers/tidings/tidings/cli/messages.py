@@ -1,21 +1,22 @@
-"""``tidings messages show ID``: one message, its payload and every attempt; ``tidings messages
-resend ID``: deliver a delivered or dead-lettered message again."""
+"""``tidings messages list``: messages, newest first, filtered; ``tidings messages show ID``: one
+message, its payload and every attempt; ``tidings messages resend ID``: deliver a delivered or
+dead-lettered message again. On the database or over the API."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from datetime import datetime
 from typing import Any
 
-from tidings.cli.support import (
-    add_app_option,
-    chosen_app,
-    print_json,
-    target,
-    use_case_errors,
-    when,
-)
+from tidings.cli.backend import add_remote_options, backend_for
+from tidings.cli.endpoints import endpoint_id
+from tidings.cli.support import add_app_option, app_name, parse_time, print_json, when
 from tidings.local.progress import table
+
+# The statuses a message can be in (tidings.logic.messages.MessageStatus).
+STATUSES = ("pending", "in_flight", "delivered", "failed", "dead_letter")
+MAX_LISTED = 10_000
 
 
 def message_id(text: str) -> int:
@@ -28,31 +29,111 @@ def message_id(text: str) -> int:
     return value
 
 
+def time_arg(text: str) -> datetime:
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def limit_arg(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_LISTED:
+        raise argparse.ArgumentTypeError(f"limit {text!r} must be a whole number 1..{MAX_LISTED}")
+    return int(text)
+
+
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("messages", help="look at messages")
+    parser = subparsers.add_parser("messages", help="list, look at and resend messages")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser(
+        "list", help="messages, newest first, by status, endpoint, event type and creation time"
+    )
+    listing.add_argument("--status", choices=STATUSES, default=None, help="only in this state")
+    listing.add_argument(
+        "--endpoint",
+        type=endpoint_id,
+        default=None,
+        metavar="ID",
+        help="only those to this endpoint",
+    )
+    listing.add_argument(
+        "--event-type", default=None, metavar="TYPE", help="only events of this type"
+    )
+    listing.add_argument(
+        "--since",
+        type=time_arg,
+        default=None,
+        metavar="TIME",
+        help="created at or after TIME: ISO 8601 (UTC unless zoned) or an age (30m, 2h, 7d)",
+    )
+    listing.add_argument(
+        "--until", type=time_arg, default=None, metavar="TIME", help="created before TIME"
+    )
+    listing.add_argument(
+        "--limit",
+        type=limit_arg,
+        default=50,
+        metavar="N",
+        help=f"at most N messages (1 to {MAX_LISTED}; default 50)",
+    )
+    _common(listing, run_list)
     show = actions.add_parser("show", help="a message with its payload and attempts")
     show.add_argument("message_id", type=message_id, metavar="ID", help="the message's id")
-    show.add_argument("--json", action="store_true", help="print JSON")
-    add_app_option(show)
-    show.set_defaults(handler=run_show)
+    _common(show, run_show)
     resend = actions.add_parser(
         "resend",
         help="deliver a delivered or dead-lettered message again (fresh attempts, same webhook-id)",
     )
     resend.add_argument("message_id", type=message_id, metavar="ID", help="the message's id")
-    resend.add_argument("--json", action="store_true", help="print JSON")
-    add_app_option(resend)
-    resend.set_defaults(handler=run_resend)
+    _common(resend, run_resend)
+
+
+def _common(parser: argparse.ArgumentParser, handler: Any) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_app_option(parser)
+    add_remote_options(parser, after_command=True)
+    parser.set_defaults(handler=handler)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    filters = {
+        "status": args.status,
+        "endpoint_id": args.endpoint,
+        "event_type": args.event_type,
+        "since": args.since,
+        "until": args.until,
+    }
+    with backend_for(args) as backend:
+        found = backend.messages(args.app, filters, args.limit)
+    if args.json:
+        print_json(found)
+        return 0
+    if not found:
+        print(f"no messages in application {app_name(args)} match")
+        return 0
+    rows: list[list[object]] = [
+        [
+            m.id,
+            m.endpoint_id,
+            m.event_type,
+            m.event_id,
+            m.status,
+            m.attempts,
+            when(m.created_at),
+            (m.last_error or "")[:40],
+        ]
+        for m in found
+    ]
+    headers = ("id", "endpoint", "event type", "event id", "status", "attempts", "created (UTC)")
+    print(table((*headers, "last error"), rows))
+    return 0
 
 
 def run_resend(args: argparse.Namespace) -> int:
     from tidings.delivery.attempt import webhook_id
-    from tidings.logic.resend import resend_message
 
-    with target() as where, use_case_errors():
-        app = chosen_app(where, args.app)
-        resent = resend_message(where.db, args.message_id, app_id=app.id)
+    with backend_for(args) as backend:
+        resent = backend.resend_message(args.app, args.message_id)
     if args.json:
         print_json(resent)
         return 0
@@ -64,13 +145,8 @@ def run_resend(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from tidings.logic import messages
-
-    with target() as where, use_case_errors():
-        app = chosen_app(where, args.app)
-        found = messages.get_message(
-            where.db, args.message_id, app_id=app.id, settings=where.settings
-        )
+    with backend_for(args) as backend:
+        found = backend.message(args.app, args.message_id)
     if args.json:
         print_json(found)
         return 0

@@ -4,7 +4,8 @@ The link can be opened once, before it expires (1 hour unless ``--expires`` says
 opens a read-only session with ``--read-only``. Against the dev runtime it points at
 ``http://127.0.0.1:8080/portal``; against a deployment (``DATABASE_URL``) at ``TIDINGS_PORTAL_URL``
 or ``--base-url`` (the API's URL followed by ``/portal``, for example
-``https://abc123.execute-api.eu-west-1.amazonaws.com/prod/portal``).
+``https://abc123.execute-api.eu-west-1.amazonaws.com/prod/portal``). Over the API (``--api-url``)
+the deployment makes the link, pointing at its own portal.
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tidings.cli import UsageError
-from tidings.cli.support import print_json, target, use_case_errors, when
+from tidings.cli.backend import add_remote_options, backend_for
+from tidings.cli.support import print_json, when
 from tidings.cli.tokens import duration
 from tidings.config import PORTAL_URL
-
-DEV_PORTAL_URL = "http://127.0.0.1:8080/portal"
 
 
 def base_url(text: str) -> str:
@@ -48,41 +47,20 @@ def register(subparsers: Any) -> None:
         type=base_url,
         default=None,
         metavar="URL",
-        help="the portal's address (default: TIDINGS_PORTAL_URL, or the dev runtime's)",
+        help="the portal's address (default: TIDINGS_PORTAL_URL, or the dev runtime's); the "
+        "database mode's, over the API the deployment's own",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
+    add_remote_options(parser, after_command=True)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tidings.logic import applications, portal
-    from tidings.logic.errors import NotFound
-
-    with target() as where, use_case_errors():
-        app = applications.find(where.db, args.app)
-        if app is None:
-            raise NotFound("application", args.app)
-        base = args.base_url or where.settings.portal_url
-        if not base:
-            if where.description == "DATABASE_URL":
-                raise UsageError(
-                    "the portal's address is unknown: set TIDINGS_PORTAL_URL or pass --base-url "
-                    "(the API's URL followed by /portal)"
-                )
-            base = DEV_PORTAL_URL
-        link = portal.create_link(
-            where.db,
-            app.id,
-            app.uid,
-            base_url=base,
-            read_only=args.read_only,
-            expires_in_s=(
-                portal.DEFAULT_LINK_S if args.expires is None else args.expires.total_seconds()
-            ),
-            settings=where.settings,
-        )
+    expires_in_s = None if args.expires is None else args.expires.total_seconds()
+    with backend_for(args) as backend:
+        link = backend.create_portal_link(args.app, args.read_only, expires_in_s, args.base_url)
     if args.json:
-        print_json(link.model_dump(mode="json"))
+        print_json(link)
         return 0
     kind = "read-only" if link.read_only else "read-write"
     print(

@@ -1,4 +1,5 @@
-"""``tidings replay``: send dead letters again (attempts reset, history kept), with progress."""
+"""``tidings replay``: send dead letters again (attempts reset, history kept), with progress on
+the database; over the API in one request (a thousand ids at a time)."""
 
 from __future__ import annotations
 
@@ -7,20 +8,11 @@ import sys
 from typing import Any
 
 from tidings.cli import UsageError
+from tidings.cli.backend import REPLAY_CHUNK, add_remote_options, backend_for
 from tidings.cli.endpoints import endpoint_id
 from tidings.cli.messages import message_id
-from tidings.cli.support import (
-    add_app_option,
-    chosen_app,
-    parse_time,
-    print_json,
-    target,
-    use_case_errors,
-)
+from tidings.cli.support import add_app_option, parse_time, print_json
 from tidings.local.progress import LiveDisplay, progress_bar
-
-# Replays go through the use case this many messages at a time (its limit for listed ids).
-CHUNK = 1000
 
 
 def since_time(text: str) -> Any:
@@ -58,34 +50,34 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(parser)
+    add_remote_options(parser, after_command=True)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tidings.dal.dead_letters import dead_letter_ids
-    from tidings.logic.replay import check_named, replay_dead_letters
-
     if args.endpoint is None and args.since is None and args.ids is None:
         raise UsageError("name what to replay: --endpoint ID, --since TIME or --ids ID ...")
     display = LiveDisplay(sys.stderr, every_s=2.0)
-    requeued = 0
-    with target() as where, use_case_errors():
-        app = chosen_app(where, args.app)
-        check_named(where.db, app.id, message_ids=args.ids, endpoint_id=args.endpoint)
-        wanted = where.db.run(
-            lambda cur: dead_letter_ids(
-                cur, app.id, endpoint_id=args.endpoint, since=args.since, ids=args.ids
-            )
+
+    def progress(done: int, total: int) -> None:
+        if total > REPLAY_CHUNK and not args.json:
+            display.show("replaying " + progress_bar(done, total))
+
+    with backend_for(args) as backend:
+        outcome = backend.replay(
+            args.app,
+            endpoint_id=args.endpoint,
+            since=args.since,
+            message_ids=args.ids,
+            progress=progress,
         )
-        show = len(wanted) > CHUNK and not args.json
-        for start in range(0, len(wanted), CHUNK):
-            chunk = wanted[start : start + CHUNK]
-            requeued += replay_dead_letters(where.db, message_ids=chunk, app_id=app.id).requeued
-            if show:
-                display.show("replaying " + progress_bar(start + len(chunk), len(wanted)))
     if args.json:
-        print_json({"matched": len(wanted), "requeued": requeued})
+        print_json({"matched": outcome.matched, "requeued": outcome.requeued})
         return 0
-    # A dead letter can leave that state between listing and replay (pruned, replayed elsewhere).
-    print(f"requeued {requeued} of {len(wanted)} matching dead letter(s)")
+    if outcome.matched is None:
+        print(f"requeued {outcome.requeued} matching dead letter(s)")
+    else:
+        # A dead letter can leave that state between listing and replay (pruned, replayed
+        # elsewhere).
+        print(f"requeued {outcome.requeued} of {outcome.matched} matching dead letter(s)")
     return 0

@@ -1,4 +1,5 @@
-"""``tidings send EVENT_TYPE JSON``: record an event for every endpoint subscribed to it."""
+"""``tidings send EVENT_TYPE JSON``: record an event for every endpoint subscribed to it, on the
+database or over the API."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import json
 from typing import Any
 
 from tidings.cli import UsageError
-from tidings.cli.support import add_app_option, chosen_app, print_json, target, use_case_errors
+from tidings.cli.backend import add_remote_options, backend_for
+from tidings.cli.support import add_app_option, print_json
 
 
 def register(subparsers: Any) -> None:
@@ -17,30 +19,24 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("payload", metavar="JSON", help="the event's payload, a JSON value")
     parser.add_argument(
-        "--event-id", default=None, help="your idempotency key (default: a new UUID)"
+        "--event-id",
+        default=None,
+        help="your idempotency key (default: a new UUID); over the API, a request with one is "
+        "sent again after a failure that may pass",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(parser)
+    add_remote_options(parser, after_command=True)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tidings.logic import events
-
     try:
         payload = json.loads(args.payload)
     except json.JSONDecodeError as exc:
         raise UsageError(f"JSON is not valid JSON: {exc}") from None
-    with target() as where, use_case_errors():
-        app = chosen_app(where, args.app)
-        result = events.send_event(
-            where.db,
-            application=None if args.app is None else app.uid,
-            event_type=args.event_type,
-            payload=payload,
-            event_id=args.event_id,
-            settings=where.settings,
-        )
+    with backend_for(args) as backend:
+        result = backend.send_event(args.app, args.event_type, payload, args.event_id)
     if args.json:
         print_json(result)
         return 0

@@ -1,29 +1,29 @@
 """``tidings status``: the health summary, each application's part and every endpoint's
-figures; ``--app`` narrows all of it to one application."""
+figures; ``--app`` narrows all of it to one application. On the database, or over the API
+(the whole queue: an admin token's; one application: its own tokens too)."""
 
 from __future__ import annotations
 
 import argparse
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from tidings.cli.support import add_app_option, chosen_app, print_json, target
+from tidings.cli.backend import add_remote_options, backend_for
+from tidings.cli.support import add_app_option, print_json
 from tidings.local.progress import ENDPOINT_HEADERS, endpoint_rows, table
 
 if TYPE_CHECKING:
-    from tidings.dal.health import ApplicationFigures
-    from tidings.dal.operator import EndpointProgress
-    from tidings.maintenance.health import HealthSummary
+    from tidings.client.models import ApplicationQueue, EndpointFigures, QueueSummary
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("status", help="queue health and per-endpoint figures")
     parser.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(parser, "only this application's figures (default: the whole queue)")
+    add_remote_options(parser, after_command=True)
     parser.set_defaults(handler=run)
 
 
-def summary_rows(summary: HealthSummary) -> list[list[object]]:
+def summary_rows(summary: QueueSummary) -> list[list[object]]:
     recent = f"last {summary.recent_s / 3600:g} h"
     age = summary.oldest_undelivered_age_s
     oldest = "-" if age is None else f"{age:,.0f} s"
@@ -45,7 +45,7 @@ def summary_rows(summary: HealthSummary) -> list[list[object]]:
     ]
 
 
-def application_rows(figures: list[ApplicationFigures]) -> list[list[object]]:
+def application_rows(figures: list[ApplicationQueue]) -> list[list[object]]:
     return [
         [
             f.app_uid,
@@ -59,7 +59,7 @@ def application_rows(figures: list[ApplicationFigures]) -> list[list[object]]:
     ]
 
 
-def lane_cell(endpoint: EndpointProgress) -> str:
+def lane_cell(endpoint: EndpointFigures) -> str:
     """``slow (≤ 10 in flight)``: the lane, and the cap on its deliveries in flight if any."""
     cap = endpoint.in_flight_limit
     return endpoint.lane if cap is None else f"{endpoint.lane} (≤ {cap} in flight)"
@@ -70,50 +70,22 @@ def _ms(value: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tidings.dal.health import application_figures
-    from tidings.dal.operator import endpoint_progress
-    from tidings.maintenance.health import health_summary
-
-    with target() as where:
-        app = None if args.app is None else chosen_app(where, args.app)
-        app_id = None if app is None else app.id
-        summary = where.db.run(lambda cur: health_summary(cur, where.settings, app_id=app_id))
-        since = summary.checked_at - timedelta(seconds=summary.recent_s)
-        apps = where.db.run(
-            lambda cur: application_figures(
-                cur, now=summary.checked_at, uids=None if app is None else [app.uid]
-            )
-        )
-        endpoints = where.db.run(
-            lambda cur: endpoint_progress(
-                cur,
-                since,
-                app_id,
-                slow_lane_max_in_flight=where.settings.slow_lane_max_in_flight,
-                untried_max_in_flight=where.settings.untried_max_in_flight,
-            )
-        )
+    with backend_for(args) as backend:
+        report = backend.status(args.app)
     if args.json:
-        print_json(
-            {
-                "application": None if app is None else app.uid,
-                "summary": summary.to_dict(),
-                "applications": apps,
-                "endpoints": endpoints,
-            }
-        )
+        print_json(report)
         return 0
-    heading = "queue" if app is None else f"application {app.uid}"
-    print(table((heading, "now"), summary_rows(summary)))
+    heading = "queue" if report.application is None else f"application {report.application}"
+    print(table((heading, "now"), summary_rows(report.summary)))
     print()
-    if apps:
+    if report.applications:
         headers = ("application", "pending", "retrying", "in flight", "dead", "oldest")
-        print(table(headers, application_rows(apps)))
+        print(table(headers, application_rows(report.applications)))
         print()
-    if endpoints:
+    if report.endpoints:
         rows = [
             [e.app_uid, *row, lane_cell(e)]
-            for e, row in zip(endpoints, endpoint_rows(endpoints), strict=True)
+            for e, row in zip(report.endpoints, endpoint_rows(report.endpoints), strict=True)
         ]
         print(table(("app", *ENDPOINT_HEADERS, "lane"), rows))
     else:

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from tidings.secrets.master_keys import MasterKey
 
 DEV_DATA_DIR = Path(".tidings")
+# The application of everything made without naming one (tidings.dal.applications).
+DEFAULT_APP_UID = "default"
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -153,6 +155,11 @@ def add_app_option(
     parser.add_argument("--app", metavar="UID", default=None, help=help_text)
 
 
+def app_name(args: Any) -> str:
+    """The application ``--app`` names, as given (the default application without it)."""
+    return args.app or DEFAULT_APP_UID
+
+
 def chosen_app(where: Target, ref: str | None) -> AppChoice:
     """The application ``--app`` names (the default application without it)."""
     from tidings.logic import applications
@@ -174,7 +181,8 @@ def parse_duration(text: str) -> timedelta:
 
 
 def plain(value: Any) -> Any:
-    """``value`` as JSON-ready data: models, dataclasses, times, decimals and ids included."""
+    """``value`` as JSON-ready data: models, dataclasses, times, decimals and ids included. Times
+    are written as the API writes them, so that a command prints what the API answers."""
     from pydantic import BaseModel
 
     if isinstance(value, BaseModel):
@@ -191,8 +199,14 @@ def plain(value: Any) -> Any:
     return value
 
 
+def _rfc3339(moment: datetime) -> str:
+    """A time as the API writes it: ISO 8601, ``Z`` for UTC."""
+    text = moment.isoformat()
+    return text.removesuffix("+00:00") + "Z" if text.endswith("+00:00") else text
+
+
 _CONVERSIONS: tuple[tuple[type, Any], ...] = (
-    (datetime, lambda v: v.isoformat()),
+    (datetime, _rfc3339),
     (date, lambda v: v.isoformat()),
     (timedelta, lambda v: v.total_seconds()),
     (Decimal, float),

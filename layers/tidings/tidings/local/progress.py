@@ -10,10 +10,39 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import Protocol, TextIO
 
-if TYPE_CHECKING:
-    from tidings.dal.operator import EndpointProgress
+
+class EndpointRow(Protocol):
+    """An endpoint's figures as the table shows them (the database's ``EndpointProgress``, or the
+    API's ``EndpointFigures``)."""
+
+    @property
+    def endpoint_id(self) -> int: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def circuit(self) -> str: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def pending(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def retrying(self) -> int: ...
+    @property
+    def delivered(self) -> int: ...
+    @property
+    def dead_letter(self) -> int: ...
+    @property
+    def p95_ms(self) -> float | None: ...
+    @property
+    def settled(self) -> int: ...
 
 
 def progress_bar(done: int, total: int, width: int = 30) -> str:
@@ -73,7 +102,7 @@ ENDPOINT_HEADERS = (
 
 
 def endpoint_rows(
-    endpoints: Sequence[EndpointProgress], names: dict[int, str] | None = None
+    endpoints: Sequence[EndpointRow], names: dict[int, str] | None = None
 ) -> list[list[object]]:
     rows: list[list[object]] = []
     for e in endpoints:
@@ -95,7 +124,7 @@ def endpoint_rows(
 
 
 def render(
-    endpoints: Sequence[EndpointProgress],
+    endpoints: Sequence[EndpointRow],
     expected_total: int,
     elapsed_s: float,
     names: dict[int, str] | None = None,
