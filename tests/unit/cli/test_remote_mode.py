@@ -62,3 +62,13 @@ def test_usage_errors_exit_2_naming_the_problem(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert named in captured.err
+
+
+def test_the_command_line_reads_the_variables_the_client_reads() -> None:
+    from tidings.cli import backend
+    from tidings.client import client
+
+    assert (backend.API_URL_VARIABLE, backend.TOKEN_VARIABLE) == (
+        client.API_URL_VARIABLE,
+        client.TOKEN_VARIABLE,
+    )

@@ -72,11 +72,6 @@ class Backend(Protocol):
     """What the operator commands ask of either mode. ``app`` is an application's uid or id,
     None for the default one (for ``status`` and ``dead_letters``: every application)."""
 
-    @property
-    def description(self) -> str: ...
-    @property
-    def remote(self) -> bool: ...
-
     def status(self, app: str | None) -> StatusReport: ...
     def dead_letters(self, window_s: float | None, app: str | None) -> DeadLetterReport: ...
     def create_application(
@@ -207,11 +202,8 @@ def backend_for(args: argparse.Namespace) -> Iterator[Backend]:
 
 
 class ApiBackend:
-    remote = True
-
     def __init__(self, client: Client) -> None:
         self.client = client
-        self.description = f"the API at {client.api_url}"
 
     def _in(self, app: str | None) -> Client:
         return self.client.in_app(app)
@@ -336,14 +328,18 @@ class ApiBackend:
         progress: Progress,
     ) -> ReplayOutcome:
         target = self._in(app)
-        requeued = 0
-        ids = list(message_ids or [])
-        # The API takes at most 1000 ids a request.
-        for start in range(0, len(ids), REPLAY_CHUNK) if ids else [0]:
-            chunk = ids[start : start + REPLAY_CHUNK] or None
-            requeued += target.replay_dead_letters(
+        if message_ids is None:
+            chunks: list[list[int] | None] = [None]
+        else:
+            # The API takes at most this many ids a request.
+            ids = list(message_ids)
+            chunks = [ids[at : at + REPLAY_CHUNK] for at in range(0, len(ids), REPLAY_CHUNK)]
+        requeued = sum(
+            target.replay_dead_letters(
                 message_ids=chunk, endpoint_id=endpoint_id, since=since
             ).requeued
+            for chunk in chunks
+        )
         return ReplayOutcome(matched=None, requeued=requeued)
 
 
@@ -358,12 +354,7 @@ REPLAY_CHUNK = 1000
 @dataclass
 class DatabaseBackend:
     where: Target
-    remote: bool = False
     _keyring: Keyring | None = field(default=None, repr=False)
-
-    @property
-    def description(self) -> str:
-        return self.where.description
 
     def _app(self, ref: str | None) -> Any:
         from tidings.cli.support import chosen_app
@@ -382,7 +373,9 @@ class DatabaseBackend:
         from tidings.logic import status
 
         scope = None if app is None else self._app(app)
-        return _as(StatusReport, status.status_report(self.where.db, self.where.settings, scope))
+        return as_api_answer(
+            StatusReport, status.status_report(self.where.db, self.where.settings, scope)
+        )
 
     def dead_letters(self, window_s: float | None, app: str | None) -> DeadLetterReport:
         from tidings.client.models import DeadLetterReport
@@ -390,7 +383,7 @@ class DatabaseBackend:
 
         scope = None if app is None else self._app(app)
         built = status.dead_letter_report(self.where.db, self.where.settings, window_s, scope)
-        return _as(DeadLetterReport, built)
+        return as_api_answer(DeadLetterReport, built)
 
     def create_application(
         self, uid: str, name: str, metadata: Mapping[str, str], default_payload_format: str | None
@@ -405,14 +398,14 @@ class DatabaseBackend:
             metadata=metadata,
             default_payload_format=default_payload_format,
         )
-        return _as(Application, created)
+        return as_api_answer(Application, created)
 
     def applications(self) -> list[Application]:
         from tidings.client.models import Application
         from tidings.logic import applications
 
         return [
-            _as(Application, a)
+            as_api_answer(Application, a)
             for a in _every(lambda c: applications.list_applications(self.where.db, cursor=c))
         ]
 
@@ -438,20 +431,20 @@ class DatabaseBackend:
             description=description,
             expires_at=expires_at,
         )
-        return _as(CreatedToken, created)
+        return as_api_answer(CreatedToken, created)
 
     def tokens(self) -> list[Token]:
         from tidings.client.models import Token
         from tidings.logic import tokens
 
         listed = _every(lambda c: tokens.list_tokens(self.where.db, cursor=c))
-        return [_as(Token, t) for t in listed]
+        return [as_api_answer(Token, t) for t in listed]
 
     def revoke_token(self, token_id: int) -> Token:
         from tidings.client.models import Token
         from tidings.logic import tokens
 
-        return _as(Token, tokens.revoke_token(self.where.db, token_id))
+        return as_api_answer(Token, tokens.revoke_token(self.where.db, token_id))
 
     def create_portal_link(
         self, app: str, read_only: bool, expires_in_s: float | None, base_url: str | None
@@ -480,7 +473,7 @@ class DatabaseBackend:
             expires_in_s=portal.DEFAULT_LINK_S if expires_in_s is None else expires_in_s,
             settings=self.where.settings,
         )
-        return _as(PortalLink, link)
+        return as_api_answer(PortalLink, link)
 
     def add_endpoint(self, app: str | None, fields: Mapping[str, Any]) -> EndpointAdded:
         from tidings.cli.support import secrets_key_notice
@@ -499,7 +492,9 @@ class DatabaseBackend:
                 **{name: value for name, value in fields.items() if value is not None},
             },
         )
-        return EndpointAdded(_as(CreatedEndpoint, created), secrets_key_notice(keyring.master))
+        return EndpointAdded(
+            as_api_answer(CreatedEndpoint, created), secrets_key_notice(keyring.master)
+        )
 
     def endpoints(self, app: str | None) -> list[Endpoint]:
         from tidings.client.models import Endpoint
@@ -507,7 +502,7 @@ class DatabaseBackend:
 
         app_id = self._app(app).id
         return [
-            _as(Endpoint, e)
+            as_api_answer(Endpoint, e)
             for e in _every(
                 lambda c: endpoints.list_endpoints(
                     self.where.db, cursor=c, app_id=app_id, settings=self.where.settings
@@ -522,7 +517,7 @@ class DatabaseBackend:
         found = endpoints.get_endpoint(
             self.where.db, endpoint_id, app_id=self._app(app).id, settings=self.where.settings
         )
-        return _as(Endpoint, found)
+        return as_api_answer(Endpoint, found)
 
     def update_endpoint(
         self, app: str | None, endpoint_id: int, changes: Mapping[str, Any]
@@ -539,7 +534,7 @@ class DatabaseBackend:
             app_id=self._app(app).id,
             keyring=self._keys() if credentials & set(changes) else None,
         )
-        return _as(Endpoint, changed)
+        return as_api_answer(Endpoint, changed)
 
     def delete_endpoint(self, app: str | None, endpoint_id: int) -> None:
         from tidings.logic import endpoints
@@ -557,7 +552,7 @@ class DatabaseBackend:
             settings=self.where.settings,
             app_id=self._app(app).id,
         )
-        return _as(RotatedSecret, rotated)
+        return as_api_answer(RotatedSecret, rotated)
 
     def recover_endpoint(
         self,
@@ -581,7 +576,7 @@ class DatabaseBackend:
             progress=progress,
             app_id=self._app(app).id,
         )
-        return _as(RecoverResult, result)
+        return as_api_answer(RecoverResult, result)
 
     def send_event(
         self, app: str | None, event_type: str, payload: Any, event_id: str | None
@@ -598,7 +593,7 @@ class DatabaseBackend:
             event_id=event_id,
             settings=self.where.settings,
         )
-        return _as(SendResult, result)
+        return as_api_answer(SendResult, result)
 
     def message(self, app: str | None, message_id: int) -> MessageDetail:
         from tidings.client.models import MessageDetail
@@ -607,13 +602,15 @@ class DatabaseBackend:
         found = messages.get_message(
             self.where.db, message_id, app_id=self._app(app).id, settings=self.where.settings
         )
-        return _as(MessageDetail, found)
+        return as_api_answer(MessageDetail, found)
 
     def resend_message(self, app: str | None, message_id: int) -> Message:
         from tidings.client.models import Message
         from tidings.logic.resend import resend_message
 
-        return _as(Message, resend_message(self.where.db, message_id, app_id=self._app(app).id))
+        return as_api_answer(
+            Message, resend_message(self.where.db, message_id, app_id=self._app(app).id)
+        )
 
     def messages(self, app: str | None, filters: Mapping[str, Any], limit: int) -> list[Message]:
         from tidings.client.models import Message
@@ -630,7 +627,7 @@ class DatabaseBackend:
                 app_id=app_id,
                 **filters,
             )
-            found.extend(_as(Message, m) for m in page.items)
+            found.extend(as_api_answer(Message, m) for m in page.items)
             cursor = page.next_cursor
             if cursor is None:
                 break
@@ -668,7 +665,7 @@ class DatabaseBackend:
 DEV_PORTAL_URL = "http://127.0.0.1:8080/portal"
 
 
-def _as(kind: type[T], model: Any) -> T:
+def as_api_answer(kind: type[T], model: Any) -> T:
     """A use case's answer as the API would send it, read as the client reads it."""
     from tidings.client.decoding import decode
 

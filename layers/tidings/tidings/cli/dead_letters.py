@@ -53,11 +53,11 @@ def build(
     db: Database, settings: Settings, window_s: float | None = None, app: AppChoice | None = None
 ) -> DeadLetterReport:
     """The report from the database, as the API answers it."""
-    from tidings.cli.backend import _as
+    from tidings.cli.backend import as_api_answer
     from tidings.client.models import DeadLetterReport
     from tidings.logic import status
 
-    return _as(DeadLetterReport, status.dead_letter_report(db, settings, window_s, app))
+    return as_api_answer(DeadLetterReport, status.dead_letter_report(db, settings, window_s, app))
 
 
 def render(report: DeadLetterReport) -> str:
