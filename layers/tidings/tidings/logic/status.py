@@ -85,7 +85,7 @@ class EndpointFigures(BaseModel):
     attempts: int = Field(description="Attempts made recently")
     p95_ms: float | None = Field(description="The p95 latency of the recent attempts")
     app_uid: str
-    lane: str = Field(description="fast or slow")
+    lane: str = Field(description="fast, or slow while it answers slowly or has never answered")
     slow_until: datetime | None = Field(description="When a slow answer's hold ends")
     max_in_flight: int | None = Field(description="Its own cap on deliveries in flight")
     in_flight_limit: int | None = Field(description="The cap in force, its own or the lane's")
@@ -134,7 +134,11 @@ def status_report(db: Database, settings: Settings, app: Scoped | None = None) -
             cur, now=summary.checked_at, uids=None if app is None else [app.uid]
         )
         endpoints = endpoint_progress(
-            cur, since, app_id, slow_lane_max_in_flight=settings.slow_lane_max_in_flight
+            cur,
+            since,
+            app_id,
+            slow_lane_max_in_flight=settings.slow_lane_max_in_flight,
+            untried_max_in_flight=settings.untried_max_in_flight,
         )
         return StatusReport(
             application=None if app is None else app.uid,
