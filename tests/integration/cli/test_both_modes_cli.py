@@ -38,7 +38,10 @@ def cli(
     capsys: pytest.CaptureFixture[str],
 ) -> Iterator[Cli]:
     def run(*argv: str) -> tuple[int, str, str]:
-        code = main(list(argv))
+        try:
+            code = main(list(argv))
+        except SystemExit as exit_:  # argparse refusing an argument: exit 2, as the shell sees
+            code = int(exit_.code or 0)
         captured = capsys.readouterr()
         return code, captured.out, captured.err
 
@@ -111,6 +114,21 @@ def test_an_application_from_creation_to_deletion(cli: Cli, db: Database, mode: 
         ["order.paid", "order.refunded"],
         "billing",
     )
+    limits = ("endpoints", "update", endpoint, "--app", "acme")
+    code, out, _ = cli(*limits, "--rate-limit", "2.5", "--timeout-ms", "500")
+    assert (code, out.splitlines()) == (
+        0,
+        [f"endpoint {endpoint}: rate limit 2.5/s", f"endpoint {endpoint}: timeout 500 ms"],
+    )
+    code, out, _ = cli(*limits, "--rate-limit", "default", "--timeout-ms", "default", "--json")
+    assert code == 0 and (_json(out)["rate_limit_per_s"], _json(out)["timeout_ms"]) == (None, None)
+    # Out of range: the API's rule, the same refusal in both modes, and nothing changed.
+    code, _, err = cli(*limits, "--timeout-ms", "99")
+    assert code == 2 and "timeout_ms" in err
+    code, _, err = cli(*limits, "--rate-limit", "nan")
+    assert code == 2 and "rate limit 'nan'" in err
+    code, out, _ = cli("endpoints", "show", endpoint, "--app", "acme", "--json")
+    assert (_json(out)["rate_limit_per_s"], _json(out)["timeout_ms"]) == (None, None)
     code, out, _ = cli("endpoints", "disable", endpoint, "--app", "acme")
     assert (code, out.strip()) == (0, f"endpoint {endpoint} disabled: http://127.0.0.1:9/moved")
     code, out, _ = cli("endpoints", "enable", endpoint, "--app", "acme", "--json")

@@ -4,6 +4,7 @@ manage webhook endpoints, on the database or over the API."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from datetime import datetime
 from typing import Any
@@ -64,6 +65,35 @@ def retry_schedule_arg(text: str) -> tuple[float, ...] | None:
         return parse_endpoint_schedule(delays)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"retry schedule {text!r} {exc}") from None
+
+
+def rate_limit_arg(text: str) -> float | None:
+    """``2.5``: at most 2.5 requests a second (the API checks the range); ``default``: none."""
+    if text.strip().lower() == DEFAULT_SCHEDULE_WORD:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(
+            f"rate limit {text!r} must be a number of requests per second "
+            "(or 'default': no limit of its own)"
+        )
+    return value
+
+
+def timeout_ms_arg(text: str) -> int | None:
+    """``500``: wait 500 ms for the receiver (the API checks the range); ``default``: the
+    deployment's HTTP timeout."""
+    if text.strip().lower() == DEFAULT_SCHEDULE_WORD:
+        return None
+    if not text.isascii() or not text.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"timeout {text!r} must be a whole number of milliseconds "
+            "(or 'default': the deployment's HTTP timeout)"
+        )
+    return int(text)
 
 
 def max_in_flight_arg(text: str) -> int | None:
@@ -372,7 +402,7 @@ def register(subparsers: Any) -> None:
     update = actions.add_parser(
         "update",
         help="change an endpoint's URL, description, event types, retry schedule, payload "
-        "format, cap on deliveries in flight or receiver credentials",
+        "format, cap on deliveries in flight, rate limit, timeout or receiver credentials",
     )
     update.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
     update.add_argument(
@@ -411,6 +441,21 @@ def register(subparsers: Any) -> None:
         default=_KEEP,
         metavar="N",
         help="its own cap on deliveries in flight at once, 1..1000 ('default': none of its own)",
+    )
+    update.add_argument(
+        "--rate-limit",
+        type=rate_limit_arg,
+        default=_KEEP,
+        metavar="PER_SECOND",
+        help="requests per second to it, at least one a minute ('default': no limit)",
+    )
+    update.add_argument(
+        "--timeout-ms",
+        type=timeout_ms_arg,
+        default=_KEEP,
+        metavar="MS",
+        help="how long a delivery waits for the receiver, 100..60000 ('default': the "
+        "deployment's HTTP timeout)",
     )
     add_credential_options(update, update=True)
     _common(update, run_update)
@@ -574,6 +619,8 @@ def run_update(args: argparse.Namespace) -> int:
             ("retry_schedule", args.retry_schedule),
             ("max_in_flight", args.max_in_flight),
             ("payload_format", args.payload_format),
+            ("rate_limit_per_s", args.rate_limit),
+            ("timeout_ms", args.timeout_ms),
         )
         if value is not _KEEP
     }
@@ -583,13 +630,20 @@ def run_update(args: argparse.Namespace) -> int:
     if not changes and not credentials:
         raise UsageError(
             "nothing to change: give --url, --description, --event-type, --retry-schedule, "
-            "--payload-format, --max-in-flight or a receiver credential option"
+            "--payload-format, --max-in-flight, --rate-limit, --timeout-ms or a receiver "
+            "credential option"
         )
     with backend_for(args) as backend:
         changed = backend.update_endpoint(args.app, args.endpoint_id, {**changes, **credentials})
     if args.json:
         print_json(changed)
         return 0
+    _print_update(changed, changes, credentials)
+    return 0
+
+
+def _print_update(changed: Any, changes: dict[str, Any], credentials: dict[str, Any]) -> None:
+    """A line for each field the update changed, as people read it."""
     if "url" in changes:
         print(f"endpoint {changed.id}: url {changed.url}")
     if "description" in changes:
@@ -603,11 +657,16 @@ def run_update(args: argparse.Namespace) -> int:
     if "max_in_flight" in changes:
         cap = changed.max_in_flight or "none of its own"
         print(f"endpoint {changed.id}: max in flight {cap}; lane {describe_lane(changed)}")
-    for name in credentials:
-        print(f"endpoint {changed.id}: {name} {'removed' if credentials[name] is None else 'set'}")
+    if "rate_limit_per_s" in changes:
+        limit = changed.rate_limit_per_s
+        print(f"endpoint {changed.id}: rate limit {'none' if limit is None else f'{limit:g}/s'}")
+    if "timeout_ms" in changes:
+        timeout = "the deployment's" if changed.timeout_ms is None else f"{changed.timeout_ms} ms"
+        print(f"endpoint {changed.id}: timeout {timeout}")
+    for name, value in credentials.items():
+        print(f"endpoint {changed.id}: {name} {'removed' if value is None else 'set'}")
     for name, value in describe_credentials(changed):
         print(f"  {name}: {value}")
-    return 0
 
 
 def run_recover(args: argparse.Namespace) -> int:
