@@ -86,7 +86,7 @@ def test_an_update_that_changes_nothing_exits_2(cli: Any, db: Database) -> None:
     assert code == 2
     assert (
         "give --url, --description, --event-type, --retry-schedule, --payload-format, "
-        "--max-in-flight or a receiver credential option" in err
+        "--max-in-flight, --rate-limit, --timeout-ms or a receiver credential option" in err
     )
 
 

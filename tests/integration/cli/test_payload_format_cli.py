@@ -81,5 +81,6 @@ def test_update_without_a_change_exits_2(cli: Any, db: Database) -> None:  # noq
     assert code == 2
     assert (
         "nothing to change: give --url, --description, --event-type, --retry-schedule, "
-        "--payload-format, --max-in-flight or a receiver credential option" in err
+        "--payload-format, --max-in-flight, --rate-limit, --timeout-ms or a receiver credential "
+        "option" in err
     )
