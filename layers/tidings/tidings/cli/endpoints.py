@@ -703,22 +703,20 @@ def run_recover(args: argparse.Namespace) -> int:
 
 
 def run_enable(args: argparse.Namespace) -> int:
-    with backend_for(args) as backend:
-        changed = backend.update_endpoint(args.app, args.endpoint_id, {"enabled": True})
-    if args.json:
-        print_json(changed)
-    else:
-        print(f"endpoint {changed.id} enabled: {changed.url}")
-    return 0
+    return _set_enabled(args, enabled=True)
 
 
 def run_disable(args: argparse.Namespace) -> int:
+    return _set_enabled(args, enabled=False)
+
+
+def _set_enabled(args: argparse.Namespace, *, enabled: bool) -> int:
     with backend_for(args) as backend:
-        changed = backend.update_endpoint(args.app, args.endpoint_id, {"enabled": False})
+        changed = backend.update_endpoint(args.app, args.endpoint_id, {"enabled": enabled})
     if args.json:
         print_json(changed)
     else:
-        print(f"endpoint {changed.id} disabled: {changed.url}")
+        print(f"endpoint {changed.id} {'enabled' if enabled else 'disabled'}: {changed.url}")
     return 0
 
 
