@@ -5,22 +5,24 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import psycopg2
 import pytest
 
 from tests.support.seed import make_endpoint, seed_messages
 from tidings.dal import delivery
-from tidings.dal.connection import Database, open_connection
+from tidings.dal.connection import Cursor, Database, open_connection
 from tidings.migrations import LockPolicy, Migration, MigrationError, available, migrate
 
 LOCK_TIMEOUT_MS = 300
 # A claim normally takes milliseconds; this much on top of the lock timeout absorbs a busy machine.
 MARGIN_S = 0.6
 BLOCKER_HOLDS_S = 2.5
+T = TypeVar("T")
 FAST = LockPolicy(lock_timeout_ms=LOCK_TIMEOUT_MS, attempts=40, first_wait_s=0.2, max_wait_s=0.4)
 
 INDEX_IN_TRANSACTION = Migration(
@@ -39,7 +41,7 @@ CREATE INDEX CONCURRENTLY messages_test_event ON tidings.messages (event_type, c
 
 @dataclass
 class ClaimTraffic:
-    """Claimers leasing and releasing rows in a loop, each claim timed."""
+    """Claimers leasing and releasing rows in a loop, each statement timed."""
 
     database_url: str
     longest_s: float = 0.0
@@ -51,17 +53,25 @@ class ClaimTraffic:
         db = Database(self.database_url)
         try:
             while not self.stop.is_set():
-                started = time.monotonic()
-                rows = db.run(lambda cur: delivery.claim_due(cur, batch_size=20, lease_s=60))
-                took = time.monotonic() - started
-                self.longest_s = max(self.longest_s, took)
+                # Both statements write messages, so either may be the one that queues behind a
+                # migration's lock: each is timed.
+                rows = self.timed(
+                    db, lambda cur: delivery.claim_due(cur, batch_size=20, lease_s=60)
+                )
                 self.claims += 1
-                db.run(lambda cur, rows=rows: delivery.release_leases(cur, [r.lease for r in rows]))
+                leases = [row.lease for row in rows]
+                self.timed(db, lambda cur, leases=leases: delivery.release_leases(cur, leases))
                 time.sleep(0.01)
         except BaseException as exc:  # the test reports it
             self.errors.append(exc)
         finally:
             db.close()
+
+    def timed(self, db: Database, statement: Callable[[Cursor], T]) -> T:
+        started = time.monotonic()
+        result = db.run(statement)
+        self.longest_s = max(self.longest_s, time.monotonic() - started)
+        return result
 
 
 @contextmanager
