@@ -30,8 +30,13 @@ browser:
 			--no-install-recommends chromium chromium-driver >/dev/null; \
 	fi
 
+# Every tier on one worker per core (pytest-xdist): each worker starts its own embedded PostgreSQL
+# and clones its own databases, so tests share nothing but the machine. TEST_WORKERS=0 runs them
+# in this process.
+TEST_WORKERS ?= auto
+
 test: $(STAMP) browser
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit
