@@ -69,6 +69,8 @@ FRAME_ANCESTOR = re.compile(
     r"https://(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:[0-9]{1,5})?"
     r"|http://(localhost|127\.0\.0\.1)(:[0-9]{1,5})?"
 )
+# An application's uid, as the applications table's CHECK has it.
+APPLICATION_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 PORTAL_URL = re.compile(r"https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._~/-]*)?")
 
 
@@ -184,6 +186,12 @@ class Settings:
     # The same (event_type, event_id) within this long of its first recording creates nothing:
     # the pruner forgets an event once this has passed and no message of it is kept any more.
     idempotency_window_s: float = 7 * 86400.0
+
+    # Operational events: the application (by uid) whose events report what happens to the
+    # other applications' endpoints and messages (made by the migrator when missing; it cannot be
+    # deleted), and the failed attempt of a message that message.attempt.failing reports.
+    operational_application: str = "tidings-operational"
+    operational_failing_attempt: int = 4
 
     # Portal: where links point (empty: the API's own address, as the request that makes the link
     # reached it; the CLI, which has no request, then needs --base-url), how long a session lasts
@@ -305,6 +313,7 @@ class Settings:
             "secrets_data_key_max_age_s",
             "portal_session_s",
             "portal_link_max_s",
+            "operational_failing_attempt",
         )
         self._validate_finite()
         for name in positive:
@@ -313,6 +322,12 @@ class Settings:
         if self.lease_queue_allowance_s < 0:
             raise ConfigError(f"{_env_name('lease_queue_allowance_s')} must not be negative")
         self._validate_retry_schedule()
+        if not APPLICATION_UID.fullmatch(self.operational_application):
+            raise ConfigError(
+                f"{_env_name('operational_application')} must be an application uid "
+                f"(letters, digits, '.', '_', ':', '-'; up to 200), "
+                f"got {self.operational_application!r}"
+            )
         if self.payload_format not in PAYLOAD_FORMATS:
             raise ConfigError(
                 f"{_env_name('payload_format')} must be one of {', '.join(PAYLOAD_FORMATS)}, "

@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
             conn,
             keyring,
             max_payload_bytes=settings.max_payload_bytes,
+            operational_application=settings.operational_application,
+            operational_failing_attempt=settings.operational_failing_attempt,
             policy=migrations.LockPolicy.from_settings(settings),
         )
     except (migrations.MigrationError, KeyUnavailable) as exc:

@@ -252,6 +252,7 @@ OWNER_QUERIES: frozenset[str] = frozenset(
         "drop_unused_data_keys",
         "ensure_login",
         "store_max_payload_bytes",
+        "store_operational_settings",
         "token_with_hash",
         "insert_token",
     }
@@ -275,6 +276,7 @@ SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
         "begin_attempts_v2",
         "begin_attempts_v3",
         "record_outcomes_v1",
+        "emit_lifecycle_v1",
         "release_leases_v1",
         "set_endpoint_secret_v2",
         "set_endpoint_credential_v1",

@@ -93,3 +93,14 @@ def store_max_payload_bytes(cur: Cursor, value: int) -> None:
     if value <= 0:
         raise ValueError("the payload limit must be positive")
     cur.execute(sql("store_max_payload_bytes"), {"value": value})
+
+
+def store_operational_settings(cur: Cursor, *, application: str, failing_attempt: int) -> None:
+    """Make ``application`` the operational application (created when missing) and
+    ``failing_attempt`` the failed attempt that message.attempt.failing reports."""
+    if failing_attempt <= 0:
+        raise ValueError("the failing attempt must be positive")
+    cur.execute(
+        sql("store_operational_settings"),
+        {"application": application, "failing_attempt": failing_attempt},
+    )

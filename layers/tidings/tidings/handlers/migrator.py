@@ -61,6 +61,8 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
             conn,
             wiring.keyring(),
             max_payload_bytes=settings.max_payload_bytes,
+            operational_application=settings.operational_application,
+            operational_failing_attempt=settings.operational_failing_attempt,
             logins=logins,
             policy=LockPolicy.from_settings(settings),
         )

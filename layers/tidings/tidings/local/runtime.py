@@ -135,6 +135,8 @@ def prepare_database(settings: Settings, keyring: Keyring) -> list[str]:
                 conn,
                 keyring,
                 max_payload_bytes=settings.max_payload_bytes,
+                operational_application=settings.operational_application,
+                operational_failing_attempt=settings.operational_failing_attempt,
                 policy=migrations.LockPolicy.from_settings(settings),
             ).applied
         )

@@ -43,6 +43,8 @@ def prepare_database(
     keyring: Keyring,
     *,
     max_payload_bytes: int,
+    operational_application: str = "tidings-operational",
+    operational_failing_attempt: int = 4,
     logins: Sequence[DatabaseLogin] = (),
     fresh_data_key: bool = False,
     policy: migrations.LockPolicy | None = None,
@@ -50,11 +52,16 @@ def prepare_database(
     """Migrate, keep the secrets under the current key, make the logins: all or nothing.
 
     ``max_payload_bytes`` is the deployment's ``TIDINGS_MAX_PAYLOAD_BYTES``, the API's limit:
-    written here, it is the SQL functions' limit too (one setting for both paths)."""
+    written here, it is the SQL functions' limit too (one setting for both paths). So are the
+    operational application (made when missing) and the failed attempt that
+    message.attempt.failing reports (``TIDINGS_OPERATIONAL_*``)."""
     kept: list[UpkeepResult] = []
 
     def finish(cur: psycopg2.extensions.cursor) -> None:
         schema_dal.store_max_payload_bytes(cur, max_payload_bytes)
+        schema_dal.store_operational_settings(
+            cur, application=operational_application, failing_attempt=operational_failing_attempt
+        )
         kept.append(keep_secrets(cur, keyring, fresh=fresh_data_key))
         for login in logins:
             logins_dal.ensure_login(cur, user=login.user, group=login.role, password=login.password)

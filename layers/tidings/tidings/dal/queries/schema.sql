@@ -122,3 +122,20 @@ ORDER BY g.object, 2, g.privilege_type;
 -- The deployment's payload limit (TIDINGS_MAX_PAYLOAD_BYTES), which the enqueue functions hold
 -- producers to; the migrator writes it at the end of every run (the schema owner only).
 UPDATE tidings.settings SET value = %(value)s WHERE name = 'max_payload_bytes' AND value <> %(value)s;
+
+-- name: store_operational_settings
+-- The deployment's operational application (TIDINGS_OPERATIONAL_APPLICATION), made when no
+-- application has its uid, and the failed attempt that message.attempt.failing reports
+-- (TIDINGS_OPERATIONAL_FAILING_ATTEMPT), where tidings.emit_lifecycle_v1 and
+-- tidings.record_outcomes_v1 read them; the migrator writes them at the end of every run.
+WITH made AS (
+    INSERT INTO tidings.applications (uid, name)
+    VALUES (%(application)s, 'Tidings operational events')
+    ON CONFLICT (uid) DO NOTHING
+),
+named AS (
+    UPDATE tidings.settings SET text_value = %(application)s
+    WHERE name = 'operational_application' AND text_value <> %(application)s
+)
+UPDATE tidings.settings SET value = %(failing_attempt)s
+WHERE name = 'operational_failing_attempt' AND value <> %(failing_attempt)s;
