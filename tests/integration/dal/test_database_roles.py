@@ -82,6 +82,7 @@ SAMPLE: dict[str, dict[str, Any]] = {
     },
     "insert_endpoint": {"url": "https://r.example/", "description": "", "event_types": ["*"]},
     "set_endpoint_secret": {"overlap_s": 0, "max_secrets": 5},
+    "update_endpoint": {"changed": [], "report_update": False},
     "store_operational_settings": {"application": "roles-operational", "failing_attempt": 4},
     "update_endpoint_percentiles": {
         "growth": 1.02,

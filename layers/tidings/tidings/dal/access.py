@@ -53,6 +53,7 @@ _ENDPOINTS = (
     "soft_delete_endpoint",
     "endpoint_health",
     "endpoint_hourly_attempts",
+    "report_secret_rotated",
 )
 _MESSAGES = (
     "get_message",

@@ -4,6 +4,7 @@ encrypted, are ``dal.secrets``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from tidings.dal.connection import Cursor, fetch_dicts
@@ -76,13 +77,27 @@ def list_endpoints(cur: Cursor, app_id: int, *, after_id: int, limit: int) -> li
 
 
 def update_endpoint(
-    cur: Cursor, app_id: int, endpoint_id: int, changes: dict[str, Any]
+    cur: Cursor,
+    app_id: int,
+    endpoint_id: int,
+    changes: dict[str, Any],
+    *,
+    also_changed: Sequence[str] = (),
 ) -> dict[str, Any] | None:
-    """Apply ``changes`` (keys from ``UPDATABLE_FIELDS``); None when the endpoint is not there."""
+    """Apply ``changes`` (keys from ``UPDATABLE_FIELDS``); None when the endpoint is not there.
+    Records endpoint.updated when a field other than ``enabled`` changes (``also_changed``: the
+    fields changed beside this statement in its transaction, such as credentials), and
+    endpoint.enabled or endpoint.disabled when ``enabled`` flips."""
     unknown = set(changes) - set(UPDATABLE_FIELDS)
     if unknown:
         raise ValueError(f"fields that cannot be updated: {sorted(unknown)}")
-    params: dict[str, Any] = {"app_id": app_id, "endpoint_id": endpoint_id}
+    changed = sorted({name for name in changes if name != "enabled"} | set(also_changed))
+    params: dict[str, Any] = {
+        "app_id": app_id,
+        "endpoint_id": endpoint_id,
+        "changed": changed,
+        "report_update": bool(changed),
+    }
     for name in UPDATABLE_FIELDS:
         params[f"set_{name}"] = name in changes
         params[name] = changes.get(name)
@@ -97,6 +112,26 @@ def update_endpoint(
 def soft_delete_endpoint(cur: Cursor, app_id: int, endpoint_id: int) -> bool:
     cur.execute(sql("soft_delete_endpoint"), {"app_id": app_id, "endpoint_id": endpoint_id})
     return cur.fetchone() is not None
+
+
+def report_secret_rotated(
+    cur: Cursor,
+    app_id: int,
+    endpoint_id: int,
+    *,
+    secret_id: int,
+    previous_secret_expires_at: datetime | None,
+) -> None:
+    """Record endpoint.secret.rotated for the rotation that installed secret ``secret_id``."""
+    cur.execute(
+        sql("report_secret_rotated"),
+        {
+            "app_id": app_id,
+            "endpoint_id": endpoint_id,
+            "secret_id": secret_id,
+            "previous_secret_expires_at": previous_secret_expires_at,
+        },
+    )
 
 
 def endpoint_health(cur: Cursor, app_id: int, endpoint_id: int) -> dict[str, Any] | None:

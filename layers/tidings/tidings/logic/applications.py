@@ -13,11 +13,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from tidings.config import Settings, get_settings
 from tidings.dal import applications as dal
 from tidings.dal.applications import DEFAULT_APP_ID, DEFAULT_APP_UID
 from tidings.dal.connection import Database
 from tidings.logic.access import Principal, sees
 from tidings.logic.errors import Conflict, InvalidInput, NotFound
+from tidings.logic.operational import refuse_operational
 from tidings.logic.validation import (
     check_limit,
     check_payload_format,
@@ -204,13 +206,17 @@ def update_application(
     return Application(**row)
 
 
-def delete_application(db: Database, app: Application) -> DeletedApplication:
+def delete_application(
+    db: Database, app: Application, *, settings: Settings | None = None
+) -> DeletedApplication:
     """Soft delete: the application disappears, its endpoints are disabled and their undelivered
-    messages become dead letters; its rows stay as history. 'default' cannot be deleted."""
+    messages become dead letters; its rows stay as history. 'default' cannot be deleted, nor
+    can the operational application (its events report on every other)."""
     if app.id == DEFAULT_APP_ID:
         raise Conflict(
             "default_application", "the default application cannot be deleted", "application"
         )
+    refuse_operational(app.uid, (settings or get_settings()).operational_application, "be deleted")
     # Two transactions, so that nothing a producer can hold stalls intake or starves a deletion
     # (see dal/queries/applications.sql): the first marks it deleted and disables its endpoints,
     # waiting for nobody, so that every later call refuses the application and nothing more is

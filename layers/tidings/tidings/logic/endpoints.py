@@ -330,7 +330,9 @@ def update_endpoint(
         key = _sealing_key(db, keyring)
 
     def update(cur: Cursor) -> dict[str, Any] | None:
-        row = dal.update_endpoint(cur, app_id, endpoint_id, checked)
+        row = dal.update_endpoint(
+            cur, app_id, endpoint_id, checked, also_changed=sorted(new_credentials)
+        )
         if row is None or not new_credentials:
             return row
         _install_credentials(cur, endpoint_id, key, new_credentials)
@@ -379,7 +381,17 @@ def rotate_secret(
         # An endpoint of another application is as unknown as one that does not exist.
         if dal.get_endpoint(cur, app_id, endpoint_id) is None:
             return False, None
-        return _install(cur, endpoint_id, key, secret, cfg)
+        secret_id = secrets_dal.next_endpoint_secret_id(cur)
+        installed = _install(cur, endpoint_id, key, secret, cfg, secret_id=secret_id)
+        # Reported in the rotation's own transaction, named by the new secret's row.
+        dal.report_secret_rotated(
+            cur,
+            app_id,
+            endpoint_id,
+            secret_id=secret_id,
+            previous_secret_expires_at=installed[1],
+        )
+        return installed
 
     # In a transaction: a connection lost before COMMIT is retried, one lost during COMMIT is
     # not (run twice, a rotation would install two secrets and shorten the overlap of others).
@@ -440,10 +452,17 @@ def _install_credentials(
 
 
 def _install(
-    cur: Cursor, endpoint_id: int, key: DataKey, secret: str, settings: Settings
+    cur: Cursor,
+    endpoint_id: int,
+    key: DataKey,
+    secret: str,
+    settings: Settings,
+    *,
+    secret_id: int | None = None,
 ) -> tuple[bool, datetime | None]:
-    # Sealed for the row it is stored in, whose id is drawn first.
-    secret_id = secrets_dal.next_endpoint_secret_id(cur)
+    # Sealed for the row it is stored in, whose id is drawn first (here, or by the caller).
+    if secret_id is None:
+        secret_id = secrets_dal.next_endpoint_secret_id(cur)
     sealed = seal_secret(key, endpoint_id, secret_id, secret)
     return secrets_dal.set_endpoint_secret(
         cur,

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from tidings.config import Settings, get_settings
 from tidings.dal import ingest as dal
 from tidings.dal.connection import Database
+from tidings.logic.operational import refuse_operational
 from tidings.logic.errors import InvalidInput, NotFound, PayloadTooLarge
 from tidings.logic.validation import MAX_TEXT, check_id, clean_text, payload_json
 
@@ -53,8 +54,10 @@ def send_event(
 ) -> SendResult:
     """Fan one event out to its endpoints through ``tidings.enqueue``'s path; ``application``
     is the uid of the application it is sent to ('default' when None)."""
+    cfg = settings or get_settings()
+    refuse_operational(application, cfg.operational_application, "be sent events")
     spec = EventSpec(event_type, payload, event_id, endpoint_ids)
-    new = _checked(spec, "", settings or get_settings())
+    new = _checked(spec, "", cfg)
     outcome = _at_window_end(
         lambda: [
             db.run(
@@ -80,6 +83,7 @@ def send_events(
     if len(events) > MAX_BATCH:
         raise InvalidInput("too_many_events", f"a batch holds at most {MAX_BATCH} events", "events")
     cfg = settings or get_settings()
+    refuse_operational(application, cfg.operational_application, "be sent events")
     new = [_checked(spec, f"events[{i}].", cfg) for i, spec in enumerate(events)]
     outcomes = _at_window_end(
         lambda: db.run(

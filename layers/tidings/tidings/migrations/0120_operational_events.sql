@@ -363,5 +363,5 @@ ALTER FUNCTION tidings.record_outcomes_v1(jsonb, bigint[], boolean[], integer[],
 -- The operators' and the API's changes to endpoints, and the health monitor's disabling, report
 -- through this function in their own statements; producers and the sender never call it
 -- directly (record_outcomes_v1 runs as the owner).
-GRANT EXECUTE ON FUNCTION tidings.emit_lifecycle_v1(jsonb)
+GRANT EXECUTE ON FUNCTION tidings.emit_lifecycle_v1(jsonb), tidings.lifecycle_time(timestamptz)
     TO tidings_ingest, tidings_operator, tidings_health_monitor;

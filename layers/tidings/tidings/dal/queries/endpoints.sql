@@ -6,8 +6,9 @@
 -- (set_endpoint_secret), encrypted for the id this returns. Its payload format is the one asked
 -- for, else its application's default for new endpoints, else the deployment's. A new endpoint
 -- has never answered: it is untried (one delivery at a time, in the fast lane, until it answers).
+-- The operational event endpoint.created is recorded in the same statement.
 WITH app AS (
-    SELECT a.id, a.default_payload_format FROM tidings.applications a
+    SELECT a.id, a.uid, a.default_payload_format FROM tidings.applications a
     WHERE a.id = %(app_id)s AND a.deleted_at IS NULL
     FOR KEY SHARE
 ),
@@ -29,13 +30,22 @@ subscribed AS (
     INSERT INTO tidings.subscriptions (endpoint_id, app_id, event_type)
     SELECT created.id, created.app_id, t.event_type
     FROM created, unnest(%(event_types)s::text[]) AS t (event_type)
+),
+reported AS (
+    SELECT tidings.emit_lifecycle_v1(jsonb_agg(jsonb_build_object(
+               'event_type', 'endpoint.created', 'event_id', 'ep_' || c.id || '.created',
+               'application_id', app.id, 'application_uid', app.uid,
+               'endpoint_id', c.id, 'endpoint_url', c.url,
+               'data', jsonb_build_object('event_types', to_jsonb(%(event_types)s::text[]),
+                                          'enabled', c.enabled)))) AS events
+    FROM created c, app
 )
 SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        %(event_types)s::text[] AS event_types, c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
        NULL::timestamptz AS previous_secret_expires_at, c.created_at, c.updated_at,
        c.retry_schedule, c.payload_format, c.max_in_flight, NULL::jsonb AS credentials,
        false AS slow, true AS untried, NULL::timestamptz AS slow_until
-FROM created c
+FROM created c, reported
 
 -- name: get_endpoint
 -- One endpoint of an application that is not deleted, with its subscribed event types, when the
@@ -86,8 +96,17 @@ LIMIT %(limit)s + 1
 -- Changes the fields whose set_<field> flag is true (others keep their value; a NULL override
 -- means the deployment default) and, when set_event_types, replaces the subscriptions.
 -- Re-enabling clears the disabled reason. Returns nothing for a missing or deleted endpoint, or
--- one of another application; else the endpoint as get_endpoint shows it.
-WITH changed AS (
+-- one of another application; else the endpoint as get_endpoint shows it. In the same statement
+-- it records the operational events the change makes: endpoint.updated when report_update
+-- (anything but enabled changes; changed names the fields), endpoint.enabled or
+-- endpoint.disabled (by a person) when enabled flips.
+WITH old AS (
+    SELECT e.id, e.enabled
+    FROM tidings.endpoints e
+    WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL
+    FOR UPDATE
+),
+changed AS (
     UPDATE tidings.endpoints e SET
         url = CASE WHEN %(set_url)s THEN %(url)s ELSE e.url END,
         description = CASE WHEN %(set_description)s THEN %(description)s ELSE e.description END,
@@ -111,10 +130,39 @@ WITH changed AS (
             WHEN %(enabled)s THEN NULL
             ELSE now() END,
         updated_at = now()
-    WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL
+    FROM old o
+    WHERE e.id = o.id
     RETURNING e.id, e.app_id, e.url, e.description, e.enabled, e.disabled_reason,
               e.disabled_at, e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule,
-              e.payload_format, e.max_in_flight, e.created_at, e.updated_at
+              e.payload_format, e.max_in_flight, e.created_at, e.updated_at,
+              o.enabled AS was_enabled
+),
+reported AS (
+    SELECT tidings.emit_lifecycle_v1(jsonb_agg(ev.element)) AS events
+    FROM (
+        SELECT jsonb_build_object(
+                   'event_type', 'endpoint.updated',
+                   'event_id', 'ep_' || c.id || '.updated.' || extract(epoch FROM c.updated_at)::numeric,
+                   'application_id', a.id, 'application_uid', a.uid,
+                   'endpoint_id', c.id, 'endpoint_url', c.url,
+                   'data', jsonb_build_object('changed', to_jsonb(%(changed)s::text[]))) AS element
+        FROM changed c JOIN tidings.applications a ON a.id = c.app_id
+        WHERE %(report_update)s
+        UNION ALL
+        SELECT jsonb_build_object(
+                   'event_type', CASE WHEN c.enabled THEN 'endpoint.enabled'
+                                      ELSE 'endpoint.disabled' END,
+                   'event_id', 'ep_' || c.id || CASE WHEN c.enabled THEN '.enabled.'
+                                                     ELSE '.disabled.' END
+                               || extract(epoch FROM c.updated_at)::numeric,
+                   'application_id', a.id, 'application_uid', a.uid,
+                   'endpoint_id', c.id, 'endpoint_url', c.url,
+                   'data', CASE WHEN c.enabled THEN '{}'::jsonb ELSE jsonb_build_object(
+                               'reason', 'by_person', 'detail', c.disabled_reason,
+                               'disabled_at', tidings.lifecycle_time(c.disabled_at)) END)
+        FROM changed c JOIN tidings.applications a ON a.id = c.app_id
+        WHERE c.enabled <> c.was_enabled
+    ) ev
 ),
 unsubscribed AS (
     DELETE FROM tidings.subscriptions s
@@ -146,6 +194,7 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        (h.last_success_at IS NULL AND h.last_failure_at IS NULL) AS untried,
        CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until
 FROM changed c
+CROSS JOIN reported
 LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = c.id
 
 -- name: soft_delete_endpoint
@@ -153,13 +202,21 @@ LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = c.id
 -- its messages. Its undelivered messages become dead letters ("endpoint deleted") in the same
 -- statement, so none waits forever for an endpoint that is gone; clearing the lease voids any
 -- attempt in flight. Its signing secrets and receiver credentials go: a deleted endpoint never
--- signs or authenticates again.
+-- signs or authenticates again. The operational event endpoint.deleted is recorded in the same
+-- statement.
 WITH deleted AS (
     UPDATE tidings.endpoints
     SET deleted_at = now(), enabled = false, disabled_at = coalesce(disabled_at, now()),
         disabled_reason = 'deleted', updated_at = now()
     WHERE id = %(endpoint_id)s AND app_id = %(app_id)s AND deleted_at IS NULL
-    RETURNING id
+    RETURNING id, app_id, url
+),
+reported AS (
+    SELECT tidings.emit_lifecycle_v1(jsonb_agg(jsonb_build_object(
+               'event_type', 'endpoint.deleted', 'event_id', 'ep_' || d.id || '.deleted',
+               'application_id', a.id, 'application_uid', a.uid,
+               'endpoint_id', d.id, 'endpoint_url', d.url, 'data', '{}'::jsonb))) AS events
+    FROM deleted d JOIN tidings.applications a ON a.id = d.app_id
 ),
 abandoned AS (
     UPDATE tidings.messages m
@@ -178,7 +235,7 @@ forgotten_credentials AS (
     USING deleted d
     WHERE c.endpoint_id = d.id
 )
-SELECT id FROM deleted
+SELECT d.id FROM deleted d, reported
 
 -- name: endpoint_health
 -- An application's endpoint: its circuit, latency figures and the number of its messages in each
@@ -216,3 +273,19 @@ ORDER BY 1
 -- tidings.endpoint_signing_secret_v1); no row when there is none.
 SELECT s.data_key_id, s.ciphertext
 FROM tidings.endpoint_signing_secret_v1(%(app_id)s, %(endpoint_id)s) s
+
+-- name: report_secret_rotated
+-- Records the operational event endpoint.secret.rotated for an application's endpoint whose
+-- secret was just rotated in this transaction (secret_id: the new secret's row, which names the
+-- change); never the secret. Returns how many events were recorded.
+SELECT tidings.emit_lifecycle_v1(jsonb_agg(jsonb_build_object(
+           'event_type', 'endpoint.secret.rotated',
+           'event_id', 'ep_' || e.id || '.secret_rotated.' || %(secret_id)s::bigint,
+           'application_id', a.id, 'application_uid', a.uid,
+           'endpoint_id', e.id, 'endpoint_url', e.url,
+           'data', jsonb_build_object(
+               'previous_secret_expires_at',
+               tidings.lifecycle_time(%(previous_secret_expires_at)s::timestamptz)))))
+FROM tidings.endpoints e
+JOIN tidings.applications a ON a.id = e.app_id
+WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL

@@ -121,19 +121,35 @@ WHERE (h.failing_since IS NULL AND h.last_failure_at > coalesce(h.last_success_a
 
 -- name: disable_failing_endpoints
 -- Disables the enabled endpoints that have been failing without a single success since
--- failing_before, and returns them.
-UPDATE tidings.endpoints e
-SET enabled = false,
-    disabled_reason = %(reason)s,
-    disabled_at = %(now)s,
-    updated_at = now()
-FROM tidings.endpoint_health h
-WHERE h.endpoint_id = e.id
-  AND e.enabled
-  AND e.deleted_at IS NULL
-  AND h.failing_since <= %(failing_before)s
-  AND coalesce(h.last_success_at, '-infinity') < h.failing_since
-RETURNING e.id, e.url, h.failing_since;
+-- failing_before, and returns them; records the operational event endpoint.disabled (reason
+-- failing) of each in the same statement.
+WITH disabled AS (
+    UPDATE tidings.endpoints e
+    SET enabled = false,
+        disabled_reason = %(reason)s,
+        disabled_at = %(now)s,
+        updated_at = now()
+    FROM tidings.endpoint_health h
+    WHERE h.endpoint_id = e.id
+      AND e.enabled
+      AND e.deleted_at IS NULL
+      AND h.failing_since <= %(failing_before)s
+      AND coalesce(h.last_success_at, '-infinity') < h.failing_since
+    RETURNING e.id, e.app_id, e.url, e.disabled_reason, h.failing_since
+),
+reported AS (
+    SELECT tidings.emit_lifecycle_v1(jsonb_agg(jsonb_build_object(
+               'event_type', 'endpoint.disabled',
+               'event_id', 'ep_' || d.id || '.disabled.' || extract(epoch FROM %(now)s::timestamptz)::numeric,
+               'application_id', a.id, 'application_uid', a.uid,
+               'endpoint_id', d.id, 'endpoint_url', d.url,
+               'data', jsonb_build_object(
+                   'reason', 'failing', 'detail', d.disabled_reason,
+                   'disabled_at', tidings.lifecycle_time(%(now)s::timestamptz),
+                   'failing_since', tidings.lifecycle_time(d.failing_since))))) AS events
+    FROM disabled d JOIN tidings.applications a ON a.id = d.app_id
+)
+SELECT d.id, d.url, d.failing_since FROM disabled d, reported;
 
 -- name: retire_endpoints_of_deleted_applications
 -- Disables the endpoints still enabled in applications marked deleted: what a deletion whose
