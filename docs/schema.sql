@@ -276,8 +276,10 @@ CREATE TABLE tidings.schema_migrations (
 
 CREATE TABLE tidings.settings (
     name text NOT NULL,
-    value bigint NOT NULL,
-    CONSTRAINT settings_name_check CHECK ((name = 'max_payload_bytes'::text)),
+    value bigint,
+    text_value text,
+    CONSTRAINT settings_name_check CHECK ((name = ANY (ARRAY['max_payload_bytes'::text, 'operational_application'::text, 'operational_failing_attempt'::text]))),
+    CONSTRAINT settings_one_value CHECK ((num_nonnulls(value, text_value) = 1)),
     CONSTRAINT settings_pkey PRIMARY KEY (name),
     CONSTRAINT settings_value_check CHECK ((value > 0))
 );
@@ -1203,6 +1205,47 @@ BEGIN
     RETURN victim;
 END $function$;
 
+CREATE OR REPLACE FUNCTION tidings.emit_lifecycle_v1(p_events jsonb)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_uid    text;
+    v_events jsonb;
+BEGIN
+    IF p_events IS NULL OR jsonb_typeof(p_events) <> 'array' OR jsonb_array_length(p_events) = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT s.text_value INTO v_uid
+    FROM tidings.settings s
+    JOIN tidings.applications a ON a.uid = s.text_value AND a.deleted_at IS NULL
+    WHERE s.name = 'operational_application';
+    IF v_uid IS NULL THEN
+        RETURN 0;
+    END IF;
+    SELECT jsonb_agg(jsonb_build_object(
+               'event_type', e ->> 'event_type',
+               'event_id', e ->> 'event_id',
+               'channels', jsonb_build_array(e ->> 'application_uid'),
+               'payload', jsonb_build_object(
+                              'application_id', (e ->> 'application_id')::bigint,
+                              'application_uid', e ->> 'application_uid',
+                              'endpoint_id', (e ->> 'endpoint_id')::bigint,
+                              'endpoint_url', e ->> 'endpoint_url')
+                          || coalesce(e -> 'data', '{}'::jsonb))
+           ORDER BY ord)
+    INTO v_events
+    FROM jsonb_array_elements(p_events) WITH ORDINALITY AS input (e, ord)
+    WHERE e ->> 'application_uid' IS DISTINCT FROM v_uid;
+    IF v_events IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM 1 FROM tidings.enqueue_batch(v_events, v_uid);
+    RETURN jsonb_array_length(v_events);
+END $function$;
+
 CREATE OR REPLACE FUNCTION tidings.endpoint_signing_secret_v1(p_app_id bigint, p_endpoint_id bigint)
  RETURNS TABLE(data_key_id bigint, ciphertext bytea)
  LANGUAGE sql
@@ -1557,6 +1600,14 @@ BEGIN
     $q$, partition) USING after_id, batch_size;
 END $function$;
 
+CREATE OR REPLACE FUNCTION tidings.lifecycle_time(p_at timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    SELECT pg_catalog.to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+$function$;
+
 CREATE OR REPLACE FUNCTION tidings.mark_slow_v1(p_endpoint_ids bigint[], p_hold_s double precision)
  RETURNS integer
  LANGUAGE sql
@@ -1610,6 +1661,8 @@ CREATE OR REPLACE FUNCTION tidings.record_outcomes_v1(p_outcomes jsonb, p_health
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+DECLARE
+    v_lifecycle jsonb;
 BEGIN
     WITH outcome AS (
         SELECT *
@@ -1639,7 +1692,7 @@ BEGIN
           AND m.attempts = o.attempt_number - 1
           -- Only in-flight and failed rows carry a lease token, so this means "in flight".
           AND m.status <> 'failed'
-        RETURNING m.id
+        RETURNING m.id, m.status, m.attempts, m.endpoint_id, m.event_type, m.dead_lettered_at
     ),
     logged AS (
         INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, attempted_at,
@@ -1731,14 +1784,109 @@ BEGIN
             last_failure_at = n.new_last_failure_at
         FROM next_state n
         WHERE h.endpoint_id = n.endpoint_id
-        RETURNING h.endpoint_id, h.state, h.cooldown_s
+        RETURNING h.endpoint_id, h.state, h.cooldown_s, h.consecutive_failures,
+                  h.failure_threshold, h.last_success_at, h.last_failure_at
     ),
     disabled AS (
         UPDATE tidings.endpoints e
         SET enabled = false, disabled_reason = d.reason, disabled_at = now(), updated_at = now()
         FROM unnest(p_disable_ids, p_disable_reasons) AS d(id, reason)
         WHERE e.id = d.id AND e.enabled
-        RETURNING e.id
+        RETURNING e.id, e.app_id, e.url, e.disabled_reason, e.disabled_at
+    ),
+    message_change AS (
+        -- Messages dead-lettered, and those failing for the Nth time that will be retried.
+        SELECT w.id, w.endpoint_id, w.event_type, w.attempts, w.dead_lettered_at,
+               CASE WHEN w.status = 'dead_letter' THEN 'message.attempt.exhausted'
+                    ELSE 'message.attempt.failing' END AS event_type_out
+        FROM written w
+        WHERE w.status = 'dead_letter'
+           OR (w.status = 'failed'
+               AND w.attempts = (SELECT s.value FROM tidings.settings s
+                                 WHERE s.name = 'operational_failing_attempt'))
+    ),
+    crossing AS (
+        -- The highest share of the failure threshold this batch's failures reached from below
+        -- (a run of failures counts from its last success), and first successes after a run that
+        -- reached half of it.
+        SELECT h.endpoint_id, h.consecutive_failures, h.failure_threshold,
+               h.last_success_at, h.last_failure_at, b.last_success_at AS old_last_success_at,
+               b.consecutive_failures AS old_failures,
+               (SELECT max(l.pct) FROM (VALUES (50), (70), (90), (100)) AS l(pct)
+                WHERE h.consecutive_failures >= ceil(h.failure_threshold * l.pct / 100.0)
+                  AND (n.has_success
+                       OR b.consecutive_failures < ceil(h.failure_threshold * l.pct / 100.0)))
+                   AS pct,
+               n.has_success
+                   AND b.consecutive_failures >= ceil(b.failure_threshold * 50 / 100.0)
+                   AS recovered
+        FROM health h
+        JOIN before b ON b.endpoint_id = h.endpoint_id
+        JOIN next_state n ON n.endpoint_id = h.endpoint_id
+        WHERE h.consecutive_failures <> b.consecutive_failures
+    ),
+    lifecycle AS (
+        SELECT jsonb_build_object(
+                   'event_type', mc.event_type_out,
+                   'event_id', 'msg_' || mc.id || '.' ||
+                       CASE WHEN mc.event_type_out = 'message.attempt.exhausted'
+                            THEN 'exhausted.' || extract(epoch FROM mc.dead_lettered_at)::numeric
+                            ELSE 'failing' END,
+                   'application_id', e.app_id, 'application_uid', a.uid,
+                   'endpoint_id', e.id, 'endpoint_url', e.url,
+                   'data', jsonb_build_object(
+                       'message_id', mc.id, 'event_type', mc.event_type,
+                       'attempt_count', mc.attempts,
+                       'last_attempt', jsonb_build_object(
+                           'status_code', o.status_code, 'error_class', o.error_class,
+                           'attempted_at', tidings.lifecycle_time(o.attempted_at)))) AS element
+        FROM message_change mc
+        JOIN outcome o ON o.id = mc.id
+        JOIN tidings.endpoints e ON e.id = mc.endpoint_id
+        JOIN tidings.applications a ON a.id = e.app_id
+        UNION ALL
+        SELECT jsonb_build_object(
+                   'event_type', CASE WHEN k.failing THEN 'endpoint.failing'
+                                      ELSE 'endpoint.recovered' END,
+                   'event_id', 'ep_' || c.endpoint_id || '.' ||
+                       CASE WHEN k.failing
+                            THEN 'failing.' || coalesce(
+                                     extract(epoch FROM c.last_success_at)::numeric::text,
+                                     'never') || '.' || c.pct
+                            ELSE 'recovered.' || coalesce(
+                                     extract(epoch FROM c.old_last_success_at)::numeric::text,
+                                     'never') || '.' ||
+                                 extract(epoch FROM c.last_success_at)::numeric END,
+                   'application_id', e.app_id, 'application_uid', a.uid,
+                   'endpoint_id', e.id, 'endpoint_url', e.url,
+                   'data', CASE WHEN k.failing THEN jsonb_build_object(
+                               'consecutive_failures', c.consecutive_failures,
+                               'failure_threshold', c.failure_threshold,
+                               'threshold_percent', c.pct,
+                               'last_failure_at', tidings.lifecycle_time(c.last_failure_at))
+                           ELSE jsonb_build_object(
+                               'failed_attempts', c.old_failures,
+                               'recovered_at', tidings.lifecycle_time(c.last_success_at))
+                           END)
+        FROM crossing c
+        -- A batch can end one run of failures (recovered) and start another that reaches a
+        -- level (failing): both are reported.
+        CROSS JOIN (VALUES (true), (false)) AS k(failing)
+        JOIN tidings.endpoints e ON e.id = c.endpoint_id
+        JOIN tidings.applications a ON a.id = e.app_id
+        WHERE (k.failing AND c.pct IS NOT NULL) OR (NOT k.failing AND c.recovered)
+        UNION ALL
+        SELECT jsonb_build_object(
+                   'event_type', 'endpoint.disabled',
+                   'event_id', 'ep_' || d.id || '.disabled.' ||
+                       extract(epoch FROM d.disabled_at)::numeric,
+                   'application_id', d.app_id, 'application_uid', a.uid,
+                   'endpoint_id', d.id, 'endpoint_url', d.url,
+                   'data', jsonb_build_object(
+                       'reason', 'gone', 'detail', d.disabled_reason,
+                       'disabled_at', tidings.lifecycle_time(d.disabled_at)))
+        FROM disabled d
+        JOIN tidings.applications a ON a.id = d.app_id
     )
     SELECT (SELECT coalesce(array_agg(w.id ORDER BY w.id), '{}')
             FROM (SELECT id FROM written UNION SELECT id FROM recorded_before) w),
@@ -1747,8 +1895,13 @@ BEGIN
                         'cooldown_s', h.cooldown_s) ORDER BY h.endpoint_id), '[]')
             FROM health h JOIN before b ON b.endpoint_id = h.endpoint_id
             WHERE h.state <> b.state),
-           (SELECT coalesce(array_agg(d.id ORDER BY d.id), '{}') FROM disabled d)
-    INTO written_ids, transitions, disabled_ids;
+           (SELECT coalesce(array_agg(d.id ORDER BY d.id), '{}') FROM disabled d),
+           (SELECT jsonb_agg(l.element) FROM lifecycle l)
+    INTO written_ids, transitions, disabled_ids, v_lifecycle;
+
+    IF v_lifecycle IS NOT NULL THEN
+        PERFORM tidings.emit_lifecycle_v1(v_lifecycle);
+    END IF;
 END $function$;
 
 CREATE OR REPLACE FUNCTION tidings.refuse_unbound_credential()
@@ -1930,6 +2083,9 @@ GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v3(p_ids bigint[], p_tokens uui
 GRANT EXECUTE ON FUNCTION tidings.claim_due_v1(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.claim_due_v2(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer, p_slow_max_in_flight integer, p_untried_max_in_flight integer) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.drop_attempt_partition(partition text, lock_timeout_ms integer) TO tidings_pruner;
+GRANT EXECUTE ON FUNCTION tidings.emit_lifecycle_v1(p_events jsonb) TO tidings_health_monitor;
+GRANT EXECUTE ON FUNCTION tidings.emit_lifecycle_v1(p_events jsonb) TO tidings_ingest;
+GRANT EXECUTE ON FUNCTION tidings.emit_lifecycle_v1(p_events jsonb) TO tidings_operator;
 GRANT EXECUTE ON FUNCTION tidings.endpoint_signing_secret_v1(p_app_id bigint, p_endpoint_id bigint) TO tidings_ingest;
 GRANT EXECUTE ON FUNCTION tidings.enqueue(event_type text, payload jsonb, event_id text, endpoint_ids bigint[], application text) TO tidings_operator;
 GRANT EXECUTE ON FUNCTION tidings.enqueue(event_type text, payload jsonb, event_id text, endpoint_ids bigint[], application text) TO tidings_producer;
@@ -1939,6 +2095,9 @@ GRANT EXECUTE ON FUNCTION tidings.enqueue_event(event_type text, payload jsonb, 
 GRANT EXECUTE ON FUNCTION tidings.enqueue_event(event_type text, payload jsonb, event_id text, endpoint_ids bigint[], application text, OUT event_ref bigint, OUT created boolean, OUT message_ids bigint[]) TO tidings_operator;
 GRANT EXECUTE ON FUNCTION tidings.ensure_attempt_partitions(from_day date, days integer, lock_timeout_ms integer) TO tidings_pruner;
 GRANT EXECUTE ON FUNCTION tidings.keep_live_attempts(partition text, after_id bigint, batch_size integer) TO tidings_pruner;
+GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) TO tidings_health_monitor;
+GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) TO tidings_ingest;
+GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) TO tidings_operator;
 GRANT EXECUTE ON FUNCTION tidings.mark_slow_v1(p_endpoint_ids bigint[], p_hold_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.oldest_attempt_partition(cutoff timestamp with time zone) TO tidings_pruner;
 GRANT EXECUTE ON FUNCTION tidings.record_outcomes_v1(p_outcomes jsonb, p_health_endpoint_ids bigint[], p_has_success boolean[], p_trailing_failures integer[], p_last_success_at timestamp with time zone[], p_last_failure_at timestamp with time zone[], p_disable_ids bigint[], p_disable_reasons text[], p_base_cooldown_s double precision, p_max_cooldown_s double precision, OUT written_ids bigint[], OUT transitions json, OUT disabled_ids bigint[]) TO tidings_sender;
