@@ -102,8 +102,10 @@ def test_every_change_is_reported_exactly_once_across_kills(
         runtime.kill()
         runtime.start()
         wait_until(
-            lambda: count_where(db, "m.status NOT IN ('delivered', 'dead_letter')") == 0
-            and count_where(db, f"{CUSTOMER} AND m.status = 'dead_letter'") == total,
+            lambda: (
+                count_where(db, "m.status NOT IN ('delivered', 'dead_letter')") == 0
+                and count_where(db, f"{CUSTOMER} AND m.status = 'dead_letter'") == total
+            ),
             180,
             "every message settled",
             lambda: progress_table(db),
@@ -118,8 +120,7 @@ def test_every_change_is_reported_exactly_once_across_kills(
         cur.execute(f"SELECT m.id FROM tidings.messages m WHERE {CUSTOMER} AND m.attempts > 0")
         dead_by_attempt = {int(row[0]) for row in cur.fetchall()}
         cur.execute(
-            "SELECT m.id, m.status::text FROM tidings.messages m"
-            " WHERE m.endpoint_id = %s",
+            "SELECT m.id, m.status::text FROM tidings.messages m WHERE m.endpoint_id = %s",
             (operator.id,),
         )
         operational_messages = cur.fetchall()
@@ -134,7 +135,5 @@ def test_every_change_is_reported_exactly_once_across_kills(
     assert len(operational_messages) == total + GONE_ENDPOINTS
     assert {status for _, status in operational_messages} == {"delivered"}
     tally = receivers.snapshot()[Kind.HEALTHY]
-    assert {webhook_id(message_id) for message_id, _ in operational_messages} <= set(
-        tally.accepted
-    )
+    assert {webhook_id(message_id) for message_id, _ in operational_messages} <= set(tally.accepted)
     assert tally.bad_signatures == 0

@@ -69,9 +69,7 @@ def test_another_applications_token_cannot_read_or_subscribe_to_the_operational_
     assert [e["id"] for e in endpoints.body["items"]] == [endpoint_id]
 
 
-def test_the_operational_application_cannot_be_deleted(
-    gateway: Gateway, admin_token: str
-) -> None:
+def test_the_operational_application_cannot_be_deleted(gateway: Gateway, admin_token: str) -> None:
     reply = gateway.call("DELETE", f"/v1/apps/{OPERATIONAL}", token=admin_token)
     assert (reply.status, reply.error["code"]) == (409, "operational_application")
     assert gateway.call("GET", f"/v1/apps/{OPERATIONAL}", token=admin_token).status == 200

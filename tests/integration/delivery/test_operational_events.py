@@ -315,8 +315,6 @@ def test_each_event_carries_its_applications_channel(db: Database, receiver: Rec
     """The element handed to enqueue_batch names the application's uid as its channel, so an
     operational endpoint with that channel takes that application's events only."""
     with db.cursor() as cur:
-        cur.execute(
-            "SELECT pg_get_functiondef('tidings.emit_lifecycle_v1(jsonb)'::regprocedure)"
-        )
+        cur.execute("SELECT pg_get_functiondef('tidings.emit_lifecycle_v1(jsonb)'::regprocedure)")
         definition = cur.fetchone()[0]  # type: ignore[index]
     assert "'channels', jsonb_build_array(e ->> 'application_uid')" in definition

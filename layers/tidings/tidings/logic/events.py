@@ -13,8 +13,8 @@ from pydantic import BaseModel
 from tidings.config import Settings, get_settings
 from tidings.dal import ingest as dal
 from tidings.dal.connection import Database
-from tidings.logic.operational import refuse_operational
 from tidings.logic.errors import InvalidInput, NotFound, PayloadTooLarge
+from tidings.logic.operational import refuse_operational
 from tidings.logic.validation import MAX_TEXT, check_id, clean_text, payload_json
 
 MAX_BATCH = 100
