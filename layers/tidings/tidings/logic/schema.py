@@ -54,7 +54,8 @@ def prepare_database(
     ``max_payload_bytes`` is the deployment's ``TIDINGS_MAX_PAYLOAD_BYTES``, the API's limit:
     written here, it is the SQL functions' limit too (one setting for both paths). So are the
     operational application (made when missing) and the failed attempt that
-    message.attempt.failing reports (``TIDINGS_OPERATIONAL_*``)."""
+    message.attempt.failing reports (``TIDINGS_OPERATIONAL_APPLICATION`` and
+    ``TIDINGS_OPERATIONAL_FAILING_ATTEMPT``)."""
     kept: list[UpkeepResult] = []
 
     def finish(cur: psycopg2.extensions.cursor) -> None:
