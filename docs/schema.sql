@@ -2148,7 +2148,7 @@ GRANT SELECT (created_at, id, master_key, wrapped) ON TABLE tidings.data_keys TO
 GRANT INSERT (id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_operator;
 GRANT SELECT (created_at, id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_operator;
 GRANT SELECT (id, master_key, wrapped) ON TABLE tidings.data_keys TO tidings_sender;
-GRANT SELECT (endpoint_id, kind, not_after) ON TABLE tidings.endpoint_credentials TO tidings_health_monitor;
+GRANT SELECT (endpoint_id, kind, not_after, shown) ON TABLE tidings.endpoint_credentials TO tidings_health_monitor;
 GRANT DELETE ON TABLE tidings.endpoint_credentials TO tidings_ingest;
 GRANT SELECT (endpoint_id, kind, shown) ON TABLE tidings.endpoint_credentials TO tidings_ingest;
 GRANT DELETE ON TABLE tidings.endpoint_credentials TO tidings_operator;

@@ -30,7 +30,7 @@ def test_create_read_list_change(api: Api) -> None:
     assert api.get("/v1/apps/acme").body == acme
     assert api.get(f"/v1/apps/{acme['id']}").body == acme
     listed = api.get("/v1/apps").body
-    assert [a["uid"] for a in listed["items"]] == ["default", "acme"]
+    assert [a["uid"] for a in listed["items"]] == ["default", "tidings-operational", "acme"]
     changed = api.patch("/v1/apps/acme", {"name": "Acme", "metadata": {}})
     assert (changed.status, changed.body["name"], changed.body["metadata"]) == (200, "Acme", {})
     assert changed.body["uid"] == "acme"
@@ -42,8 +42,10 @@ def test_paging(api: Api) -> None:
     for n in range(5):
         create(api, f"c-{n}")
     first = api.get("/v1/apps", {"limit": "4"}).body
-    assert [a["uid"] for a in first["items"]] == ["default", "c-0", "c-1", "c-2"]
-    rest = api.get("/v1/apps", {"limit": "4", "cursor": first["next_cursor"]}).body
+    assert [a["uid"] for a in first["items"]] == ["default", "tidings-operational", "c-0", "c-1"]
+    second = api.get("/v1/apps", {"limit": "1", "cursor": first["next_cursor"]}).body
+    assert [a["uid"] for a in second["items"]] == ["c-2"]
+    rest = api.get("/v1/apps", {"limit": "4", "cursor": second["next_cursor"]}).body
     assert ([a["uid"] for a in rest["items"]], rest["next_cursor"]) == (["c-3", "c-4"], None)
 
 
@@ -63,7 +65,8 @@ def test_bad_applications_are_refused(api: Api, db: Database) -> None:
     ):
         reply = api.post("/v1/apps", body)
         assert reply.status == 422, (body, reply.raw)
-    assert count(db, "applications") == 2
+    # default, the operational application and acme.
+    assert count(db, "applications") == 3
 
 
 def test_an_unknown_application_is_404_everywhere(api: Api) -> None:
@@ -121,7 +124,10 @@ def test_deleting_an_application(api: Api, db: Database) -> None:
         seed_messages(cur, endpoint["id"], 2, status="delivered")
     assert api.delete("/v1/apps/acme").status == 204
     assert api.get("/v1/apps/acme").status == 404
-    assert [a["uid"] for a in api.get("/v1/apps").body["items"]] == ["default"]
+    assert [a["uid"] for a in api.get("/v1/apps").body["items"]] == [
+        "default",
+        "tidings-operational",
+    ]
     assert api.post("/v1/apps/acme/events", {"event_type": "t", "payload": 1}).status == 404
     assert api.delete("/v1/apps/acme").status == 404
     # Soft: the rows stay, the endpoint is disabled and the queued messages are dead letters.

@@ -286,7 +286,7 @@ def test_no_list_shows_another_applications_rows(gateway: Gateway, world: World)
         assert by_endpoint.body["items"] == []
     # The admin's list of applications is the only one that names them all.
     apps = gateway.call("GET", "/v1/apps", token=world.admin_token).body["items"]
-    assert [a["uid"] for a in apps] == ["default", "acme", "globex"]
+    assert [a["uid"] for a in apps] == ["default", "tidings-operational", "acme", "globex"]
 
 
 def test_a_producer_token_is_refused_every_endpoint_route(gateway: Gateway, world: World) -> None:

@@ -30,7 +30,7 @@ def cli(database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
 
 def test_apps_create_and_list(cli: Any) -> None:
     code, out, _ = cli("apps", "create", "acme", "--name", "Acme", "--metadata", '{"plan": "pro"}')
-    assert (code, out.strip()) == (0, "application 2 created: acme")
+    assert (code, out.strip()) == (0, "application 3 created: acme")
     code, out, _ = cli("apps", "create", "globex", "--json")
     assert json.loads(out)["uid"] == "globex"
     code, out, _ = cli("apps", "list")
@@ -38,6 +38,7 @@ def test_apps_create_and_list(cli: Any) -> None:
     code, out, _ = cli("apps", "list", "--json")
     assert [(a["uid"], a["metadata"]) for a in json.loads(out)] == [
         ("default", {}),
+        ("tidings-operational", {}),
         ("acme", {"plan": "pro"}),
         ("globex", {}),
     ]

@@ -172,7 +172,7 @@ def test_an_application_from_creation_to_deletion(cli: Cli, db: Database, mode: 
     code, out, _ = cli("apps", "delete", "acme")
     assert code == 0 and "application acme deleted" in out
     code, out, _ = cli("apps", "list", "--json")
-    assert [a["uid"] for a in _json(out)] == ["default"]
+    assert [a["uid"] for a in _json(out)] == ["default", "tidings-operational"]
 
 
 def test_tokens_and_portal_links(cli: Cli, mode: str) -> None:

@@ -127,7 +127,11 @@ def test_tokens_and_applications_are_managed(admin: Client) -> None:
         admin.update_application("globex", default_payload_format=None).default_payload_format
         is None
     )
-    assert [a.uid for a in admin.iter_applications()] == ["default", "globex"]
+    assert [a.uid for a in admin.iter_applications()] == [
+        "default",
+        "tidings-operational",
+        "globex",
+    ]
 
     expires = datetime.now(UTC) + timedelta(days=1)
     made = admin.create_token("app", application="globex", description="g", expires_at=expires)

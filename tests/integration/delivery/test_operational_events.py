@@ -318,3 +318,38 @@ def test_each_event_carries_its_applications_channel(db: Database, receiver: Rec
         cur.execute("SELECT pg_get_functiondef('tidings.emit_lifecycle_v1(jsonb)'::regprocedure)")
         definition = cur.fetchone()[0]  # type: ignore[index]
     assert "'channels', jsonb_build_array(e ->> 'application_uid')" in definition
+
+
+def test_a_client_certificate_about_to_expire_is_reported_once_per_notice_period(
+    db: Database,
+) -> None:
+    from tests.support.tls import TestCa
+    from tidings.maintenance.expiring_certificates import report_expiring_certificates
+
+    now = datetime.now(UTC)
+    settings = make_pipeline(db).settings
+    with db.cursor() as cur:
+        app_id = make_application(cur, "acme")
+    ids = {}
+    ca = TestCa()
+    for name, days in (("soon", 3), ("later", 20)):
+        issued = ca.issue(name, not_after=now + timedelta(days=days))
+        ids[name] = endpoint_use_cases.create_endpoint(
+            db,
+            keyring=secrets_keyring(),
+            url=f"https://93.184.215.14/{name}",
+            tls_client_certificate=issued.as_credential(),
+            settings=settings,
+            app_id=app_id,
+        ).id
+    assert report_expiring_certificates(db, now) == 1
+    assert report_expiring_certificates(db, now + timedelta(minutes=5)) == 1
+    [week] = of_type(db, "endpoint.certificate.expiring")
+    assert_documented("endpoint.certificate.expiring", week)
+    assert (week["endpoint_id"], week["within_days"]) == (ids["soon"], 7)
+    # Within a day of its expiry, once more; after it, never again.
+    report_expiring_certificates(db, now + timedelta(days=2, hours=12))
+    report_expiring_certificates(db, now + timedelta(days=2, hours=13))
+    report_expiring_certificates(db, now + timedelta(days=4))
+    expiring = of_type(db, "endpoint.certificate.expiring")
+    assert [p["within_days"] for p in expiring] == [7, 1]

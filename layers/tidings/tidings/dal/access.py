@@ -164,6 +164,7 @@ HEALTH_MONITOR = _role(
     "notification_published",
     "notification_not_published",
     "application_figures",
+    "report_expiring_certificates",
 )
 DEAD_LETTER_REPORT = _role(
     "tidings_dead_letter_report",

@@ -134,3 +134,12 @@ def dead_letter_unreachable_messages(cur: Cursor, *, batch_size: int) -> int:
     how many."""
     cur.execute(sql("dead_letter_unreachable_messages"), {"batch_size": batch_size})
     return len(cur.fetchall())
+
+
+def report_expiring_certificates(cur: Cursor, *, now: datetime, notice_days: Sequence[int]) -> int:
+    """Record endpoint.certificate.expiring, once per certificate and notice period, for the
+    client certificates expiring within one of ``notice_days``; how many were handed on (those
+    recorded by an earlier run included)."""
+    cur.execute(sql("report_expiring_certificates"), {"now": now, "notice_days": list(notice_days)})
+    row = cur.fetchone()
+    return int(row[0]) if row and row[0] is not None else 0

@@ -25,6 +25,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "endpoint.failing",
     "endpoint.recovered",
     "endpoint.secret.rotated",
+    "endpoint.certificate.expiring",
     "message.attempt.failing",
     "message.attempt.exhausted",
 )

@@ -3,7 +3,8 @@
 1. ``failing_endpoints``: disable endpoints that have failed without a success for too long;
 2. ``unreachable``: dead-letter what deleted and disabled endpoints still have queued;
 3. ``health``: take the queue's summary (emitted as metrics by the handler);
-4. ``alerts``: send the alerts that start and the resolutions of those that stopped.
+4. ``alerts``: send the alerts that start and the resolutions of those that stopped;
+5. ``expiring_certificates``: report client certificates about to expire as operational events.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 from tidings.dal.connection import Database
 from tidings.dal.health import ApplicationFigures
 from tidings.maintenance import alerts
+from tidings.maintenance.expiring_certificates import report_expiring_certificates
 from tidings.maintenance.failing_endpoints import FailingEndpointSettings, disable_failing_endpoints
 from tidings.maintenance.health import (
     HealthSettings,
@@ -44,6 +46,8 @@ class MonitorResult:
     caught_up: tuple[str, ...] = ()
     # The applications listed for per-application metrics, with their figures.
     applications: tuple[ApplicationFigures, ...] = ()
+    # Client certificates within a notice period of their expiry (each reported once).
+    expiring_certificates: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +58,7 @@ class MonitorResult:
             "fired": list(self.fired),
             "resolved": list(self.resolved),
             "caught_up": list(self.caught_up),
+            "expiring_certificates": self.expiring_certificates,
         }
 
 
@@ -67,6 +72,7 @@ def run_monitor(
     summary = db.run(lambda cur: health_summary(cur, settings, moment))
     metered = db.run(lambda cur: metered_applications(cur, settings, moment))
     dispatched = alerts.check_and_send(db, notifier, settings, summary, moment)
+    expiring = report_expiring_certificates(db, moment)
     return MonitorResult(
         summary=summary,
         disabled_endpoint_ids=tuple(e.endpoint_id for e in disabled),
@@ -75,4 +81,5 @@ def run_monitor(
         resolved=dispatched.resolved,
         caught_up=dispatched.caught_up,
         applications=tuple(metered),
+        expiring_certificates=expiring,
     )

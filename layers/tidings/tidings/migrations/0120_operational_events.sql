@@ -365,3 +365,7 @@ ALTER FUNCTION tidings.record_outcomes_v1(jsonb, bigint[], boolean[], integer[],
 -- directly (record_outcomes_v1 runs as the owner).
 GRANT EXECUTE ON FUNCTION tidings.emit_lifecycle_v1(jsonb), tidings.lifecycle_time(timestamptz)
     TO tidings_ingest, tidings_operator, tidings_health_monitor;
+
+-- The health monitor reports a client certificate about to expire (endpoint.certificate.expiring),
+-- naming it by its fingerprint, which the redacted form holds.
+GRANT SELECT (shown) ON tidings.endpoint_credentials TO tidings_health_monitor;

@@ -193,3 +193,33 @@ FROM (
 ) u
 WHERE m.id = u.id
 RETURNING m.id;
+
+-- name: report_expiring_certificates
+-- Records endpoint.certificate.expiring for every TLS client certificate of a live endpoint (of a
+-- live application) that has not expired and expires within one of the notice periods
+-- (notice_days; the shortest it is within), named by the certificate's fingerprint and that
+-- period: each run finds the same certificates again, and the event ids make them one event
+-- each (the idempotency window outlasts the longest period, so no repeat after it either).
+-- Returns how many events the run handed on.
+SELECT tidings.emit_lifecycle_v1(jsonb_agg(jsonb_build_object(
+           'event_type', 'endpoint.certificate.expiring',
+           'event_id', 'ep_' || e.id || '.certificate.' || (c.shown ->> 'sha256_fingerprint')
+                       || '.' || n.days,
+           'application_id', a.id, 'application_uid', a.uid,
+           'endpoint_id', e.id, 'endpoint_url', e.url,
+           'data', jsonb_build_object(
+               'not_after', tidings.lifecycle_time(c.not_after),
+               'within_days', n.days,
+               'sha256_fingerprint', c.shown ->> 'sha256_fingerprint'))
+       ORDER BY e.id)) AS events
+FROM tidings.endpoint_credentials c
+JOIN tidings.endpoints e ON e.id = c.endpoint_id
+JOIN tidings.applications a ON a.id = e.app_id
+CROSS JOIN LATERAL (
+    SELECT min(d) AS days FROM unnest(%(notice_days)s::integer[]) AS d
+    WHERE c.not_after <= %(now)s::timestamptz + d * interval '1 day'
+) n
+WHERE c.kind = 'tls_client_certificate'
+  AND c.not_after > %(now)s::timestamptz
+  AND n.days IS NOT NULL
+  AND e.deleted_at IS NULL AND a.deleted_at IS NULL;
