@@ -353,3 +353,34 @@ def test_a_client_certificate_about_to_expire_is_reported_once_per_notice_period
     report_expiring_certificates(db, now + timedelta(days=4))
     expiring = of_type(db, "endpoint.certificate.expiring")
     assert [p["within_days"] for p in expiring] == [7, 1]
+
+
+def test_outcomes_recorded_twice_report_each_change_once(db: Database) -> None:
+    """As after a connection lost once the first record had committed: the second run writes
+    nothing, so it reports nothing (and the event ids would make a repeat one event besides)."""
+    from tidings.dal import delivery
+    from tidings.dal.delivery import AttemptOutcome, CircuitSummary, MessageStatus
+
+    with db.cursor() as cur:
+        app_id = make_application(cur, "acme")
+        endpoint_id = make_endpoint(cur, "https://receiver.example/gone", app_id=app_id)
+        seed_messages(cur, endpoint_id, 1)
+        [row] = delivery.claim_due(cur, batch_size=10, lease_s=60)
+    now = datetime.now(UTC)
+    outcome = AttemptOutcome(
+        row.lease, endpoint_id, MessageStatus.DEAD_LETTER, 1, now, 410, error_class="http_410"
+    )
+    for _ in range(2):
+        with db.cursor() as cur:
+            delivery.record_outcomes(
+                cur,
+                [outcome],
+                [CircuitSummary(endpoint_id, False, 1, None, now)],
+                [(endpoint_id, "410 Gone")],
+                base_cooldown_s=300.0,
+                max_cooldown_s=3600.0,
+            )
+    assert sorted(e["event_type"] for e in operational_events(db)) == [
+        "endpoint.disabled",
+        "message.attempt.exhausted",
+    ]
