@@ -38,6 +38,7 @@ from tidings.logic.errors import (
     Unavailable,
     UseCaseError,
 )
+from tidings.logic.filters import InvalidFilter
 from tidings.observability import logger
 
 # API Gateway refuses bigger request bodies itself; the same limit holds locally.
@@ -59,11 +60,19 @@ _ROUTE_PARAMETER = re.compile(r"<\w+>")
 
 
 def error_response(
-    status: int, code: str, message: str, field: str | None = None
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    *,
+    inside: dict[str, Any] | None = None,
 ) -> Response[dict[str, Any]]:
+    """The error body; ``inside`` adds where inside the field the fault is (a filter's clause:
+    its ``path`` and ``operator``)."""
     detail: dict[str, Any] = {"code": code, "message": message}
     if field:
         detail["field"] = field
+    detail.update(inside or {})
     return Response(status_code=status, content_type=JSON, body={"error": detail})
 
 
@@ -100,7 +109,12 @@ def build_app() -> APIGatewayRestResolver:
 
     @app.exception_handler(UseCaseError)  # type: ignore[untyped-decorator]
     def refused(exc: UseCaseError) -> Response[dict[str, Any]]:
-        return error_response(_STATUS.get(type(exc), 422), exc.code, exc.message, exc.field)
+        inside = None
+        if isinstance(exc, InvalidFilter):
+            inside = {"path": exc.path, "operator": exc.operator}
+        return error_response(
+            _STATUS.get(type(exc), 422), exc.code, exc.message, exc.field, inside=inside
+        )
 
     @app.exception_handler(psycopg2.IntegrityError)  # type: ignore[untyped-decorator]
     def integrity(exc: psycopg2.IntegrityError) -> Response[dict[str, Any]]:

@@ -16,6 +16,8 @@ from pydantic import (
 )
 
 from tidings.logic.applications import UID_PATTERN, Application, ApplicationPage
+from tidings.logic.channels import MAX_CHANNELS
+from tidings.logic.channels import SYNTAX as CHANNEL_SYNTAX
 from tidings.logic.endpoints import (
     MAX_MAX_IN_FLIGHT,
     MAX_RATE_LIMIT_PER_S,
@@ -144,6 +146,9 @@ __all__ = [
     "ErrorBody",
     "ErrorDetail",
     "EventBatch",
+    "FailedClause",
+    "FilterTest",
+    "FilterTestResult",
     "Message",
     "MessageDetail",
     "MessagePage",
@@ -172,6 +177,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+Channel = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$",
+        description="A channel name: " + CHANNEL_SYNTAX,
+    ),
+]
+FILTER_DESCRIPTION = (
+    "A content filter over the payload (and $event_type): a JSON object in the MongoDB-like "
+    "dialect ($eq $ne $gt $gte $lt $lte $in $nin $exists $and $or $not, dotted paths). Of the "
+    "events of its types, the endpoint receives only those it matches."
+)
+CHANNELS_DESCRIPTION = (
+    "Channels to subscribe to (at most 10): the endpoint then receives an event of its types "
+    "only if the event carries one of them."
+)
+
+
 class SendEvent(_Strict):
     event_type: EventType
     payload: Payload
@@ -183,7 +206,14 @@ class SendEvent(_Strict):
     endpoint_ids: list[Id] | None = Field(
         default=None,
         max_length=100,
-        description="Deliver to these endpoints instead of the subscribed ones.",
+        description="Deliver to these endpoints instead of the subscribed ones (their "
+        "filters and channels do not apply).",
+    )
+    channels: list[Channel] | None = Field(
+        default=None,
+        max_length=MAX_CHANNELS,
+        description="The event's channels (at most 10): subscribers with channels receive it "
+        "only if they share one.",
     )
 
 
@@ -279,6 +309,10 @@ class CreateEndpoint(_Strict):
         "({type, timestamp, data}); absent: the application's default, else the deployment's",
     )
     max_in_flight: MaxInFlight | None = None
+    filter: dict[str, Any] | None = Field(default=None, description=FILTER_DESCRIPTION)
+    channels: list[Channel] | None = Field(
+        default=None, max_length=MAX_CHANNELS, description=CHANNELS_DESCRIPTION
+    )
     headers: dict[str, str] | None = Field(
         default=None, max_length=20, description=HEADERS_DESCRIPTION
     )
@@ -311,6 +345,14 @@ class UpdateEndpoint(_Strict):
         default=None, description="raw or envelope (a format must be named: null is refused)"
     )
     max_in_flight: MaxInFlight | None = None
+    filter: dict[str, Any] | None = Field(
+        default=None, description=FILTER_DESCRIPTION + " null removes it."
+    )
+    channels: list[Channel] | None = Field(
+        default=None,
+        max_length=MAX_CHANNELS,
+        description=CHANNELS_DESCRIPTION + " null or [] removes them.",
+    )
     headers: dict[str, str] | None = Field(
         default=None,
         max_length=20,
@@ -410,6 +452,35 @@ class ErrorDetail(BaseModel):
     code: str = Field(description="Stable, machine-readable reason, e.g. unknown_endpoint")
     message: str
     field: str | None = Field(default=None, description="The request field at fault, if one is")
+    path: str | None = Field(
+        default=None,
+        description="For a filter refused: the JSON pointer of the clause at fault inside it",
+    )
+    operator: str | None = Field(
+        default=None, description="For a filter refused: the operator at fault, if one is"
+    )
+
+
+class FilterTest(_Strict):
+    filter: dict[str, Any] = Field(description=FILTER_DESCRIPTION)
+    payload: Payload
+    event_type: EventType = Field(description="The type the event would have ($event_type)")
+
+
+class FailedClause(BaseModel):
+    path: str = Field(description="The JSON pointer of the clause inside the filter ('' is all)")
+    operator: str | None = Field(description="Its operator ($gt, $or, …); null for a plain match")
+
+
+class FilterTestResult(BaseModel):
+    matches: bool
+    failed: FailedClause | None = Field(
+        description="When it does not match: the first clause that failed (an $or as a whole)"
+    )
+    jsonpath: str = Field(
+        description="The PostgreSQL jsonpath predicate the filter compiles to, which the "
+        'fan-out evaluates with the event type as $"event_type"'
+    )
 
 
 class ErrorBody(BaseModel):

@@ -4,6 +4,7 @@ encrypted, are ``dal.secrets``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +24,17 @@ UPDATABLE_FIELDS = (
     "max_in_flight",
     "enabled",
     "event_types",
+    "filter",
+    "channels",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFilter:
+    """An endpoint's filter as stored: the document's JSON text and its compiled jsonpath."""
+
+    document_json: str
+    jsonpath: str
 
 
 def insert_endpoint(
@@ -40,6 +51,8 @@ def insert_endpoint(
     payload_format: str | None = None,
     deployment_payload_format: str = "raw",
     max_in_flight: int | None = None,
+    filter: StoredFilter | None = None,
+    channels: Sequence[str] | None = None,
 ) -> dict[str, Any] | None:
     """The new endpoint, or None when its application is not there (any more). Without a
     ``payload_format`` it takes its application's default, else ``deployment_payload_format``."""
@@ -57,6 +70,8 @@ def insert_endpoint(
             "payload_format": payload_format,
             "deployment_payload_format": deployment_payload_format,
             "max_in_flight": max_in_flight,
+            **_filter_params(filter),
+            "channels": None if channels is None else list(channels),
         },
     )
     rows = fetch_dicts(cur)
@@ -104,6 +119,9 @@ def update_endpoint(
     if params["event_types"] is not None:
         params["event_types"] = list(params["event_types"])
     params["retry_schedule"] = _seconds(params["retry_schedule"])
+    params.update(_filter_params(params["filter"]))
+    if params["channels"] is not None:
+        params["channels"] = list(params["channels"])
     cur.execute(sql("update_endpoint"), params)
     rows = fetch_dicts(cur)
     return rows[0] if rows else None
@@ -157,3 +175,9 @@ def endpoint_signing_secret(cur: Cursor, app_id: int, endpoint_id: int) -> Seale
 def _seconds(schedule: Sequence[float] | None) -> list[int] | None:
     """A schedule as the whole seconds the endpoints table stores."""
     return None if schedule is None else [int(delay) for delay in schedule]
+
+
+def _filter_params(stored: StoredFilter | None) -> dict[str, str | None]:
+    if stored is None:
+        return {"filter": None, "filter_path": None}
+    return {"filter": stored.document_json, "filter_path": stored.jsonpath}

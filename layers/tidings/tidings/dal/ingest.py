@@ -18,6 +18,8 @@ class NewEvent:
     payload_json: str
     event_id: str | None = None
     endpoint_ids: Sequence[int] | None = None
+    # The event's channels (None: none); only tidings.enqueue_batch takes them.
+    channels: Sequence[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +32,11 @@ class Enqueued:
 
 
 def enqueue_event(cur: Cursor, event: NewEvent, *, application: str | None = None) -> Enqueued:
-    """Record one event (``tidings.enqueue_event``) for the application of this uid ('default'
-    when None); a repeated key creates nothing."""
+    """Record one event (``tidings.enqueue_event``, or ``enqueue_batch`` for an event with
+    channels) for the application of this uid ('default' when None); a repeated key creates
+    nothing."""
+    if event.channels:
+        return enqueue_batch(cur, [event], application=application)[0]
     cur.execute(
         sql("enqueue_event"),
         {
@@ -79,5 +84,7 @@ def _batch_json(events: Sequence[NewEvent]) -> str:
             head["event_id"] = event.event_id
         if event.endpoint_ids is not None:
             head["endpoint_ids"] = list(event.endpoint_ids)
+        if event.channels:
+            head["channels"] = list(event.channels)
         parts.append(json.dumps(head)[:-1] + ',"payload":' + event.payload_json + "}")
     return "[" + ",".join(parts) + "]"

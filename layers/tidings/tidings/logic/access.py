@@ -43,12 +43,14 @@ class Action(enum.StrEnum):
     # The whole queue's status and dead letters, every application's at once (one
     # application's figures are its endpoints' and messages': READ_ENDPOINTS).
     READ_EVERY_APPLICATION = "read_every_application"
+    # Trying a content filter on a payload: it reads and changes nothing.
+    TEST_FILTERS = "test_filters"
 
 
 ALLOWED: Mapping[Scope, frozenset[Action]] = {
     # Opening a portal session is what a link does; no other token does it.
     Scope.ADMIN: frozenset(Action) - {Action.OPEN_PORTAL_SESSION},
-    Scope.PRODUCER: frozenset({Action.SEND_EVENTS, Action.READ_MESSAGES}),
+    Scope.PRODUCER: frozenset({Action.SEND_EVENTS, Action.READ_MESSAGES, Action.TEST_FILTERS}),
     Scope.APP: frozenset(
         {
             Action.SEND_EVENTS,
@@ -59,10 +61,16 @@ ALLOWED: Mapping[Scope, frozenset[Action]] = {
             Action.REPLAY,
             Action.READ_APPLICATION,
             Action.MAKE_PORTAL_LINKS,
+            Action.TEST_FILTERS,
         }
     ),
     Scope.APP_READ: frozenset(
-        {Action.READ_MESSAGES, Action.READ_ENDPOINTS, Action.READ_APPLICATION}
+        {
+            Action.READ_MESSAGES,
+            Action.READ_ENDPOINTS,
+            Action.READ_APPLICATION,
+            Action.TEST_FILTERS,
+        }
     ),
     Scope.PORTAL_LINK: frozenset({Action.OPEN_PORTAL_SESSION}),
 }

@@ -9,6 +9,7 @@ that installs them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
@@ -23,6 +24,8 @@ from tidings.dal.connection import Cursor, Database
 from tidings.delivery import retry_schedule, signing, ssrf
 from tidings.delivery.lanes import Lane, in_flight_cap, lane_of
 from tidings.logic import credentials as creds
+from tidings.logic import filters
+from tidings.logic.channels import check_channels
 from tidings.logic.errors import InvalidInput, NotFound, Unavailable
 from tidings.logic.validation import (
     MAX_TEXT,
@@ -124,6 +127,17 @@ class Endpoint(BaseModel):
         description="The CA bundle the receiver's certificate must chain to instead of the "
         "public roots: how many certificates, their subjects, the earliest not_after",
     )
+    filter: dict[str, Any] | None = Field(
+        default=None,
+        description="The content filter: of the events of its types, the endpoint receives only "
+        "those whose payload (and type, as $event_type) it matches; null: every one. See "
+        "POST /v1/filters/test.",
+    )
+    channels: list[str] = Field(
+        default_factory=list,
+        description="The channels it subscribes to: when any, it receives an event of its types "
+        "only if the event carries one of them; none: whatever the event's channels.",
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -193,6 +207,8 @@ def create_endpoint(
     retry_schedule: Sequence[float] | None = None,
     payload_format: str | None = None,
     max_in_flight: int | None = None,
+    filter: Mapping[str, Any] | None = None,
+    channels: Sequence[str] | None = None,
     headers: Mapping[str, str] | None = None,
     auth: Mapping[str, Any] | None = None,
     tls_client_certificate: Mapping[str, str] | None = None,
@@ -218,6 +234,8 @@ def create_endpoint(
             "rate_limit_per_s": rate_limit_per_s,
             "retry_schedule": retry_schedule,
             "max_in_flight": max_in_flight,
+            "filter": filter,
+            "channels": channels,
         },
         cfg,
         resolver,
@@ -295,8 +313,9 @@ def update_endpoint(
     keyring: Keyring | None = None,
 ) -> Endpoint:
     """Change the given fields (url, description, event_types, retry_schedule, max_attempts,
-    timeout_ms, rate_limit_per_s, payload_format, max_in_flight, enabled); a None override goes
-    back to the deployment default (payload_format has no such default: it must name a format).
+    timeout_ms, rate_limit_per_s, payload_format, max_in_flight, enabled, filter, channels); a
+    None override goes back to the deployment default (payload_format has no such default: it
+    must name a format); a None filter or channels removes them.
     Setting a retry_schedule clears max_attempts (deprecated) and setting max_attempts clears the
     endpoint's own schedule: the two exclude each other.
 
@@ -596,15 +615,32 @@ def _checked_fields(
             checked[name] = check_payload_format(value, name)
         elif name == "max_in_flight":
             checked[name] = _optional_int(value, name, MIN_MAX_IN_FLIGHT, MAX_MAX_IN_FLIGHT)
+        elif name in ("filter", "channels"):
+            checked[name] = _checked_routing(name, value)
         else:
             raise InvalidInput("unknown_field", f"{name} is not an endpoint field", name)
     return checked
+
+
+def _checked_routing(name: str, value: Any) -> Any:
+    """A filter (with the jsonpath it compiles to) or channels, checked; None removes them."""
+    if name == "channels":
+        names = check_channels(value, name)
+        return None if names is None else sorted(set(names))
+    if value is None:
+        return None
+    compiled = filters.check_filter(value)
+    return dal.StoredFilter(
+        json.dumps(compiled.document, ensure_ascii=False, separators=(",", ":")),
+        compiled.jsonpath,
+    )
 
 
 def _shown(row: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
     """An endpoint row as shown: the retry schedule its messages follow, and whence it comes;
     its lane and the cap on its deliveries in flight that follows from it."""
     shown = dict(row)
+    shown["channels"] = list(shown.get("channels") or [])
     shown.update(creds.shown_fields(shown.pop("credentials", None)))
     slow = bool(shown.pop("slow"))
     untried = bool(shown.pop("untried"))

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from tidings.config import Settings, get_settings
 from tidings.dal import ingest as dal
 from tidings.dal.connection import Database
+from tidings.logic.channels import check_channels
 from tidings.logic.errors import InvalidInput, NotFound, PayloadTooLarge
 from tidings.logic.operational import refuse_operational
 from tidings.logic.validation import MAX_TEXT, check_id, clean_text, payload_json
@@ -32,6 +33,7 @@ class EventSpec:
     payload: Any
     event_id: str | None = None
     endpoint_ids: Sequence[int] | None = None
+    channels: Sequence[str] | None = None
 
 
 class SendResult(BaseModel):
@@ -51,12 +53,13 @@ def send_event(
     endpoint_ids: Sequence[int] | None = None,
     settings: Settings | None = None,
     application: str | None = None,
+    channels: Sequence[str] | None = None,
 ) -> SendResult:
     """Fan one event out to its endpoints through ``tidings.enqueue``'s path; ``application``
     is the uid of the application it is sent to ('default' when None)."""
     cfg = settings or get_settings()
     refuse_operational(application, cfg.operational_application, "be sent events")
-    spec = EventSpec(event_type, payload, event_id, endpoint_ids)
+    spec = EventSpec(event_type, payload, event_id, endpoint_ids, channels)
     new = _checked(spec, "", cfg)
     outcome = _at_window_end(
         lambda: [
@@ -115,8 +118,9 @@ def _checked(spec: EventSpec, where: str, settings: Settings) -> dal.NewEvent:
                 "invalid_value", f"{field} names more than {MAX_ENDPOINT_IDS} endpoints", field
             )
         endpoint_ids = [check_id(i, field) for i in spec.endpoint_ids]
+    channels = check_channels(spec.channels, f"{where}channels")
     text = payload_json(spec.payload, f"{where}payload", max_bytes=settings.max_payload_bytes)
-    return dal.NewEvent(event_type, text, event_id, endpoint_ids)
+    return dal.NewEvent(event_type, text, event_id, endpoint_ids, channels)
 
 
 def _at_window_end(

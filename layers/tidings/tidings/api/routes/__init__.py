@@ -4,8 +4,8 @@ application, calls one use case, and shapes the answer.
 Everything an application holds (events, messages, endpoints, replay) is served twice: at
 ``/v1/…`` for the default application and at ``/v1/apps/{app}/…`` (see ``tidings.api.scoping``).
 Applications and tokens are managed at ``/v1/apps`` and ``/v1/tokens``; the operators' views of
-every application are at ``/v1/admin/…``. Every module registers its routes on the one
-``router`` when it is imported.
+every application are at ``/v1/admin/…``; a content filter is tried at ``/v1/filters/test``.
+Every module registers its routes on the one ``router`` when it is imported.
 """
 
 from tidings.api.routes import (
@@ -14,12 +14,23 @@ from tidings.api.routes import (
     dead_letters,
     endpoints,
     events,
+    filters,
     messages,
     portal,
     tokens,
 )
 from tidings.api.routes.common import router
 
-ROUTE_MODULES = (events, messages, endpoints, dead_letters, portal, applications, tokens, admin)
+ROUTE_MODULES = (
+    events,
+    messages,
+    endpoints,
+    dead_letters,
+    portal,
+    applications,
+    tokens,
+    admin,
+    filters,
+)
 
 __all__ = ["ROUTE_MODULES", "router"]

@@ -78,6 +78,8 @@ def create_endpoint(
         retry_schedule=body.retry_schedule,
         payload_format=body.payload_format,
         max_in_flight=body.max_in_flight,
+        filter=body.filter,
+        channels=body.channels,
         headers=body.headers,
         auth=body.auth.model_dump() if body.auth is not None else None,
         tls_client_certificate=(

@@ -52,6 +52,7 @@ def send_event(app: AppScope, event: Annotated[SendEvent, Body()]) -> Response[S
         payload=event.payload,
         event_id=event.event_id,
         endpoint_ids=event.endpoint_ids,
+        channels=event.channels,
         settings=wiring.settings(),
         application=None if app.id == applications.DEFAULT_APP_ID else app.uid,
     )
@@ -74,7 +75,8 @@ def send_event(app: AppScope, event: Annotated[SendEvent, Body()]) -> Response[S
 )
 def send_events(app: AppScope, batch: Annotated[EventBatch, Body()]) -> Response[BatchResult]:
     specs = [
-        events.EventSpec(e.event_type, e.payload, e.event_id, e.endpoint_ids) for e in batch.events
+        events.EventSpec(e.event_type, e.payload, e.event_id, e.endpoint_ids, e.channels)
+        for e in batch.events
     ]
     results = events.send_events(
         wiring.database(),

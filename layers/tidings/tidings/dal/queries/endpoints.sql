@@ -7,6 +7,7 @@
 -- for, else its application's default for new endpoints, else the deployment's. A new endpoint
 -- has never answered: it is untried (one delivery at a time, in the fast lane, until it answers).
 -- The operational event endpoint.created is recorded in the same statement.
+-- Its filter comes with the jsonpath predicate it compiles to (both NULL without one).
 WITH app AS (
     SELECT a.id, a.uid, a.default_payload_format FROM tidings.applications a
     WHERE a.id = %(app_id)s AND a.deleted_at IS NULL
@@ -15,16 +16,17 @@ WITH app AS (
 created AS (
     INSERT INTO tidings.endpoints (app_id, url, description, max_attempts, timeout_ms,
                                    rate_limit_per_s, retry_schedule, payload_format,
-                                   max_in_flight)
+                                   max_in_flight, filter, filter_path, channels)
     SELECT app.id, %(url)s, %(description)s, %(max_attempts)s, %(timeout_ms)s,
            %(rate_limit_per_s)s, %(retry_schedule)s::integer[],
            coalesce(%(payload_format)s::text, app.default_payload_format,
                     %(deployment_payload_format)s::text),
-           %(max_in_flight)s
+           %(max_in_flight)s, %(filter)s::jsonb, %(filter_path)s::jsonpath,
+           %(channels)s::text[]
     FROM app
     RETURNING id, app_id, url, description, enabled, disabled_reason, disabled_at, max_attempts,
               timeout_ms, rate_limit_per_s, retry_schedule, payload_format, max_in_flight,
-              created_at, updated_at
+              filter, channels, created_at, updated_at
 ),
 subscribed AS (
     INSERT INTO tidings.subscriptions (endpoint_id, app_id, event_type)
@@ -43,7 +45,8 @@ reported AS (
 SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        %(event_types)s::text[] AS event_types, c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
        NULL::timestamptz AS previous_secret_expires_at, c.created_at, c.updated_at,
-       c.retry_schedule, c.payload_format, c.max_in_flight, NULL::jsonb AS credentials,
+       c.retry_schedule, c.payload_format, c.max_in_flight, c.filter, c.channels,
+       NULL::jsonb AS credentials,
        false AS slow, true AS untried, NULL::timestamptz AS slow_until
 FROM created c, reported
 
@@ -59,7 +62,7 @@ SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
         WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
        e.created_at, e.updated_at, e.retry_schedule, e.payload_format,
-       e.max_in_flight,
+       e.max_in_flight, e.filter, e.channels,
        (SELECT jsonb_object_agg(c.kind, c.shown) FROM tidings.endpoint_credentials c
         WHERE c.endpoint_id = e.id) AS credentials,
        coalesce(h.slow_until > now(), false) AS slow,
@@ -80,7 +83,7 @@ SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
        (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
         WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
        e.created_at, e.updated_at, e.retry_schedule, e.payload_format,
-       e.max_in_flight,
+       e.max_in_flight, e.filter, e.channels,
        (SELECT jsonb_object_agg(c.kind, c.shown) FROM tidings.endpoint_credentials c
         WHERE c.endpoint_id = e.id) AS credentials,
        coalesce(h.slow_until > now(), false) AS slow,
@@ -94,7 +97,8 @@ LIMIT %(limit)s + 1
 
 -- name: update_endpoint
 -- Changes the fields whose set_<field> flag is true (others keep their value; a NULL override
--- means the deployment default) and, when set_event_types, replaces the subscriptions.
+-- means the deployment default) and, when set_event_types, replaces the subscriptions. A filter
+-- is set (or removed) with its compiled jsonpath.
 -- Re-enabling clears the disabled reason. Returns nothing for a missing or deleted endpoint, or
 -- one of another application; else the endpoint as get_endpoint shows it. In the same statement
 -- it records the operational events the change makes: endpoint.updated when report_update
@@ -120,6 +124,10 @@ changed AS (
                               ELSE e.payload_format END,
         max_in_flight = CASE WHEN %(set_max_in_flight)s THEN %(max_in_flight)s
                              ELSE e.max_in_flight END,
+        filter = CASE WHEN %(set_filter)s THEN %(filter)s::jsonb ELSE e.filter END,
+        filter_path = CASE WHEN %(set_filter)s THEN %(filter_path)s::jsonpath
+                           ELSE e.filter_path END,
+        channels = CASE WHEN %(set_channels)s THEN %(channels)s::text[] ELSE e.channels END,
         enabled = CASE WHEN %(set_enabled)s THEN %(enabled)s ELSE e.enabled END,
         disabled_reason = CASE
             WHEN NOT %(set_enabled)s OR %(enabled)s = e.enabled THEN e.disabled_reason
@@ -134,8 +142,8 @@ changed AS (
     WHERE e.id = o.id
     RETURNING e.id, e.app_id, e.url, e.description, e.enabled, e.disabled_reason,
               e.disabled_at, e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule,
-              e.payload_format, e.max_in_flight, e.created_at, e.updated_at,
-              o.enabled AS was_enabled
+              e.payload_format, e.max_in_flight, e.filter, e.channels, e.created_at,
+              e.updated_at, o.enabled AS was_enabled
 ),
 reported AS (
     SELECT tidings.emit_lifecycle_v1(jsonb_agg(ev.element)) AS events
@@ -187,7 +195,7 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        (SELECT max(s.expires_at) FROM tidings.endpoint_secrets s
         WHERE s.endpoint_id = c.id AND s.expires_at > now()) AS previous_secret_expires_at,
        c.created_at, c.updated_at, c.retry_schedule, c.payload_format,
-       c.max_in_flight,
+       c.max_in_flight, c.filter, c.channels,
        (SELECT jsonb_object_agg(k.kind, k.shown) FROM tidings.endpoint_credentials k
         WHERE k.endpoint_id = c.id) AS credentials,
        coalesce(h.slow_until > now(), false) AS slow,
