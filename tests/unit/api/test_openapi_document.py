@@ -40,6 +40,7 @@ IN_AN_APPLICATION = {
     ("/portal-links", "post"),
 }
 MANAGEMENT = {
+    ("/v1/filters/test", "post"),
     ("/v1/apps", "post"),
     ("/v1/apps", "get"),
     ("/v1/apps/{app}", "get"),

@@ -37,6 +37,7 @@ SAMPLES: dict[str, Any] = {
     "uid": "acme",
     "event_type": "order.paid",
     "payload": {"id": 1},
+    "filter": {"id": {"$gt": 0}},
     "events": [EventToSend("order.paid", {"id": 1}, "order-1")],
     "url": "https://receiver.example/hook",
     "scope": "producer",
@@ -53,7 +54,7 @@ EVERYTHING: dict[str, dict[str, Any]] = {
         "cursor": "abc",
         "limit": 10,
     },
-    "send_event": {"event_id": "e-1", "endpoint_ids": [7]},
+    "send_event": {"event_id": "e-1", "endpoint_ids": [7], "channels": ["eu"]},
     "create_endpoint": {
         "event_types": ["*"],
         "description": "d",
@@ -67,6 +68,8 @@ EVERYTHING: dict[str, dict[str, Any]] = {
         "tls_client_certificate": {"certificate_pem": "c", "private_key_pem": "k"},
         "tls_server_ca_pem": "ca",
         "max_attempts": 3,
+        "filter": {"a": 1},
+        "channels": ["eu"],
     },
     "update_endpoint": {
         "url": "https://receiver.example/other",
@@ -83,6 +86,8 @@ EVERYTHING: dict[str, dict[str, Any]] = {
         "tls_client_certificate": None,
         "tls_server_ca_pem": None,
         "max_attempts": None,
+        "filter": None,
+        "channels": ["eu"],
     },
     "recover_endpoint": {"until": datetime(2026, 1, 2, tzinfo=UTC)},
     "replay_dead_letters": {

@@ -45,6 +45,7 @@ from tidings.client.models import (
     EndpointHealth,
     EndpointPage,
     EventToSend,
+    FilterTestResult,
     Message,
     MessageDetail,
     MessagePage,
@@ -167,11 +168,20 @@ class Client:
         *,
         event_id: str | None = None,
         endpoint_ids: Sequence[int] | None = None,
+        channels: Sequence[str] | None = None,
     ) -> SendResult:
         """Record an event for the application's subscribed endpoints (or ``endpoint_ids``).
         With an ``event_id`` (your idempotency key) it is retried when that is safe, and the
-        same id again returns the first call's messages (``created`` False)."""
-        body = _event_body(EventToSend(event_type, payload, event_id, _ids(endpoint_ids)))
+        same id again returns the first call's messages (``created`` False). ``channels``: the
+        event's channels (subscribers with channels receive it only if they share one)."""
+        event = EventToSend(
+            event_type,
+            payload,
+            event_id,
+            _ids(endpoint_ids),
+            None if channels is None else list(channels),
+        )
+        body = _event_body(event)
         return self._call(
             SendResult, "POST", self._in_app("/events"), body=body, safe=event_id is not None
         )
@@ -183,6 +193,16 @@ class Client:
         safe = bool(events) and all(e.event_id is not None for e in events)
         batch = self._call(BatchResult, "POST", self._in_app("/events/batch"), body=body, safe=safe)
         return batch.results
+
+    # -- filters -------------------------------------------------------------------------------
+
+    def test_filter(
+        self, filter: Mapping[str, Any], payload: Any, event_type: str
+    ) -> FilterTestResult:
+        """Whether a content filter matches an event of this payload and type, as the fan-out
+        decides; when not, the clause that failed first. Reads and changes nothing."""
+        body = {"filter": dict(filter), "payload": payload, "event_type": event_type}
+        return self._call(FilterTestResult, "POST", "/v1/filters/test", body=body, safe=True)
 
     # -- messages ------------------------------------------------------------------------------
 
@@ -263,9 +283,12 @@ class Client:
         tls_client_certificate: Mapping[str, str] | None = None,
         tls_server_ca_pem: str | None = None,
         max_attempts: int | None = None,
+        filter: Mapping[str, Any] | None = None,
+        channels: Sequence[str] | None = None,
     ) -> CreatedEndpoint:
         """A new endpoint (``event_types`` default to every type, ``*``). Its signing secret is
-        in this answer only. What is left None takes the API's default."""
+        in this answer only. What is left None takes the API's default. ``filter``: a content
+        filter over the payload; ``channels``: those it subscribes to."""
         given = {
             "url": url,
             "event_types": None if event_types is None else list(event_types),
@@ -282,6 +305,8 @@ class Client:
             ),
             "tls_server_ca_pem": tls_server_ca_pem,
             "max_attempts": max_attempts,
+            "filter": None if filter is None else dict(filter),
+            "channels": None if channels is None else list(channels),
         }
         body = {name: value for name, value in given.items() if value is not None}
         return self._call(CreatedEndpoint, "POST", self._in_app("/endpoints"), body=body)
@@ -318,9 +343,11 @@ class Client:
         tls_client_certificate: Mapping[str, str] | _Unset | None = UNSET,
         tls_server_ca_pem: str | _Unset | None = UNSET,
         max_attempts: int | _Unset | None = UNSET,
+        filter: Mapping[str, Any] | _Unset | None = UNSET,
+        channels: Sequence[str] | _Unset | None = UNSET,
     ) -> Endpoint:
         """Change the fields given; None returns an override to the deployment's default (or
-        removes a credential)."""
+        removes a credential, the filter or the channels)."""
         given: dict[str, Any] = {
             "url": url,
             "description": description,
@@ -336,6 +363,8 @@ class Client:
             "tls_client_certificate": tls_client_certificate,
             "tls_server_ca_pem": tls_server_ca_pem,
             "max_attempts": max_attempts,
+            "filter": filter,
+            "channels": channels,
         }
         body = {name: _plain(value) for name, value in given.items() if value is not UNSET}
         path = self._in_app(f"/endpoints/{_id(endpoint_id)}")
@@ -668,6 +697,8 @@ def _event_body(event: EventToSend) -> dict[str, Any]:
         body["event_id"] = event.event_id
     if event.endpoint_ids is not None:
         body["endpoint_ids"] = _ids(event.endpoint_ids)
+    if event.channels is not None:
+        body["channels"] = list(event.channels)
     return body
 
 

@@ -28,6 +28,8 @@ __all__ = [
     "EndpointHealth",
     "EndpointPage",
     "EventToSend",
+    "FailedClause",
+    "FilterTestResult",
     "HourOfAttempts",
     "Message",
     "MessageDetail",
@@ -56,6 +58,7 @@ class EventToSend:
     payload: Any
     event_id: str | None = None
     endpoint_ids: list[int] | None = None
+    channels: list[str] | None = None
 
 
 # -- events ------------------------------------------------------------------------------------
@@ -160,6 +163,9 @@ class Endpoint:
     auth: dict[str, Any] | None = None
     tls_client_certificate: dict[str, Any] | None = None
     tls_server_ca: dict[str, Any] | None = None
+    # The content filter (None: every event of its types) and the channels it subscribes to.
+    filter: dict[str, Any] | None = None
+    channels: list[str]
     created_at: datetime
     updated_at: datetime
 
@@ -168,6 +174,22 @@ class Endpoint:
 class CreatedEndpoint(Endpoint):
     # The signing secret, in this answer only.
     secret: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailedClause:
+    # The JSON pointer of the clause inside the filter ('' for the whole filter).
+    path: str
+    operator: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FilterTestResult:
+    matches: bool
+    # The first clause that failed, when it does not match.
+    failed: FailedClause | None
+    # The PostgreSQL jsonpath predicate the filter compiles to.
+    jsonpath: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -134,7 +134,6 @@ class Endpoint(BaseModel):
         "POST /v1/filters/test.",
     )
     channels: list[str] = Field(
-        default_factory=list,
         description="The channels it subscribes to: when any, it receives an event of its types "
         "only if the event carries one of them; none: whatever the event's channels.",
     )
