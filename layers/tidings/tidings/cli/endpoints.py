@@ -4,9 +4,11 @@ manage webhook endpoints, on the database or over the API."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from tidings.cli import UsageError
@@ -328,6 +330,50 @@ def describe_credentials(endpoint: Any) -> list[tuple[str, object]]:
     return facts
 
 
+def filter_arg(text: str) -> Any:
+    """A content filter as JSON text, or ``@FILE`` holding it; ``null`` (update) removes it."""
+    where = "--filter"
+    if text.startswith("@"):
+        where = f"the filter file {text[1:]}"
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise argparse.ArgumentTypeError(f"cannot read {where}: {exc}") from None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise argparse.ArgumentTypeError(f"{where} is not valid JSON") from None
+
+
+def add_routing_options(parser: argparse.ArgumentParser, *, update: bool) -> None:
+    """--filter and --channel: which of the events of its types the endpoint receives."""
+    keep = _KEEP if update else None
+    parser.add_argument(
+        "--filter",
+        type=filter_arg,
+        default=keep,
+        metavar="JSON|@FILE",
+        help="a content filter over the payload (and $event_type), e.g. "
+        '\'{"total": {"$gte": 100}}\'; only events it matches are delivered'
+        + ("; null removes it" if update else ""),
+    )
+    parser.add_argument(
+        "--channel",
+        dest="channels",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a channel to subscribe to (then only events carrying one of its channels are "
+        "delivered); repeat for more" + ("; replaces its channels" if update else ""),
+    )
+    if update:
+        parser.add_argument(
+            "--no-channels",
+            action="store_true",
+            help="subscribe to no channel: events of its types whatever their channels",
+        )
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "endpoints", help="add, list, change, disable, delete endpoints; rotate secrets; recover"
@@ -389,6 +435,7 @@ def register(subparsers: Any) -> None:
         help="its own cap on deliveries in flight at once, 1..1000, in either lane (default: "
         "none; in the slow lane, TIDINGS_SLOW_LANE_MAX_IN_FLIGHT)",
     )
+    add_routing_options(add, update=False)
     add_credential_options(add, update=False)
     _common(add, run_add)
 
@@ -399,10 +446,64 @@ def register(subparsers: Any) -> None:
     show.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
     _common(show, run_show)
 
+    _register_update(actions)
+
+    recover = actions.add_parser(
+        "recover",
+        help="send again every message of an endpoint since a time that is not delivered",
+    )
+    recover.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
+    recover.add_argument(
+        "--since",
+        type=time_arg,
+        required=True,
+        metavar="TIME",
+        help="created at or after TIME: ISO 8601 (UTC unless zoned) or an age (30m, 2h, 7d)",
+    )
+    recover.add_argument(
+        "--until", type=time_arg, default=None, metavar="TIME", help="created before TIME"
+    )
+    recover.add_argument(
+        "--batch-size",
+        type=batch_size_arg,
+        default=None,
+        metavar="N",
+        help="messages per transaction (1 to 10000; default 1000); the database mode's, the API "
+        "sets its own",
+    )
+    _common(recover, run_recover)
+
+    enable = actions.add_parser(
+        "enable",
+        help="deliver to an endpoint again (then replay or recover what was dead-lettered)",
+    )
+    enable.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
+    _common(enable, run_enable)
+
+    disable = actions.add_parser("disable", help="stop delivering to an endpoint")
+    disable.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
+    _common(disable, run_disable)
+
+    delete = actions.add_parser(
+        "delete", help="delete an endpoint for good (its messages and attempts are kept)"
+    )
+    delete.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
+    _common(delete, run_delete)
+
+    rotate = actions.add_parser(
+        "rotate-secret",
+        help="new signing secret; earlier ones keep signing for their overlap (5 at most)",
+    )
+    rotate.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
+    _common(rotate, run_rotate)
+
+
+def _register_update(actions: Any) -> None:
     update = actions.add_parser(
         "update",
-        help="change an endpoint's URL, description, event types, retry schedule, payload "
-        "format, cap on deliveries in flight, rate limit, timeout or receiver credentials",
+        help="change an endpoint's URL, description, event types, filter, channels, retry "
+        "schedule, payload format, cap on deliveries in flight, rate limit, timeout or receiver "
+        "credentials",
     )
     update.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
     update.add_argument(
@@ -457,57 +558,9 @@ def register(subparsers: Any) -> None:
         help="how long a delivery waits for the receiver, 100..60000 ('default': the "
         "deployment's HTTP timeout)",
     )
+    add_routing_options(update, update=True)
     add_credential_options(update, update=True)
     _common(update, run_update)
-
-    recover = actions.add_parser(
-        "recover",
-        help="send again every message of an endpoint since a time that is not delivered",
-    )
-    recover.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
-    recover.add_argument(
-        "--since",
-        type=time_arg,
-        required=True,
-        metavar="TIME",
-        help="created at or after TIME: ISO 8601 (UTC unless zoned) or an age (30m, 2h, 7d)",
-    )
-    recover.add_argument(
-        "--until", type=time_arg, default=None, metavar="TIME", help="created before TIME"
-    )
-    recover.add_argument(
-        "--batch-size",
-        type=batch_size_arg,
-        default=None,
-        metavar="N",
-        help="messages per transaction (1 to 10000; default 1000); the database mode's, the API "
-        "sets its own",
-    )
-    _common(recover, run_recover)
-
-    enable = actions.add_parser(
-        "enable",
-        help="deliver to an endpoint again (then replay or recover what was dead-lettered)",
-    )
-    enable.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
-    _common(enable, run_enable)
-
-    disable = actions.add_parser("disable", help="stop delivering to an endpoint")
-    disable.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
-    _common(disable, run_disable)
-
-    delete = actions.add_parser(
-        "delete", help="delete an endpoint for good (its messages and attempts are kept)"
-    )
-    delete.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
-    _common(delete, run_delete)
-
-    rotate = actions.add_parser(
-        "rotate-secret",
-        help="new signing secret; earlier ones keep signing for their overlap (5 at most)",
-    )
-    rotate.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
-    _common(rotate, run_rotate)
 
 
 def _common(parser: argparse.ArgumentParser, handler: Any) -> None:
@@ -529,6 +582,8 @@ def run_add(args: argparse.Namespace) -> int:
         "retry_schedule": _whole_seconds(args.retry_schedule),
         "payload_format": args.payload_format,
         "max_in_flight": args.max_in_flight,
+        "filter": args.filter,
+        "channels": args.channels,
         **credential_fields(args),
     }
     with backend_for(args) as backend:
@@ -539,6 +594,10 @@ def run_add(args: argparse.Namespace) -> int:
         return 0
     print(f"endpoint {created.id} added to application {app_name(args)}: {created.url}")
     print(f"  event types: {', '.join(created.event_types)}")
+    if created.filter is not None:
+        print(f"  filter:      {_compact(created.filter)}")
+    if created.channels:
+        print(f"  channels:    {', '.join(created.channels)}")
     print(f"  retries:     {describe_schedule(created.retry_schedule)}")
     print(f"  body:        {created.payload_format}")
     print(f"  lane:        {describe_lane(created)}")
@@ -592,6 +651,8 @@ def run_show(args: argparse.Namespace) -> int:
         ("url", found.url),
         ("description", found.description or "-"),
         ("event types", ", ".join(found.event_types)),
+        ("filter", "-" if found.filter is None else _compact(found.filter)),
+        ("channels", ", ".join(found.channels) or "- (events of its types, whatever theirs)"),
         ("state", "enabled" if found.enabled else f"disabled ({found.disabled_reason or '-'})"),
         ("retries", f"{describe_schedule(found.retry_schedule)}: {source}"),
         ("rate limit", f"{found.rate_limit_per_s:g}/s" if found.rate_limit_per_s else "-"),
@@ -621,6 +682,8 @@ def run_update(args: argparse.Namespace) -> int:
             ("payload_format", args.payload_format),
             ("rate_limit_per_s", args.rate_limit),
             ("timeout_ms", args.timeout_ms),
+            ("filter", args.filter),
+            ("channels", _channel_change(args)),
         )
         if value is not _KEEP
     }
@@ -629,9 +692,9 @@ def run_update(args: argparse.Namespace) -> int:
     credentials = credential_fields(args)
     if not changes and not credentials:
         raise UsageError(
-            "nothing to change: give --url, --description, --event-type, --retry-schedule, "
-            "--payload-format, --max-in-flight, --rate-limit, --timeout-ms or a receiver "
-            "credential option"
+            "nothing to change: give --url, --description, --event-type, --filter, --channel, "
+            "--no-channels, --retry-schedule, --payload-format, --max-in-flight, --rate-limit, "
+            "--timeout-ms or a receiver credential option"
         )
     with backend_for(args) as backend:
         changed = backend.update_endpoint(args.app, args.endpoint_id, {**changes, **credentials})
@@ -650,6 +713,11 @@ def _print_update(changed: Any, changes: dict[str, Any], credentials: dict[str, 
         print(f"endpoint {changed.id}: description {changed.description or '-'}")
     if "event_types" in changes:
         print(f"endpoint {changed.id}: event types {', '.join(changed.event_types)}")
+    if "filter" in changes:
+        shown = "none" if changed.filter is None else _compact(changed.filter)
+        print(f"endpoint {changed.id}: filter {shown}")
+    if "channels" in changes:
+        print(f"endpoint {changed.id}: channels {', '.join(changed.channels) or 'none'}")
     if "retry_schedule" in changes:
         print(f"endpoint {changed.id}: retries {describe_schedule(changed.retry_schedule)}")
     if "payload_format" in changes:
@@ -667,6 +735,18 @@ def _print_update(changed: Any, changes: dict[str, Any], credentials: dict[str, 
         print(f"endpoint {changed.id}: {name} {'removed' if value is None else 'set'}")
     for name, value in describe_credentials(changed):
         print(f"  {name}: {value}")
+
+
+def _channel_change(args: argparse.Namespace) -> Any:
+    if args.no_channels and args.channels:
+        raise UsageError("give --channel or --no-channels, not both")
+    if args.no_channels:
+        return None
+    return _KEEP if args.channels is None else args.channels
+
+
+def _compact(document: Any) -> str:
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
 
 
 def run_recover(args: argparse.Namespace) -> int:
