@@ -226,36 +226,40 @@ BEGIN
     ),
     -- Each new event's targets: the named endpoints, or else the subscribers of its type in its
     -- application (found through subscriptions_by_app_and_type, so the cost follows those
-    -- subscribers, neither the application's other endpoints nor other applications') whose
-    -- channels and filter let it through. A subscriber with channels needs one of the event's;
-    -- its filter sees the payload and the event type (as $"event_type").
+    -- subscribers, neither the application's other endpoints nor other applications'). The two
+    -- branches exclude each other, so "named" tells which one an endpoint came from.
     targets AS (
-        SELECT i.id AS event_ref, i.event_type, t.endpoint_id
+        SELECT i.id AS event_ref, i.event_type, f.payload, f.channels, t.endpoint_id, t.named
         FROM inserted i
         JOIN firsts f ON f.event_type = i.event_type AND f.event_id = i.event_id
         CROSS JOIN LATERAL (
-            SELECT s.endpoint_id
+            SELECT s.endpoint_id, false AS named
             FROM tidings.subscriptions s
-            JOIN tidings.endpoints se ON se.id = s.endpoint_id
             WHERE jsonb_typeof(f.targets) IS DISTINCT FROM 'array'
               AND s.app_id = v_app_id
               AND s.event_type IN (i.event_type, '*')
-              AND (se.channels IS NULL OR se.channels && f.channels)
-              AND (se.filter_path IS NULL
-                   OR jsonb_path_match(f.payload, se.filter_path,
-                                       jsonb_build_object('event_type', i.event_type), true))
             UNION
-            SELECT named.value::bigint
+            SELECT named.value::bigint, true
             FROM jsonb_array_elements_text(
                 CASE WHEN jsonb_typeof(f.targets) = 'array' THEN f.targets ELSE '[]' END) AS named
         ) t
     ),
+    -- A subscriber's channels and filter decide on the endpoint row read here (not in targets:
+    -- a second read of endpoints there led the planner to run the subscribers' look-up once per
+    -- event and endpoint). A subscriber with channels needs one of the event's; its filter sees
+    -- the payload and the event type (as $"event_type"). Named endpoints take the event as is.
     fanned AS (
         INSERT INTO tidings.messages (event_ref, endpoint_id, event_type)
         SELECT t.event_ref, e.id, t.event_type
         FROM targets t
         JOIN tidings.endpoints e ON e.id = t.endpoint_id
         WHERE e.enabled AND e.deleted_at IS NULL AND e.app_id = v_app_id
+          AND (t.named
+               OR ((e.channels IS NULL OR e.channels && t.channels)
+                   AND (e.filter_path IS NULL
+                        OR jsonb_path_match(t.payload, e.filter_path,
+                                            jsonb_build_object('event_type', t.event_type),
+                                            true))))
         ORDER BY t.event_ref, e.id
         RETURNING 1
     )
