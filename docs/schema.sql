@@ -173,9 +173,14 @@ CREATE TABLE tidings.endpoints (
     retry_schedule integer[],
     payload_format text DEFAULT 'raw'::text NOT NULL,
     max_in_flight integer,
+    filter jsonb,
+    filter_path jsonpath,
+    channels text[],
     CONSTRAINT endpoints_app_id_fkey FOREIGN KEY (app_id) REFERENCES tidings.applications(id),
+    CONSTRAINT endpoints_channels_valid CHECK ((((cardinality(channels) >= 1) AND (cardinality(channels) <= 10)) AND (array_position(channels, NULL::text) IS NULL) AND (array_to_string(channels, ','::text) ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}(,[A-Za-z0-9][A-Za-z0-9._:-]{0,199})*$'::text))),
     CONSTRAINT endpoints_check CHECK (((previous_secret IS NULL) = (previous_secret_expires_at IS NULL))),
     CONSTRAINT endpoints_description_check CHECK ((length(description) <= 1000)),
+    CONSTRAINT endpoints_filter_compiled CHECK (((filter IS NULL) = (filter_path IS NULL))),
     CONSTRAINT endpoints_id_app_id_key UNIQUE (id, app_id),
     CONSTRAINT endpoints_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
     CONSTRAINT endpoints_max_in_flight_check CHECK (((max_in_flight >= 1) AND (max_in_flight <= 1000))),
@@ -196,6 +201,7 @@ CREATE TABLE tidings.events (
     payload jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     app_id bigint DEFAULT 1 NOT NULL,
+    channels text[],
     CONSTRAINT events_app_id_fkey FOREIGN KEY (app_id) REFERENCES tidings.applications(id),
     CONSTRAINT events_event_id_check CHECK (((event_id <> ''::text) AND (length(event_id) <= 200))),
     CONSTRAINT events_event_type_check CHECK (((event_type <> ''::text) AND (length(event_type) <= 200))),
@@ -1284,6 +1290,7 @@ DECLARE
     v_ids       text[];
     v_payloads  jsonb[];
     v_targets   jsonb[];
+    v_channels  jsonb[];
     v_count     integer;
     v_bad       record;
     v_created   bigint[];
@@ -1328,8 +1335,9 @@ BEGIN
                          WHEN jsonb_typeof(e -> 'event_id') = 'string' THEN e ->> 'event_id'
                      END ORDER BY ord),
            array_agg(e -> 'payload' ORDER BY ord),
-           array_agg(e -> 'endpoint_ids' ORDER BY ord)
-    INTO v_types, v_ids, v_payloads, v_targets
+           array_agg(e -> 'endpoint_ids' ORDER BY ord),
+           array_agg(e -> 'channels' ORDER BY ord)
+    INTO v_types, v_ids, v_payloads, v_targets, v_channels
     FROM jsonb_array_elements(events) WITH ORDINALITY AS input (e, ord);
 
     -- The first bad element, named by its position, so the caller can point at the field.
@@ -1341,14 +1349,26 @@ BEGIN
                WHEN u.event_id IS NULL OR u.event_id = '' OR length(u.event_id) > 200 THEN 'event_id'
                WHEN u.targets IS NOT NULL AND jsonb_typeof(u.targets) NOT IN ('array', 'null')
                    THEN 'endpoint_ids'
+               WHEN c.bad THEN 'channels'
            END AS problem
     INTO v_bad
-    FROM unnest(v_types, v_ids, v_payloads, v_targets) WITH ORDINALITY
-         AS u (event_type, event_id, payload, targets, ord)
+    FROM unnest(v_types, v_ids, v_payloads, v_targets, v_channels) WITH ORDINALITY
+         AS u (event_type, event_id, payload, targets, channels, ord)
+    -- channels: absent, null, or an array of at most 10 channel names (the uid syntax).
+    CROSS JOIN LATERAL (
+        SELECT coalesce(jsonb_typeof(u.channels), 'null') <> 'null' AND (
+                   jsonb_typeof(u.channels) <> 'array'
+                   OR jsonb_array_length(u.channels) > 10
+                   OR EXISTS (SELECT 1 FROM jsonb_array_elements(u.channels) AS n (name)
+                              WHERE jsonb_typeof(n.name) <> 'string'
+                                 OR (n.name #>> '{}') !~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$'))
+               AS bad
+    ) c
     WHERE u.event_type IS NULL OR u.event_type = '' OR length(u.event_type) > 200
        OR u.payload IS NULL OR jsonb_typeof(u.payload) = 'null'
        OR u.event_id IS NULL OR u.event_id = '' OR length(u.event_id) > 200
        OR (u.targets IS NOT NULL AND jsonb_typeof(u.targets) NOT IN ('array', 'null'))
+       OR c.bad
     ORDER BY u.ord
     LIMIT 1;
     IF FOUND THEN
@@ -1358,6 +1378,9 @@ BEGIN
                 WHEN 'event_type_length' THEN 'event_type is longer than 200 characters'
                 WHEN 'payload' THEN 'payload must not be null'
                 WHEN 'event_id' THEN 'event_id must be 1 to 200 characters'
+                WHEN 'channels' THEN 'channels must be an array of at most 10 channel names, '
+                    'each 1 to 200 letters, digits, ''.'', ''_'', '':'' or ''-'', starting with a '
+                    'letter or digit'
                 ELSE 'endpoint_ids must be an array of endpoint ids'
             END)
             USING ERRCODE = '22023',
@@ -1424,44 +1447,57 @@ BEGIN
         SELECT 1 FROM tidings.applications a WHERE a.id = v_app_id AND a.deleted_at IS NULL
     ),
     firsts AS (
-        SELECT DISTINCT ON (u.event_type, u.event_id) u.event_type, u.event_id, u.payload, u.targets
-        FROM unnest(v_types, v_ids, v_payloads, v_targets) WITH ORDINALITY
-             AS u (event_type, event_id, payload, targets, ord)
+        SELECT DISTINCT ON (u.event_type, u.event_id) u.event_type, u.event_id, u.payload, u.targets,
+               CASE WHEN jsonb_typeof(u.channels) = 'array' AND jsonb_array_length(u.channels) > 0
+                    THEN ARRAY(SELECT jsonb_array_elements_text(u.channels)) END AS channels
+        FROM unnest(v_types, v_ids, v_payloads, v_targets, v_channels) WITH ORDINALITY
+             AS u (event_type, event_id, payload, targets, channels, ord)
         WHERE EXISTS (SELECT 1 FROM live)
         ORDER BY u.event_type, u.event_id, u.ord
     ),
     inserted AS (
-        INSERT INTO tidings.events AS ev (app_id, event_type, event_id, payload)
-        SELECT v_app_id, f.event_type, f.event_id, f.payload FROM firsts f
+        INSERT INTO tidings.events AS ev (app_id, event_type, event_id, payload, channels)
+        SELECT v_app_id, f.event_type, f.event_id, f.payload, f.channels FROM firsts f
         ORDER BY f.event_type, f.event_id
         ON CONFLICT ON CONSTRAINT events_idempotency_key DO NOTHING
         RETURNING ev.id, ev.event_type, ev.event_id
     ),
     -- Each new event's targets: the named endpoints, or else the subscribers of its type in its
     -- application (found through subscriptions_by_app_and_type, so the cost follows those
-    -- subscribers, neither the application's other endpoints nor other applications').
+    -- subscribers, neither the application's other endpoints nor other applications'). The two
+    -- branches exclude each other, so "named" tells which one an endpoint came from.
     targets AS (
-        SELECT i.id AS event_ref, i.event_type, t.endpoint_id
+        SELECT i.id AS event_ref, i.event_type, f.payload, f.channels, t.endpoint_id, t.named
         FROM inserted i
         JOIN firsts f ON f.event_type = i.event_type AND f.event_id = i.event_id
         CROSS JOIN LATERAL (
-            SELECT s.endpoint_id
+            SELECT s.endpoint_id, false AS named
             FROM tidings.subscriptions s
             WHERE jsonb_typeof(f.targets) IS DISTINCT FROM 'array'
               AND s.app_id = v_app_id
               AND s.event_type IN (i.event_type, '*')
             UNION
-            SELECT named.value::bigint
+            SELECT named.value::bigint, true
             FROM jsonb_array_elements_text(
                 CASE WHEN jsonb_typeof(f.targets) = 'array' THEN f.targets ELSE '[]' END) AS named
         ) t
     ),
+    -- A subscriber's channels and filter decide on the endpoint row read here (not in targets:
+    -- a second read of endpoints there led the planner to run the subscribers' look-up once per
+    -- event and endpoint). A subscriber with channels needs one of the event's; its filter sees
+    -- the payload and the event type (as $"event_type"). Named endpoints take the event as is.
     fanned AS (
         INSERT INTO tidings.messages (event_ref, endpoint_id, event_type)
         SELECT t.event_ref, e.id, t.event_type
         FROM targets t
         JOIN tidings.endpoints e ON e.id = t.endpoint_id
         WHERE e.enabled AND e.deleted_at IS NULL AND e.app_id = v_app_id
+          AND (t.named
+               OR ((e.channels IS NULL OR e.channels && t.channels)
+                   AND (e.filter_path IS NULL
+                        OR jsonb_path_match(t.payload, e.filter_path,
+                                            jsonb_build_object('event_type', t.event_type),
+                                            true))))
         ORDER BY t.event_ref, e.id
         RETURNING 1
     )
@@ -2168,14 +2204,14 @@ GRANT SELECT (expires_at, id) ON TABLE tidings.endpoint_secrets TO tidings_prune
 GRANT SELECT (app_id, id, url) ON TABLE tidings.endpoints TO tidings_dead_letter_report;
 GRANT SELECT (app_id, deleted_at, disabled_reason, enabled, id, url) ON TABLE tidings.endpoints TO tidings_health_monitor;
 GRANT UPDATE (disabled_at, disabled_reason, enabled, updated_at) ON TABLE tidings.endpoints TO tidings_health_monitor;
-GRANT INSERT (app_id, description, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_ingest;
-GRANT SELECT (app_id, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, id, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
-GRANT UPDATE (deleted_at, description, disabled_at, disabled_reason, enabled, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
-GRANT INSERT (app_id, description, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_operator;
-GRANT SELECT (app_id, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, id, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
-GRANT UPDATE (deleted_at, description, disabled_at, disabled_reason, enabled, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
-GRANT SELECT (event_id, id, payload) ON TABLE tidings.events TO tidings_ingest;
-GRANT SELECT (event_id, id, payload) ON TABLE tidings.events TO tidings_operator;
+GRANT INSERT (app_id, channels, description, filter, filter_path, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_ingest;
+GRANT SELECT (app_id, channels, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, filter, filter_path, id, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
+GRANT UPDATE (channels, deleted_at, description, disabled_at, disabled_reason, enabled, filter, filter_path, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
+GRANT INSERT (app_id, channels, description, filter, filter_path, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_operator;
+GRANT SELECT (app_id, channels, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, filter, filter_path, id, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
+GRANT UPDATE (channels, deleted_at, description, disabled_at, disabled_reason, enabled, filter, filter_path, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
+GRANT SELECT (channels, event_id, id, payload) ON TABLE tidings.events TO tidings_ingest;
+GRANT SELECT (channels, event_id, id, payload) ON TABLE tidings.events TO tidings_operator;
 GRANT DELETE ON TABLE tidings.events TO tidings_pruner;
 GRANT SELECT (created_at, id) ON TABLE tidings.events TO tidings_pruner;
 GRANT UPDATE (created_at) ON TABLE tidings.events TO tidings_pruner;

@@ -232,3 +232,12 @@ def test_events_sent_over_sql_are_routed_as_over_http(api: Api, db: Database) ->
     sql_routes = _routes(db, over_sql)
     assert sql_routes == http_routes
     assert http_routes == [[0, 1], [0, 2, 3, 5], [0, 3, 4], [0, 4, 5], [0, 1, 5]]
+
+
+def test_a_message_shows_its_events_channels(api: Api) -> None:
+    api.create_endpoint()
+    sent = api.post("/v1/events", {"event_type": "t", "payload": 1, "channels": ["eu", "acme"]})
+    plain = api.post("/v1/events", {"event_type": "t", "payload": 2})
+    shown = api.get(f"/v1/messages/{sent.body['message_ids'][0]}").body
+    assert shown["channels"] == ["eu", "acme"]
+    assert api.get(f"/v1/messages/{plain.body['message_ids'][0]}").body["channels"] == []

@@ -56,7 +56,8 @@ def test_admin_may_do_everything_but_open_a_portal_session() -> None:
 def test_producer_sends_and_reads_messages_only() -> None:
     producer = Principal(Scope.PRODUCER)
     allowed = {a for a in Action if permits(producer, a)}
-    assert allowed == {Action.SEND_EVENTS, Action.READ_MESSAGES}
+    # Trying a filter reads and changes nothing: every token but a portal link may.
+    assert allowed == {Action.SEND_EVENTS, Action.READ_MESSAGES, Action.TEST_FILTERS}
     for action in ENDPOINT_WORK | ADMIN_ONLY | {Action.READ_APPLICATION}:
         with pytest.raises(Forbidden) as refused:
             require(producer, action)
@@ -74,7 +75,12 @@ def test_an_application_token_does_everything_inside_its_application_only() -> N
 def test_a_read_only_token_reads_its_application_and_changes_nothing() -> None:
     reader = Principal(Scope.APP_READ, app_id=5)
     allowed = {a for a in Action if permits(reader, a)}
-    assert allowed == {Action.READ_MESSAGES, Action.READ_ENDPOINTS, Action.READ_APPLICATION}
+    assert allowed == {
+        Action.READ_MESSAGES,
+        Action.READ_ENDPOINTS,
+        Action.READ_APPLICATION,
+        Action.TEST_FILTERS,
+    }
     assert not allowed & (CHANGES | ADMIN_ONLY | LINK_ONLY)
     assert sees(reader, 5) and not sees(reader, 6)
 

@@ -122,6 +122,8 @@ class WaitingFor:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MessageDetail(Message):
     payload: Any
+    # The event's channels.
+    channels: list[str]
     attempt_history: list[Attempt]
     waiting_for: WaitingFor
 

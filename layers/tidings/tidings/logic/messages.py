@@ -6,7 +6,7 @@ import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tidings.config import Settings, get_settings
 from tidings.dal import messages as dal
@@ -63,6 +63,7 @@ class WaitingFor(BaseModel):
 
 class MessageDetail(Message):
     payload: Any
+    channels: list[str] = Field(description="The event's channels")
     attempt_history: list[Attempt]
     waiting_for: WaitingFor
 

@@ -1,13 +1,13 @@
 -- name: get_message
--- One message of an application's endpoints with its event (key and payload text), and what
--- decides when it is sent: its lease, its endpoint's state, circuit and speed lane (as the claim
+-- One message of an application's endpoints with its event (key, payload text and channels), and
+-- what decides when it is sent: its lease, its endpoint's state, circuit and speed lane (as the claim
 -- tells it) with its own cap and its rows in flight under a live lease (counted up to 1000, the
 -- largest cap; through messages_in_flight_by_endpoint), read at one moment (now() is that
 -- moment).
 SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status, m.attempts,
        m.max_attempts, m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at,
        m.last_error, m.last_status_code, m.last_response_ms, ev.payload::text AS payload,
-       m.lease_token IS NOT NULL AS leased,
+       coalesce(ev.channels, '{}') AS channels, m.lease_token IS NOT NULL AS leased,
        e.enabled AS endpoint_enabled, e.deleted_at IS NOT NULL AS endpoint_deleted,
        e.disabled_reason, e.rate_limit_per_s, e.max_in_flight,
        coalesce(h.state::text, 'closed') AS circuit_state, h.opened_at AS circuit_opened_at,
