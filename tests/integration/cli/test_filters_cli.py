@@ -72,3 +72,21 @@ def test_a_bad_filter_exits_2_naming_the_clause_and_writes_nothing(
     code, _, err = cli(*ADD, "--channel", "not a name")
     assert code == 2 and "channels" in err
     assert _stored(db) == []
+
+
+def test_send_carries_channels_to_the_endpoints_that_share_one(
+    cli: Cli,  # noqa: F811
+) -> None:
+    eu = json.loads(cli(*ADD, "--channel", "eu", "--json")[1])["id"]
+    every = json.loads(cli(*ADD, "--json")[1])["id"]
+    code, out, err = cli("send", "order.paid", '{"n": 1}', "--channel", "eu", "--json")
+    assert code == 0, err
+    reached = {
+        json.loads(cli("messages", "show", str(m), "--json")[1])["endpoint_id"]
+        for m in json.loads(out)["message_ids"]
+    }
+    assert reached == {eu, every}
+    code, out, _ = cli("send", "order.paid", '{"n": 2}', "--channel", "us", "--json")
+    assert code == 0 and len(json.loads(out)["message_ids"]) == 1
+    code, _, err = cli("send", "order.paid", "1", "--channel", "no good")
+    assert code == 2 and "channels" in err

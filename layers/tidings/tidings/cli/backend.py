@@ -106,7 +106,12 @@ class Backend(Protocol):
         progress: Progress,
     ) -> RecoverResult: ...
     def send_event(
-        self, app: str | None, event_type: str, payload: Any, event_id: str | None
+        self,
+        app: str | None,
+        event_type: str,
+        payload: Any,
+        event_id: str | None,
+        channels: Sequence[str] | None = None,
     ) -> SendResult: ...
     def message(self, app: str | None, message_id: int) -> MessageDetail: ...
     def resend_message(self, app: str | None, message_id: int) -> Message: ...
@@ -300,9 +305,14 @@ class ApiBackend:
         return replace(done, matched=first.matched, requeued=requeued)
 
     def send_event(
-        self, app: str | None, event_type: str, payload: Any, event_id: str | None
+        self,
+        app: str | None,
+        event_type: str,
+        payload: Any,
+        event_id: str | None,
+        channels: Sequence[str] | None = None,
     ) -> SendResult:
-        return self._in(app).send_event(event_type, payload, event_id=event_id)
+        return self._in(app).send_event(event_type, payload, event_id=event_id, channels=channels)
 
     def message(self, app: str | None, message_id: int) -> MessageDetail:
         return self._in(app).get_message(message_id)
@@ -579,7 +589,12 @@ class DatabaseBackend:
         return as_api_answer(RecoverResult, result)
 
     def send_event(
-        self, app: str | None, event_type: str, payload: Any, event_id: str | None
+        self,
+        app: str | None,
+        event_type: str,
+        payload: Any,
+        event_id: str | None,
+        channels: Sequence[str] | None = None,
     ) -> SendResult:
         from tidings.client.models import SendResult
         from tidings.logic import events
@@ -591,6 +606,7 @@ class DatabaseBackend:
             event_type=event_type,
             payload=payload,
             event_id=event_id,
+            channels=channels,
             settings=self.where.settings,
         )
         return as_api_answer(SendResult, result)

@@ -24,6 +24,15 @@ def register(subparsers: Any) -> None:
         help="your idempotency key (default: a new UUID); over the API, a request with one is "
         "sent again after a failure that may pass",
     )
+    parser.add_argument(
+        "--channel",
+        dest="channels",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a channel the event carries (endpoints with channels receive it only if they "
+        "share one); repeat for more, up to 10",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(parser)
     add_remote_options(parser, after_command=True)
@@ -36,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         raise UsageError(f"JSON is not valid JSON: {exc}") from None
     with backend_for(args) as backend:
-        result = backend.send_event(args.app, args.event_type, payload, args.event_id)
+        result = backend.send_event(
+            args.app, args.event_type, payload, args.event_id, args.channels
+        )
     if args.json:
         print_json(result)
         return 0
