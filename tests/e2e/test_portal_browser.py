@@ -938,3 +938,77 @@ def test_the_page_fits_a_phone(system: System, page: PortalPage) -> None:
         page.screenshot("phone-endpoint")
     finally:
         page.driver.set_window_size(1280, 900)
+
+
+def test_an_endpoint_gets_a_filter_and_channels_and_the_filter_is_tried_first(
+    system: System, page: PortalPage
+) -> None:
+    page.open(system.link())
+    page.tab("endpoints")
+    page.wait(lambda: page.shown("endpoints-list-view"), "the endpoint list")
+    page.click("add-endpoint")
+    url = system.receiver.url("ok/filtered")
+    page.fill("new-endpoint-url", url)
+    page.fill("new-endpoint-channels", "eu, vip")
+
+    # Not JSON, then a filter the API refuses: each explained next to the field.
+    page.fill("new-endpoint-filter", "{not json")
+    page.click("new-endpoint-submit")
+    error = page.wait(lambda: page.text("new-endpoint-filter-error"), "the filter's error")
+    assert "not valid JSON" in error
+    page.fill("new-endpoint-filter", '{"total": {"$regex": "^1"}}')
+    page.click("new-endpoint-submit")
+    error = page.wait(
+        lambda: (
+            "$regex" in page.text("new-endpoint-filter-error")
+            and page.text("new-endpoint-filter-error")
+        ),
+        "the API's refusal of $regex",
+    )
+    assert "filter/total/$regex" in error
+    assert not page.shown("created-secret")
+
+    # Tried on pasted payloads before it is saved.
+    page.fill("new-endpoint-filter", '{"total": {"$gte": 100}}')
+    page.by_testid("new-endpoint-preview").find_element(By.TAG_NAME, "summary").click()
+    page.fill("new-endpoint-preview-type", "order.paid")
+    page.fill("new-endpoint-preview-payload", '{"total": 42}')
+    page.click("new-endpoint-preview-run")
+    missed = page.wait(
+        lambda: (
+            "match" in page.text("new-endpoint-preview-result")
+            and page.text("new-endpoint-preview-result")
+        ),
+        "the preview's verdict",
+    )
+    assert missed.startswith("Does not match") and "/total/$gte ($gte)" in missed
+    page.fill("new-endpoint-preview-payload", '{"total": 150}')
+    page.click("new-endpoint-preview-run")
+    page.wait(
+        lambda: page.text("new-endpoint-preview-result").startswith("Matches"),
+        "the preview to match",
+    )
+
+    page.click("new-endpoint-submit")
+    page.wait(lambda: page.shown("created-secret"), "the created endpoint's secret")
+    page.click("created-secret-done")
+    open_endpoint(page, url)
+    assert page.by_testid("fact-channels").text == "eu, vip"
+    assert page.by_testid("fact-filter").text == '{"total":{"$gte":100}}'
+    endpoint_id = next(
+        e["id"] for e in system.call("GET", "v1/apps/acme/endpoints")["items"] if e["url"] == url
+    )
+    shown = system.call("GET", f"v1/apps/acme/endpoints/{endpoint_id}")
+    assert (shown["filter"], shown["channels"]) == ({"total": {"$gte": 100}}, ["eu", "vip"])
+
+    # Emptied in the form: both removed.
+    assert json.loads(page.by_id("edit-endpoint-filter").get_attribute("value") or "") == {
+        "total": {"$gte": 100}
+    }
+    page.fill("edit-endpoint-channels", "")
+    page.fill("edit-endpoint-filter", "")
+    page.click("edit-endpoint-submit")
+    page.wait_status("Changes saved.")
+    shown = system.call("GET", f"v1/apps/acme/endpoints/{endpoint_id}")
+    assert (shown["filter"], shown["channels"]) == (None, [])
+    assert page.by_testid("fact-filter").text == "none"

@@ -170,6 +170,80 @@
     return types.length ? types : ["*"];
   }
 
+  /** Comma-separated names as a list (empty: none). */
+  function splitNames(value) {
+    return String(value || "")
+      .split(",")
+      .map(function (part) {
+        return part.trim();
+      })
+      .filter(function (part) {
+        return part !== "";
+      });
+  }
+
+  var ROUTING_FIELDS = ["channels", "filter"];
+
+  /**
+   * The filter typed into a form: null when empty, undefined (with the error shown) when it is
+   * not JSON.
+   */
+  function typedFilter(prefix) {
+    var text = $(prefix + "-filter").value.trim();
+    if (!text) return null;
+    try {
+      return JSON.parse(text);
+    } catch (_invalid) {
+      showFieldError(prefix, { field: "filter", message: "The filter is not valid JSON." });
+      return undefined;
+    }
+  }
+
+  /** Asks the API whether the form's filter matches the pasted payload, and says so. */
+  async function previewFilter(prefix) {
+    var result = $(prefix + "-preview-result");
+    result.textContent = "";
+    var filter;
+    var payload;
+    try {
+      filter = JSON.parse($(prefix + "-filter").value.trim() || "{}");
+    } catch (_invalid) {
+      result.textContent = "The filter is not valid JSON.";
+      return;
+    }
+    try {
+      payload = JSON.parse($(prefix + "-preview-payload").value);
+    } catch (_invalid) {
+      result.textContent = "The payload is not valid JSON.";
+      return;
+    }
+    var eventType = $(prefix + "-preview-type").value.trim();
+    if (!eventType) {
+      result.textContent = "Enter the event type to try it with.";
+      return;
+    }
+    var body = { filter: filter, payload: payload, event_type: eventType };
+    try {
+      var verdict = await api("POST", "v1/filters/test", body, true);
+      if (verdict.matches) {
+        result.textContent = "Matches: this event would be delivered.";
+      } else {
+        var failed = verdict.failed || {};
+        result.textContent =
+          "Does not match: the clause at " +
+          (failed.path || "the top") +
+          (failed.operator ? " (" + failed.operator + ")" : "") +
+          " fails, so this event would not be delivered.";
+      }
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 422) {
+        result.textContent = error.message;
+      } else {
+        report(error, "The filter could not be tried");
+      }
+    }
+  }
+
   function endpointLabel(id) {
     var endpoint = state.endpointById.get(id);
     return endpoint ? endpoint.url : "Endpoint #" + id;
@@ -271,7 +345,7 @@
     }
   }
 
-  async function api(method, path, body) {
+  async function api(method, path, body, fromRoot) {
     var session = state.session;
     if (!session || expired(session)) {
       endSession();
@@ -291,7 +365,8 @@
     }
     var response;
     try {
-      response = await fetch(state.appPath + path, init);
+      // Paths are the application's (/endpoints…), or the API's own when fromRoot (v1/…).
+      response = await fetch(fromRoot ? path : state.appPath + path, init);
     } catch (_network) {
       throw new ApiError(0, {
         error: { code: "network", message: "the service could not be reached; try again" },
@@ -631,7 +706,8 @@
 
   /** Shows an API error next to its field when the form has that field, else under the form. */
   function showFieldError(prefix, error) {
-    var name = error.field ? String(error.field).replace(/_/g, "-") : "";
+    // An element of a list field (channels[0]) is shown at the field.
+    var name = error.field ? String(error.field).replace(/\[.*$/, "").replace(/_/g, "-") : "";
     var box = name ? $(prefix + "-" + name + "-error") : null;
     var input = name ? $(prefix + "-" + name) : null;
     if (!box) box = $(prefix + "-form-error");
@@ -647,7 +723,11 @@
     var form = $("new-endpoint-form");
     form.hidden = !show;
     $("add-endpoint").setAttribute("aria-expanded", show ? "true" : "false");
-    clearFieldErrors("new-endpoint", ["url", "description", "event-types", "payload-format"]);
+    clearFieldErrors(
+      "new-endpoint",
+      ["url", "description", "event-types", "payload-format"].concat(ROUTING_FIELDS)
+    );
+    $("new-endpoint-preview-result").textContent = "";
     if (show) {
       $("created-secret").hidden = true;
       $("created-secret-value").value = "";
@@ -659,7 +739,10 @@
 
   async function createEndpoint(event) {
     event.preventDefault();
-    clearFieldErrors("new-endpoint", ["url", "description", "event-types", "payload-format"]);
+    clearFieldErrors(
+      "new-endpoint",
+      ["url", "description", "event-types", "payload-format"].concat(ROUTING_FIELDS)
+    );
     var url = $("new-endpoint-url").value.trim();
     if (!url) {
       showFieldError("new-endpoint", { field: "url", message: "Enter the endpoint's URL." });
@@ -673,6 +756,11 @@
     // Left out unless chosen: the endpoint then gets its application's default.
     var payloadFormat = $("new-endpoint-payload-format").value;
     if (payloadFormat) body.payload_format = payloadFormat;
+    var filter = typedFilter("new-endpoint");
+    if (filter === undefined) return;
+    if (filter !== null) body.filter = filter;
+    var channels = splitNames($("new-endpoint-channels").value);
+    if (channels.length) body.channels = channels;
     var button = $("new-endpoint-submit");
     button.disabled = true;
     try {
@@ -751,6 +839,8 @@
         ],
       ],
       ["Event types", (endpoint.event_types || []).join(", ")],
+      ["Channels", (endpoint.channels || []).join(", ") || "none: every event of its types"],
+      ["Filter", endpoint.filter ? JSON.stringify(endpoint.filter) : "none"],
       ["Body", endpoint.payload_format === "envelope" ? "envelope" : "raw"],
       ["Retry schedule", schedule ? schedule + source : "—"],
       ["Timeout", endpoint.timeout_ms ? formatMs(endpoint.timeout_ms) : "default"],
@@ -786,6 +876,9 @@
       $("edit-endpoint-description").value = endpoint.description || "";
       $("edit-endpoint-event-types").value = (endpoint.event_types || []).join(", ");
       $("edit-endpoint-payload-format").value = endpoint.payload_format || "raw";
+      $("edit-endpoint-channels").value = (endpoint.channels || []).join(", ");
+      $("edit-endpoint-filter").value = endpoint.filter ? JSON.stringify(endpoint.filter, null, 2) : "";
+      $("edit-endpoint-preview-result").textContent = "";
     }
   }
 
@@ -929,7 +1022,10 @@
     event.preventDefault();
     var endpoint = state.endpoint;
     if (!endpoint) return;
-    clearFieldErrors("edit-endpoint", ["url", "description", "event-types", "payload-format"]);
+    clearFieldErrors(
+      "edit-endpoint",
+      ["url", "description", "event-types", "payload-format"].concat(ROUTING_FIELDS)
+    );
     var url = $("edit-endpoint-url").value.trim();
     if (!url) {
       showFieldError("edit-endpoint", { field: "url", message: "Enter the endpoint's URL." });
@@ -940,7 +1036,12 @@
       description: $("edit-endpoint-description").value,
       event_types: splitEventTypes($("edit-endpoint-event-types").value),
       payload_format: $("edit-endpoint-payload-format").value,
+      // Empty fields remove the filter and the channels.
+      channels: splitNames($("edit-endpoint-channels").value),
     };
+    var filter = typedFilter("edit-endpoint");
+    if (filter === undefined) return;
+    changes.filter = filter;
     var button = $("edit-endpoint-submit");
     button.disabled = true;
     try {
@@ -1631,6 +1732,11 @@
       });
     });
     $("edit-endpoint-form").addEventListener("submit", saveEndpoint);
+    ["new-endpoint", "edit-endpoint"].forEach(function (prefix) {
+      $(prefix + "-preview-run").addEventListener("click", function () {
+        previewFilter(prefix);
+      });
+    });
     $("credentials-form").addEventListener("submit", saveCredentials);
     $("credentials-auth").addEventListener("change", showAuthFields);
     $("recover-form").addEventListener("submit", recover);
