@@ -29,6 +29,7 @@ import psycopg2.extensions
 import pytest
 
 from tests.support.seed import make_endpoint
+from tidings.config import Settings
 from tidings.dal.access import (
     DEFINER_SEARCH_PATH,
     OWNER,
@@ -507,3 +508,55 @@ def test_a_function_kept_for_the_previous_release_is_still_granted_and_unused(
     # No query of this release calls it: else it is no longer the previous release's alone.
     texts = [all_queries()[name].sql for name in ROLES_BY_NAME[role].queries]
     assert not [name for name in kept if any(f"tidings.{name}(" in text for text in texts)]
+
+
+def test_a_producer_cannot_write_operational_events_itself(
+    members: Members, database_url: str, admin: psycopg2.extensions.cursor
+) -> None:
+    """Operational events are written by Tidings alone: a producer's login may not call
+    tidings.emit_lifecycle_v1 (a spoofed endpoint.disabled to the operator's systems)."""
+    conn = members.connect(database_url, PRODUCER_ROLE)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur, pytest.raises(psycopg2.Error) as caught:
+            cur.execute(
+                "SELECT tidings.emit_lifecycle_v1('[{\"event_type\": \"endpoint.disabled\","
+                ' "event_id": "spoof", "application_uid": "acme", "data": {}}]\')'
+            )
+        assert caught.value.pgcode == INSUFFICIENT_PRIVILEGE
+    finally:
+        conn.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="tidings.enqueue_batch takes any live application's uid, the operational one too: "
+    "only the API refuses it (logic.operational.refuse_operational)",
+)
+def test_a_producer_cannot_send_events_to_the_operational_application(
+    members: Members, database_url: str, admin: psycopg2.extensions.cursor
+) -> None:
+    """The API refuses events for the operational application; a producer's database login,
+    which calls the enqueue functions directly, must be refused them too."""
+    operational = Settings().operational_application
+    conn = members.connect(database_url, PRODUCER_ROLE)
+    conn.autocommit = True
+    spoofs = (
+        "SELECT * FROM tidings.enqueue_batch("
+        '\'[{"event_type": "endpoint.disabled", "payload": {"reason": "gone"}}]\', %s)',
+        "SELECT * FROM tidings.enqueue('endpoint.disabled', '{\"reason\": \"gone\"}',"
+        " NULL, NULL, %s)",
+    )
+    try:
+        with conn.cursor() as cur:
+            for spoof in spoofs:
+                with pytest.raises(psycopg2.Error):
+                    cur.execute(spoof, (operational,))
+    finally:
+        conn.close()
+    admin.execute(
+        "SELECT count(*) FROM tidings.events ev JOIN tidings.applications a ON a.id = ev.app_id"
+        " WHERE a.uid = %s",
+        (operational,),
+    )
+    assert admin.fetchone() == (0,)
