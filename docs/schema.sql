@@ -1218,8 +1218,10 @@ CREATE OR REPLACE FUNCTION tidings.emit_lifecycle_v1(p_events jsonb)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_uid    text;
-    v_events jsonb;
+    v_uid     text;
+    v_limit   bigint;
+    v_events  jsonb;
+    v_skipped text;
 BEGIN
     IF p_events IS NULL OR jsonb_typeof(p_events) <> 'array' OR jsonb_array_length(p_events) = 0 THEN
         RETURN 0;
@@ -1231,20 +1233,38 @@ BEGIN
     IF v_uid IS NULL THEN
         RETURN 0;
     END IF;
+    SELECT s.value INTO v_limit FROM tidings.settings s WHERE s.name = 'max_payload_bytes';
     SELECT jsonb_agg(jsonb_build_object(
-               'event_type', e ->> 'event_type',
-               'event_id', e ->> 'event_id',
-               'channels', jsonb_build_array(e ->> 'application_uid'),
-               'payload', jsonb_build_object(
-                              'application_id', (e ->> 'application_id')::bigint,
-                              'application_uid', e ->> 'application_uid',
-                              'endpoint_id', (e ->> 'endpoint_id')::bigint,
-                              'endpoint_url', e ->> 'endpoint_url')
-                          || coalesce(e -> 'data', '{}'::jsonb))
-           ORDER BY ord)
-    INTO v_events
-    FROM jsonb_array_elements(p_events) WITH ORDINALITY AS input (e, ord)
-    WHERE e ->> 'application_uid' IS DISTINCT FROM v_uid;
+               'event_type', b.event_type, 'event_id', b.event_id,
+               'channels', jsonb_build_array(b.application_uid), 'payload', b.payload)
+               ORDER BY b.ord) FILTER (WHERE b.fits),
+           string_agg(b.event_type || ' ' || b.event_id, ', ' ORDER BY b.ord)
+               FILTER (WHERE NOT b.fits)
+    INTO v_events, v_skipped
+    FROM (
+        SELECT p.*,
+               -- jsonb's text only adds spaces to the compact text: within the limit, it fits;
+               -- over twice the limit, it cannot; in between, the exact count decides.
+               octet_length(p.payload::text) <= v_limit
+               OR (octet_length(p.payload::text) <= 2 * v_limit
+                   AND tidings.compact_json_bytes(p.payload::text) <= v_limit) AS fits
+        FROM (
+            SELECT input.ord, e ->> 'event_type' AS event_type, e ->> 'event_id' AS event_id,
+                   e ->> 'application_uid' AS application_uid,
+                   jsonb_build_object(
+                       'application_id', (e ->> 'application_id')::bigint,
+                       'application_uid', e ->> 'application_uid',
+                       'endpoint_id', (e ->> 'endpoint_id')::bigint,
+                       'endpoint_url', e ->> 'endpoint_url')
+                   || coalesce(e -> 'data', '{}'::jsonb) AS payload
+            FROM jsonb_array_elements(p_events) WITH ORDINALITY AS input (e, ord)
+            WHERE e ->> 'application_uid' IS DISTINCT FROM v_uid
+        ) p
+    ) b;
+    IF v_skipped IS NOT NULL THEN
+        RAISE WARNING 'tidings.emit_lifecycle_v1: over the payload limit of % bytes, not recorded: %',
+            v_limit, v_skipped;
+    END IF;
     IF v_events IS NULL THEN
         RETURN 0;
     END IF;

@@ -520,7 +520,7 @@ def test_a_producer_cannot_write_operational_events_itself(
     try:
         with conn.cursor() as cur, pytest.raises(psycopg2.Error) as caught:
             cur.execute(
-                "SELECT tidings.emit_lifecycle_v1('[{\"event_type\": \"endpoint.disabled\","
+                'SELECT tidings.emit_lifecycle_v1(\'[{"event_type": "endpoint.disabled",'
                 ' "event_id": "spoof", "application_uid": "acme", "data": {}}]\')'
             )
         assert caught.value.pgcode == INSUFFICIENT_PRIVILEGE

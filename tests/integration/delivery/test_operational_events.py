@@ -317,7 +317,7 @@ def test_each_event_carries_its_applications_channel(db: Database, receiver: Rec
     with db.cursor() as cur:
         cur.execute("SELECT pg_get_functiondef('tidings.emit_lifecycle_v1(jsonb)'::regprocedure)")
         definition = cur.fetchone()[0]  # type: ignore[index]
-    assert "'channels', jsonb_build_array(e ->> 'application_uid')" in definition
+    assert "'channels', jsonb_build_array(b.application_uid)" in definition
 
 
 def test_a_client_certificate_about_to_expire_is_reported_once_per_notice_period(
@@ -384,3 +384,56 @@ def test_outcomes_recorded_twice_report_each_change_once(db: Database) -> None:
         "endpoint.disabled",
         "message.attempt.exhausted",
     ]
+
+
+def test_an_operational_event_over_the_payload_limit_never_fails_the_change(
+    db: Database,
+) -> None:
+    """The payload limit is the producers' (TIDINGS_MAX_PAYLOAD_BYTES, which a deployment may set
+    low): an operational event over it, about an endpoint with a long URL, must neither fail the
+    outcomes the sender records (a whole batch of deliveries) nor a person's change; the events
+    that fit are still recorded."""
+    from tidings.dal import delivery
+    from tidings.dal import endpoints as endpoints_dal
+    from tidings.dal.delivery import AttemptOutcome, CircuitSummary, MessageStatus
+
+    long_url = "https://receiver.example/gone?" + "p" * 1500
+    with db.cursor() as cur:
+        cur.execute("UPDATE tidings.settings SET value = 1024 WHERE name = 'max_payload_bytes'")
+        app_id = make_application(cur, "acme")
+        long_id = make_endpoint(cur, long_url, app_id=app_id)
+        short_id = make_endpoint(cur, "https://receiver.example/short", app_id=app_id)
+        seed_messages(cur, long_id, 1)
+        seed_messages(cur, short_id, 1)
+        rows = delivery.claim_due(cur, batch_size=10, lease_s=60)
+    now = datetime.now(UTC)
+    outcomes = [
+        AttemptOutcome(
+            row.lease,
+            row.endpoint_id,
+            MessageStatus.DEAD_LETTER,
+            1,
+            now,
+            410,
+            error_class="http_410",
+        )
+        for row in rows
+    ]
+    with db.cursor() as cur:
+        result = delivery.record_outcomes(
+            cur,
+            outcomes,
+            [CircuitSummary(e, False, 1, None, now) for e in (long_id, short_id)],
+            [(long_id, "410 Gone"), (short_id, "410 Gone")],
+            base_cooldown_s=300.0,
+            max_cooldown_s=3600.0,
+        )
+    assert len(result.written_ids) == 2
+    reported = {(e["event_type"], e["payload"]["endpoint_id"]) for e in operational_events(db)}
+    assert reported == {
+        ("message.attempt.exhausted", short_id),
+        ("endpoint.disabled", short_id),
+    }
+    with db.cursor() as cur:
+        updated = endpoints_dal.update_endpoint(cur, app_id, long_id, {"description": "long"})
+    assert updated is not None and updated["description"] == "long"
