@@ -1848,6 +1848,9 @@ BEGIN
         SET enabled = false, disabled_reason = d.reason, disabled_at = now(), updated_at = now()
         FROM unnest(p_disable_ids, p_disable_reasons) AS d(id, reason)
         WHERE e.id = d.id AND e.enabled
+          -- For an attempt logged now, as the health summaries count (a batch written a second
+          -- time disables nothing).
+          AND (e.id IN (SELECT l.endpoint_id FROM logged l) OR NOT EXISTS (SELECT 1 FROM outcome))
         RETURNING e.id, e.app_id, e.url, e.disabled_reason, e.disabled_at
     ),
     message_change AS (

@@ -437,3 +437,48 @@ def test_an_operational_event_over_the_payload_limit_never_fails_the_change(
     with db.cursor() as cur:
         updated = endpoints_dal.update_endpoint(cur, app_id, long_id, {"description": "long"})
     assert updated is not None and updated["description"] == "long"
+
+
+def test_outcomes_recorded_again_after_a_person_re_enabled_the_endpoint_change_nothing(
+    db: Database,
+) -> None:
+    """A 410 recorded, its answer lost with the connection; a person re-enables the endpoint;
+    the sender records the same outcomes again. The second run writes nothing: the endpoint stays
+    enabled and no second endpoint.disabled is reported."""
+    from tidings.dal import delivery
+    from tidings.dal import endpoints as endpoints_dal
+    from tidings.dal.delivery import AttemptOutcome, CircuitSummary, MessageStatus
+
+    with db.cursor() as cur:
+        app_id = make_application(cur, "acme")
+        endpoint_id = make_endpoint(cur, "https://receiver.example/gone", app_id=app_id)
+        seed_messages(cur, endpoint_id, 1)
+        [row] = delivery.claim_due(cur, batch_size=10, lease_s=60)
+    now = datetime.now(UTC)
+    outcome = AttemptOutcome(
+        row.lease, endpoint_id, MessageStatus.DEAD_LETTER, 1, now, 410, error_class="http_410"
+    )
+
+    def record() -> frozenset[int]:
+        with db.cursor() as cur:
+            return delivery.record_outcomes(
+                cur,
+                [outcome],
+                [CircuitSummary(endpoint_id, False, 1, None, now)],
+                [(endpoint_id, "410 Gone")],
+                base_cooldown_s=300.0,
+                max_cooldown_s=3600.0,
+            ).disabled_endpoint_ids
+
+    assert record() == {endpoint_id}
+    with db.cursor() as cur:
+        endpoints_dal.update_endpoint(cur, app_id, endpoint_id, {"enabled": True})
+    assert record() == frozenset()
+    with db.cursor() as cur:
+        cur.execute("SELECT enabled FROM tidings.endpoints WHERE id = %s", (endpoint_id,))
+        assert cur.fetchone() == (True,)
+    assert sorted(e["event_type"] for e in operational_events(db)) == [
+        "endpoint.disabled",
+        "endpoint.enabled",
+        "message.attempt.exhausted",
+    ]
