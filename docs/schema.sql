@@ -2257,6 +2257,8 @@ GRANT UPDATE (attempts, dead_letter_reported_at, dead_lettered_at, delivered_at,
 GRANT DELETE ON TABLE tidings.messages TO tidings_pruner;
 GRANT SELECT (dead_letter_reported_at, dead_lettered_at, delivered_at, event_ref, id, status) ON TABLE tidings.messages TO tidings_pruner;
 GRANT UPDATE (dead_letter_reported_at) ON TABLE tidings.messages TO tidings_pruner;
+GRANT SELECT (name, text_value) ON TABLE tidings.settings TO tidings_ingest;
+GRANT SELECT (name, text_value) ON TABLE tidings.settings TO tidings_operator;
 GRANT DELETE, INSERT, SELECT ON TABLE tidings.subscriptions TO tidings_ingest;
 GRANT DELETE, INSERT, SELECT ON TABLE tidings.subscriptions TO tidings_operator;
 GRANT SELECT (app_id, created_by, expires_at, hash, id, portal_link_id, prefix, revoked_at, scope, usage_key_id) ON TABLE tidings.tokens TO tidings_authorizer;

@@ -92,3 +92,20 @@ def test_nobody_sends_events_to_the_operational_application(
     with db.cursor() as cur:
         cur.execute("SELECT count(*) FROM tidings.events")
         assert cur.fetchone() == (0,)
+
+
+def test_the_operational_application_the_database_names_cannot_be_deleted(db: Database) -> None:
+    """The database holds which application is the operational one (the migrator writes it from
+    the deployment's TIDINGS_OPERATIONAL_APPLICATION): an operator's CLI without that variable
+    set must not delete it, which would silence every operational event."""
+    from tidings.dal import schema as schema_dal
+    from tidings.logic import applications
+    from tidings.logic.errors import Conflict
+
+    with db.cursor() as cur:
+        schema_dal.store_operational_settings(cur, application="ops-events", failing_attempt=4)
+    found = applications.find(db, "ops-events")
+    assert found is not None
+    with pytest.raises(Conflict):
+        applications.delete_application(db, found, settings=Settings())
+    assert applications.find(db, "ops-events") is not None

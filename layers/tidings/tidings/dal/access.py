@@ -73,6 +73,7 @@ _APPLICATIONS = (
     "mark_application_deleted",
     "wait_for_application_writers",
     "retire_application_endpoints",
+    "operational_application",
 )
 _TOKENS = ("insert_token", "list_tokens", "get_token", "revoke_token")
 _OPERATOR_VIEWS = (

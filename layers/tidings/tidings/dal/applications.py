@@ -77,6 +77,13 @@ def update_application(
     return rows[0] if rows else None
 
 
+def operational_application(cur: Cursor) -> str | None:
+    """The operational application's uid as the database holds it (None before it is set)."""
+    cur.execute(sql("operational_application"))
+    row = cur.fetchone()
+    return None if row is None else str(row[0])
+
+
 def mark_application_deleted(cur: Cursor, app_id: int) -> tuple[int, int] | None:
     """The first step of deleting an application, to commit on its own: marks it deleted,
     disables its endpoints and dead-letters the messages it sees queued (none of which waits for

@@ -217,6 +217,11 @@ def delete_application(
             "default_application", "the default application cannot be deleted", "application"
         )
     refuse_operational(app.uid, (settings or get_settings()).operational_application, "be deleted")
+    # The database names it too: a caller whose environment leaves the setting out (an
+    # operator's CLI) must not delete the application the deployment reports into.
+    named = db.run(dal.operational_application)
+    if named is not None:
+        refuse_operational(app.uid, named, "be deleted")
     # Two transactions, so that nothing a producer can hold stalls intake or starves a deletion
     # (see dal/queries/applications.sql): the first marks it deleted and disables its endpoints,
     # waiting for nobody, so that every later call refuses the application and nothing more is

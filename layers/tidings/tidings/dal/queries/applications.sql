@@ -82,3 +82,8 @@ abandoned AS (
     RETURNING m.id
 )
 SELECT (SELECT count(*) FROM retired) AS endpoints, (SELECT count(*) FROM abandoned) AS messages
+
+-- name: operational_application
+-- The uid of the deployment's operational application, as the migrator last wrote it (from
+-- TIDINGS_OPERATIONAL_APPLICATION): the database's word, whatever the caller's environment says.
+SELECT s.text_value FROM tidings.settings s WHERE s.name = 'operational_application'
