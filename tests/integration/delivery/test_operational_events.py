@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import jsonschema
+import psycopg2
 import pytest
 from standardwebhooks.webhooks import Webhook
 
@@ -482,3 +483,56 @@ def test_outcomes_recorded_again_after_a_person_re_enabled_the_endpoint_change_n
         "endpoint.enabled",
         "message.attempt.exhausted",
     ]
+
+
+def test_outcomes_that_cross_no_threshold_read_nothing_more(
+    db: Database, database_url: str
+) -> None:
+    """The sender's hot path: a batch of deliveries and an ordinary retry, crossing no
+    threshold, reads neither the applications nor the endpoints (only the failed attempt that
+    message.attempt.failing reports, once for the batch, from the settings' few rows), and
+    writes no event."""
+    from tidings.dal import delivery
+    from tidings.dal.delivery import AttemptOutcome, CircuitSummary, MessageStatus
+
+    with db.cursor() as cur:
+        app_id = make_application(cur, "acme")
+        endpoint_id = make_endpoint(cur, "https://receiver.example/ok", app_id=app_id)
+        mark_answered(cur, endpoint_id)
+        seed_messages(cur, endpoint_id, 2)
+        first, second = delivery.claim_due(cur, batch_size=10, lease_s=60)
+    now = datetime.now(UTC)
+    outcomes = [
+        AttemptOutcome(first.lease, endpoint_id, MessageStatus.DELIVERED, 1, now, 200),
+        AttemptOutcome(
+            second.lease,
+            endpoint_id,
+            MessageStatus.FAILED,
+            1,
+            now,
+            503,
+            error_class="http_503",
+            retry_at=now + timedelta(minutes=1),
+        ),
+    ]
+    # A connection of its own: the transaction's table statistics are then this call's alone.
+    conn = psycopg2.connect(database_url)
+    with conn, conn.cursor() as cur:
+        result = delivery.record_outcomes(
+            cur,
+            outcomes,
+            [CircuitSummary(endpoint_id, True, 1, now, now)],
+            base_cooldown_s=300.0,
+            max_cooldown_s=3600.0,
+        )
+        cur.execute(
+            "SELECT relname, seq_scan + coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables"
+            " WHERE schemaname = 'tidings'"
+            " AND relname IN ('applications', 'endpoints', 'events')"
+            " AND seq_scan + coalesce(idx_scan, 0) > 0"
+        )
+        read = cur.fetchall()
+    conn.close()
+    assert len(result.written_ids) == 2
+    assert read == []
+    assert operational_events(db) == []
