@@ -94,6 +94,40 @@ def test_nobody_sends_events_to_the_operational_application(
         assert cur.fetchone() == (0,)
 
 
+def test_an_operational_endpoint_naming_one_applications_channel_hears_of_it_alone(
+    gateway: Gateway, db: Database, admin_token: str
+) -> None:
+    """As the README's worked example has it: every operational event is on the channel of the
+    application it is about, so an operational endpoint naming acme's hears nothing of globex."""
+    created = gateway.call(
+        "POST",
+        f"/v1/apps/{OPERATIONAL}/endpoints",
+        {"url": HOOK, "event_types": ["endpoint.created"], "channels": ["acme"]},
+        token=admin_token,
+    )
+    assert created.status == 201, created.raw
+    with db.cursor() as cur:
+        for uid in ("acme", "globex"):
+            make_application(cur, uid)
+    for uid in ("acme", "globex"):
+        made = gateway.call(
+            "POST",
+            f"/v1/apps/{uid}/endpoints",
+            {"url": f"https://93.184.215.14/{uid}"},
+            token=admin_token,
+        )
+        assert made.status == 201, made.raw
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT ev.payload ->> 'application_uid' FROM tidings.messages m"
+            " JOIN tidings.events ev ON ev.id = m.event_ref WHERE m.endpoint_id = %s",
+            (created.body["id"],),
+        )
+        assert cur.fetchall() == [("acme",)]
+        cur.execute("SELECT count(*) FROM tidings.events WHERE event_type = 'endpoint.created'")
+        assert cur.fetchone() == (2,)
+
+
 def test_the_operational_application_the_database_names_cannot_be_deleted(db: Database) -> None:
     """The database holds which application is the operational one (the migrator writes it from
     the deployment's TIDINGS_OPERATIONAL_APPLICATION): an operator's CLI without that variable
