@@ -1219,6 +1219,7 @@ CREATE OR REPLACE FUNCTION tidings.emit_lifecycle_v1(p_events jsonb)
 AS $function$
 DECLARE
     v_uid     text;
+    v_app_id  bigint;
     v_limit   bigint;
     v_events  jsonb;
     v_skipped text;
@@ -1226,10 +1227,12 @@ BEGIN
     IF p_events IS NULL OR jsonb_typeof(p_events) <> 'array' OR jsonb_array_length(p_events) = 0 THEN
         RETURN 0;
     END IF;
-    SELECT s.text_value INTO v_uid
+    SELECT s.text_value, a.id INTO v_uid, v_app_id
     FROM tidings.settings s
     JOIN tidings.applications a ON a.uid = s.text_value AND a.deleted_at IS NULL
-    WHERE s.name = 'operational_application';
+    WHERE s.name = 'operational_application'
+    -- Held as enqueue_batch holds an application: a deletion waits for this transaction.
+    FOR KEY SHARE OF a;
     IF v_uid IS NULL THEN
         RETURN 0;
     END IF;
@@ -1268,7 +1271,9 @@ BEGIN
     IF v_events IS NULL THEN
         RETURN 0;
     END IF;
-    PERFORM 1 FROM tidings.enqueue_batch(v_events, v_uid);
+    -- Straight into the operational application, which enqueue_batch refuses to everyone else
+    -- (0124).
+    PERFORM 1 FROM tidings.enqueue_into_v1(v_events, v_app_id, v_uid);
     RETURN jsonb_array_length(v_events);
 END $function$;
 
@@ -1305,23 +1310,18 @@ CREATE OR REPLACE FUNCTION tidings.enqueue_batch(events jsonb, application text 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_app_id    bigint;
-    v_types     text[];
-    v_ids       text[];
-    v_payloads  jsonb[];
-    v_targets   jsonb[];
-    v_channels  jsonb[];
-    v_count     integer;
-    v_bad       record;
-    v_created   bigint[];
-    v_where     text;
-    v_limit     bigint;
-    v_live      boolean;
+    v_app_id bigint;
 BEGIN
     IF application IS NULL THEN
         -- 'default' can never be deleted (default_application_stays): no lock needed.
         v_app_id := 1;
     ELSE
+        IF application = (SELECT s.text_value FROM tidings.settings s
+                          WHERE s.name = 'operational_application') THEN
+            RAISE EXCEPTION 'tidings.enqueue: the operational application % takes events from '
+                            'Tidings only', application
+                USING ERRCODE = '42501', DETAIL = 'application';
+        END IF;
         -- Read first, lock after, and no advisory lock: an application marked deleted is
         -- refused without taking its row lock.
         SELECT a.id INTO v_app_id
@@ -1338,7 +1338,42 @@ BEGIN
                 USING ERRCODE = '23503', DETAIL = 'application';
         END IF;
     END IF;
+    RETURN QUERY SELECT * FROM tidings.enqueue_into_v1(events, v_app_id, application);
+END $function$;
 
+CREATE OR REPLACE FUNCTION tidings.enqueue_event(event_type text, payload jsonb, event_id text DEFAULT NULL::text, endpoint_ids bigint[] DEFAULT NULL::bigint[], application text DEFAULT NULL::text, OUT event_ref bigint, OUT created boolean, OUT message_ids bigint[])
+ RETURNS record
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT b.event_ref, b.created, b.message_ids
+    FROM tidings.enqueue_batch(jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+        'event_type', enqueue_event.event_type,
+        'event_id', enqueue_event.event_id,
+        'endpoint_ids', to_jsonb(enqueue_event.endpoint_ids))) || jsonb_build_object(
+        'payload', enqueue_event.payload)), enqueue_event.application) AS b
+$function$;
+
+CREATE OR REPLACE FUNCTION tidings.enqueue_into_v1(events jsonb, p_app_id bigint, application text)
+ RETURNS TABLE(item integer, event_ref bigint, created boolean, message_ids bigint[])
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_app_id    bigint := p_app_id;
+    v_types     text[];
+    v_ids       text[];
+    v_payloads  jsonb[];
+    v_targets   jsonb[];
+    v_channels  jsonb[];
+    v_count     integer;
+    v_bad       record;
+    v_created   bigint[];
+    v_where     text;
+    v_limit     bigint;
+    v_live      boolean;
+BEGIN
     IF events IS NULL OR jsonb_typeof(events) <> 'array' THEN
         RAISE EXCEPTION 'tidings.enqueue: events must be a JSON array' USING ERRCODE = '22023';
     END IF;
@@ -1546,20 +1581,6 @@ BEGIN
         ) k
         ORDER BY k.ord;
 END $function$;
-
-CREATE OR REPLACE FUNCTION tidings.enqueue_event(event_type text, payload jsonb, event_id text DEFAULT NULL::text, endpoint_ids bigint[] DEFAULT NULL::bigint[], application text DEFAULT NULL::text, OUT event_ref bigint, OUT created boolean, OUT message_ids bigint[])
- RETURNS record
- LANGUAGE sql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-    SELECT b.event_ref, b.created, b.message_ids
-    FROM tidings.enqueue_batch(jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-        'event_type', enqueue_event.event_type,
-        'event_id', enqueue_event.event_id,
-        'endpoint_ids', to_jsonb(enqueue_event.endpoint_ids))) || jsonb_build_object(
-        'payload', enqueue_event.payload)), enqueue_event.application) AS b
-$function$;
 
 CREATE OR REPLACE FUNCTION tidings.ensure_attempt_partitions(from_day date, days integer, lock_timeout_ms integer)
  RETURNS integer

@@ -143,3 +143,24 @@ def test_the_operational_application_the_database_names_cannot_be_deleted(db: Da
     with pytest.raises(Conflict):
         applications.delete_application(db, found, settings=Settings())
     assert applications.find(db, "ops-events") is not None
+
+
+def test_events_for_the_operational_application_the_database_names_are_refused(
+    db: Database,
+) -> None:
+    """A process whose TIDINGS_OPERATIONAL_APPLICATION names another application (or none of
+    them) still cannot send events to the one the database holds: enqueue_batch refuses them,
+    and the refusal is the same Conflict the API answers with 409."""
+    from tidings.dal import schema as schema_dal
+    from tidings.logic import events
+    from tidings.logic.errors import Conflict
+
+    with db.cursor() as cur:
+        make_application(cur, "ops-events")
+        schema_dal.store_operational_settings(cur, application="ops-events", failing_attempt=4)
+    with pytest.raises(Conflict) as refused:
+        events.send_event(db, event_type="endpoint.disabled", payload={}, application="ops-events")
+    assert (refused.value.code, refused.value.field) == ("operational_application", "application")
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM tidings.events")
+        assert cur.fetchone() == (0,)

@@ -528,11 +528,6 @@ def test_a_producer_cannot_write_operational_events_itself(
         conn.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tidings.enqueue_batch takes any live application's uid, the operational one too: "
-    "only the API refuses it (logic.operational.refuse_operational)",
-)
 def test_a_producer_cannot_send_events_to_the_operational_application(
     members: Members, database_url: str, admin: psycopg2.extensions.cursor
 ) -> None:
@@ -550,8 +545,9 @@ def test_a_producer_cannot_send_events_to_the_operational_application(
     try:
         with conn.cursor() as cur:
             for spoof in spoofs:
-                with pytest.raises(psycopg2.Error):
+                with pytest.raises(psycopg2.Error) as caught:
                     cur.execute(spoof, (operational,))
+                assert caught.value.pgcode == INSUFFICIENT_PRIVILEGE, spoof
     finally:
         conn.close()
     admin.execute(

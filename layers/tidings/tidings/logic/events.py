@@ -14,7 +14,7 @@ from tidings.config import Settings, get_settings
 from tidings.dal import ingest as dal
 from tidings.dal.connection import Database
 from tidings.logic.channels import check_channels
-from tidings.logic.errors import InvalidInput, NotFound, PayloadTooLarge
+from tidings.logic.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from tidings.logic.operational import refuse_operational
 from tidings.logic.validation import MAX_TEXT, check_id, clean_text, payload_json
 
@@ -144,10 +144,14 @@ def _calling_sql(call: Any, application: str | None) -> Any:
     try:
         return call()
     except psycopg2.Error as exc:
+        field = exc.diag.message_detail or None
+        if exc.pgcode == "42501" and field == "application":
+            # The operational application, named by the database's setting where this
+            # process's TIDINGS_OPERATIONAL_APPLICATION names another (migration 0124).
+            raise Conflict("operational_application", _sql_message(exc), field) from None
         if exc.pgcode not in ("22023", "23503", "54000"):
             raise
-        field = exc.diag.message_detail or None
-        message = (exc.diag.message_primary or "bad event").removeprefix(_SQL_PREFIX)
+        message = _sql_message(exc)
         if exc.pgcode == "54000":
             # The payload limit, which the functions measure as we do: ours refused nothing
             # over it, but a number jsonb spells out in full (1e300) can make the stored text
@@ -158,6 +162,10 @@ def _calling_sql(call: Any, application: str | None) -> Any:
             raise NotFound("application", application or "default") from None
         code = "unknown_endpoint" if exc.pgcode == "23503" else "invalid_event"
         raise InvalidInput(code, message, field) from None
+
+
+def _sql_message(exc: psycopg2.Error) -> str:
+    return (exc.diag.message_primary or "bad event").removeprefix(_SQL_PREFIX)
 
 
 def _result(new: dal.NewEvent, outcome: dal.Enqueued) -> SendResult:

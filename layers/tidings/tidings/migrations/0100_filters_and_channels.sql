@@ -41,24 +41,18 @@ GRANT SELECT (filter, filter_path, channels), INSERT (filter, filter_path, chann
     ON tidings.endpoints TO tidings_ingest, tidings_operator;
 GRANT SELECT (channels) ON tidings.events TO tidings_ingest, tidings_operator;
 
--- enqueue_batch as in 0091_payload_limit_in_sql.sql, with channels and filters; replaced in
--- place (same arguments, so grants stay), its attributes stated again (0071).
+-- enqueue_batch as in 0091_payload_limit_in_sql.sql, with channels and filters, in two parts:
+-- tidings.enqueue_batch (granted to producers, the ingest function and operators) finds the
+-- application and holds it; tidings.enqueue_into_v1, granted to nobody, checks the events and
+-- writes them and their messages into the application it is given. Tidings' own events (the
+-- operational events of 0120) go straight to the second, so that the first may refuse callers
+-- what Tidings itself may do (0124). enqueue_batch is replaced in place (same arguments, so grants
+-- stay), its attributes stated again (0071).
 CREATE OR REPLACE FUNCTION tidings.enqueue_batch(events jsonb, application text DEFAULT NULL)
 RETURNS TABLE (item integer, event_ref bigint, created boolean, message_ids bigint[])
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_app_id    bigint;
-    v_types     text[];
-    v_ids       text[];
-    v_payloads  jsonb[];
-    v_targets   jsonb[];
-    v_channels  jsonb[];
-    v_count     integer;
-    v_bad       record;
-    v_created   bigint[];
-    v_where     text;
-    v_limit     bigint;
-    v_live      boolean;
+    v_app_id bigint;
 BEGIN
     IF application IS NULL THEN
         -- 'default' can never be deleted (default_application_stays): no lock needed.
@@ -80,7 +74,31 @@ BEGIN
                 USING ERRCODE = '23503', DETAIL = 'application';
         END IF;
     END IF;
+    RETURN QUERY SELECT * FROM tidings.enqueue_into_v1(events, v_app_id, application);
+END $$;
 
+-- enqueue_into_v1: the events of a batch, checked, and their fan-out, written into the
+-- application p_app_id (which the caller has found live and holds FOR KEY SHARE, or which cannot
+-- be deleted); application is its uid as the caller named it (NULL for 'default'), for errors.
+-- Runs with its callers' rights, which are always the owner's: only SECURITY DEFINER functions
+-- call it, and no role may.
+CREATE FUNCTION tidings.enqueue_into_v1(events jsonb, p_app_id bigint, application text)
+RETURNS TABLE (item integer, event_ref bigint, created boolean, message_ids bigint[])
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_app_id    bigint := p_app_id;
+    v_types     text[];
+    v_ids       text[];
+    v_payloads  jsonb[];
+    v_targets   jsonb[];
+    v_channels  jsonb[];
+    v_count     integer;
+    v_bad       record;
+    v_created   bigint[];
+    v_where     text;
+    v_limit     bigint;
+    v_live      boolean;
+BEGIN
     IF events IS NULL OR jsonb_typeof(events) <> 'array' THEN
         RAISE EXCEPTION 'tidings.enqueue: events must be a JSON array' USING ERRCODE = '22023';
     END IF;

@@ -10,6 +10,7 @@ CREATE OR REPLACE FUNCTION tidings.emit_lifecycle_v1(p_events jsonb) RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_uid     text;
+    v_app_id  bigint;
     v_limit   bigint;
     v_events  jsonb;
     v_skipped text;
@@ -17,10 +18,12 @@ BEGIN
     IF p_events IS NULL OR jsonb_typeof(p_events) <> 'array' OR jsonb_array_length(p_events) = 0 THEN
         RETURN 0;
     END IF;
-    SELECT s.text_value INTO v_uid
+    SELECT s.text_value, a.id INTO v_uid, v_app_id
     FROM tidings.settings s
     JOIN tidings.applications a ON a.uid = s.text_value AND a.deleted_at IS NULL
-    WHERE s.name = 'operational_application';
+    WHERE s.name = 'operational_application'
+    -- Held as enqueue_batch holds an application: a deletion waits for this transaction.
+    FOR KEY SHARE OF a;
     IF v_uid IS NULL THEN
         RETURN 0;
     END IF;
@@ -59,6 +62,8 @@ BEGIN
     IF v_events IS NULL THEN
         RETURN 0;
     END IF;
-    PERFORM 1 FROM tidings.enqueue_batch(v_events, v_uid);
+    -- Straight into the operational application, which enqueue_batch refuses to everyone else
+    -- (0124).
+    PERFORM 1 FROM tidings.enqueue_into_v1(v_events, v_app_id, v_uid);
     RETURN jsonb_array_length(v_events);
 END $$;
