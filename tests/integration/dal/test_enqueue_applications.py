@@ -220,7 +220,8 @@ def test_a_deletion_committed_in_the_middle_of_a_call_refuses_the_call(
     """The call reads the application, then (a statement later) writes the event and fans it
     out. A deletion whose first step commits in between is seen by the writing statement: the
     call is refused, not accepted with no messages. The call is held in between by a lock on the
-    settings table, which it reads between the two."""
+    subscriptions, which only the writing statement reads: it waits for the lock before it takes
+    its snapshot, as every statement of a PL/pgSQL function does."""
     with db.cursor() as cur:
         make_endpoint(cur, app_id=make_application(cur, "acme"))
     holder = psycopg2.connect(database_url)
@@ -238,7 +239,7 @@ def test_a_deletion_committed_in_the_middle_of_a_call_refuses_the_call(
 
     try:
         with holder.cursor() as cur:
-            cur.execute("LOCK TABLE tidings.settings IN ACCESS EXCLUSIVE MODE")
+            cur.execute("LOCK TABLE tidings.subscriptions IN ACCESS EXCLUSIVE MODE")
         call = threading.Thread(target=send)
         call.start()
         wait_until_blocked(db, producer)
