@@ -101,7 +101,7 @@ def test_a_format_that_is_not_one_is_refused_and_nothing_is_written(
     app = api.post("/v1/apps", {"uid": "acme", "default_payload_format": value})
     assert app.status == 422, app.raw
     assert app.error["field"] == "default_payload_format"
-    assert count(db, "applications") == 1  # 'default' alone
+    assert count(db, "applications") == 2  # 'default' and the operational application
 
 
 def test_an_endpoints_format_cannot_be_cleared_to_null(api: Api, db: Database) -> None:

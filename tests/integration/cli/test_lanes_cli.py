@@ -85,7 +85,8 @@ def test_an_update_that_changes_nothing_exits_2(cli: Any, db: Database) -> None:
     code, _, err = cli("endpoints", "update", str(endpoint_id))
     assert code == 2
     assert (
-        "give --url, --description, --event-type, --retry-schedule, --payload-format, "
+        "give --url, --description, --event-type, --filter, --channel, --no-channels, "
+        "--retry-schedule, --payload-format, "
         "--max-in-flight, --rate-limit, --timeout-ms or a receiver credential option" in err
     )
 

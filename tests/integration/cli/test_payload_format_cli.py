@@ -71,7 +71,7 @@ def test_an_unknown_format_exits_2_naming_it_and_writes_nothing(
     assert _formats(db) == []
     with db.cursor() as cur:
         cur.execute("SELECT count(*) FROM tidings.applications")
-        assert cur.fetchone() == (1,)
+        assert cur.fetchone() == (2,)  # 'default' and the operational application
 
 
 def test_update_without_a_change_exits_2(cli: Any, db: Database) -> None:  # noqa: F811
@@ -80,7 +80,8 @@ def test_update_without_a_change_exits_2(cli: Any, db: Database) -> None:  # noq
     code, _, err = cli("endpoints", "update", str(endpoint_id))
     assert code == 2
     assert (
-        "nothing to change: give --url, --description, --event-type, --retry-schedule, "
+        "nothing to change: give --url, --description, --event-type, --filter, --channel, "
+        "--no-channels, --retry-schedule, "
         "--payload-format, --max-in-flight, --rate-limit, --timeout-ms or a receiver credential "
         "option" in err
     )
