@@ -13,6 +13,17 @@ class UseCaseError(Exception):
         self.field = field
 
 
+class PayloadMismatch(UseCaseError):
+    """A payload (or an example) does not match its event type's schema: ``pointer`` is the
+    JSON pointer, inside the value at ``field``, of the first place that does not, ``keyword``
+    the schema keyword that failed there."""
+
+    def __init__(self, code: str, message: str, field: str, pointer: str, keyword: str) -> None:
+        super().__init__(code, message, field)
+        self.pointer = pointer
+        self.keyword = keyword
+
+
 class InvalidInput(UseCaseError):
     """An argument is well-formed but not acceptable (bad URL, unknown endpoint, bad range)."""
 
