@@ -13,7 +13,11 @@ class UseCaseError(Exception):
         self.field = field
 
 
-class PayloadMismatch(UseCaseError):
+class InvalidInput(UseCaseError):
+    """An argument is well-formed but not acceptable (bad URL, unknown endpoint, bad range)."""
+
+
+class PayloadMismatch(InvalidInput):
     """A payload (or an example) does not match its event type's schema: ``pointer`` is the
     JSON pointer, inside the value at ``field``, of the first place that does not, ``keyword``
     the schema keyword that failed there."""
@@ -22,10 +26,6 @@ class PayloadMismatch(UseCaseError):
         super().__init__(code, message, field)
         self.pointer = pointer
         self.keyword = keyword
-
-
-class InvalidInput(UseCaseError):
-    """An argument is well-formed but not acceptable (bad URL, unknown endpoint, bad range)."""
 
 
 class NotFound(UseCaseError):

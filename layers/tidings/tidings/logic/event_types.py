@@ -62,7 +62,7 @@ class EventType(BaseModel):
     name: str
     description: str
     # None: the type has no schema (its payloads are not described, never validated).
-    schema_: Any = Field(default=None, alias="schema")
+    schema_: Any = Field(alias="schema")
     examples: list[Any]
     deprecated: bool
     archived: bool
@@ -83,7 +83,7 @@ class EventTypeVersion(BaseModel):
 
     name: str
     version: int
-    schema_: Any = Field(default=None, alias="schema")
+    schema_: Any = Field(alias="schema")
     examples: list[Any]
     created_at: datetime
 
