@@ -15,8 +15,14 @@ every event passes, so both runs write the same rows and the difference is the e
 alone), ``--fanout-rounds`` times each (default 3), alternating, each keeping its best rate.
 The filtered run's rate should stay at least half the unfiltered one's.
 
+The validated case sends the first batches through the handler into another fresh database
+where every event type is in the catalog with ``validate_payloads`` and a JSON Schema its
+payloads match: ``validated_ratio`` is its rate against the unvalidated ingest of the same run
+(the cost of validation on ingest).
+
 The last line is JSON: ingest_per_s, baseline_per_s, ratio, resend_created_rows,
-filtered_fanout_per_s, unfiltered_fanout_per_s, filtered_ratio, and details.
+filtered_fanout_per_s, unfiltered_fanout_per_s, filtered_ratio, validated_per_s,
+validated_ratio, and details.
 Run: ``python bench/ingest.py`` (embedded PostgreSQL) or with ``DATABASE_URL`` set.
 """
 
@@ -36,6 +42,18 @@ from tidings.dal.connection import Database
 from tidings.logic import filters
 
 EVENT_TYPES = ("order.created", "order.paid", "user.signed_up", "invoice.sent")
+# What the payloads of make_events follow, as a producer would describe them.
+PAYLOAD_SCHEMA = {
+    "type": "object",
+    "required": ["id", "amount_cents", "currency"],
+    "properties": {
+        "id": {"type": "integer", "minimum": 0},
+        "amount_cents": {"type": "integer", "minimum": 0},
+        "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "note": {"type": "string", "maxLength": 200},
+    },
+    "additionalProperties": False,
+}
 
 
 def make_endpoints(db: Database, fanout: int) -> None:
@@ -53,6 +71,16 @@ def make_endpoints(db: Database, fanout: int) -> None:
                 "INSERT INTO tidings.subscriptions (endpoint_id, event_type) VALUES (%s, %s)",
                 (row[0], event_type),
             )
+
+
+def catalogue_every_type(db: Database) -> None:
+    """Every event type in the catalog, its payloads validated against PAYLOAD_SCHEMA."""
+    from tidings.logic import event_types
+
+    for name in EVENT_TYPES:
+        event_types.create_event_type(
+            db, {"name": name, "schema": PAYLOAD_SCHEMA, "validate_payloads": True}
+        )
 
 
 def make_events(count: int) -> list[dict[str, Any]]:
@@ -214,11 +242,19 @@ def main() -> None:
 
     events = make_events(args.events)
     batches = [events[i : i + args.batch] for i in range(0, len(events), args.batch)]
-    with server_dsn() as dsn, fresh_database(dsn) as api_url, fresh_database(dsn) as base_url:
+    with (
+        server_dsn() as dsn,
+        fresh_database(dsn) as api_url,
+        fresh_database(dsn) as base_url,
+        fresh_database(dsn) as checked_url,
+    ):
         api_db = Database(api_url)
         base_db = Database(base_url)
+        checked_db = Database(checked_url)
         make_endpoints(api_db, args.fanout)
         make_endpoints(base_db, args.fanout)
+        make_endpoints(checked_db, args.fanout)
+        catalogue_every_type(checked_db)
         with base_db.cursor() as cur:
             cur.execute(
                 "SELECT endpoint_id FROM tidings.subscriptions WHERE event_type = '*'"
@@ -239,12 +275,22 @@ def main() -> None:
                 raise SystemExit(f"unexpected statuses on resend: {sorted(set(again))}")
             resend_created = row_count(api_db) - rows_after_first
 
+        checked = Settings(database_url=checked_url)
+        with wiring.overridden(settings=checked, database_factory=lambda: Database(checked_url)):
+            with Stopwatch() as validated:
+                statuses = through_handler(batches)
+            if set(statuses) != {202}:
+                raise SystemExit(f"unexpected statuses when validated: {sorted(set(statuses))}")
+        if row_count(checked_db) != rows_after_first:
+            raise SystemExit("the validated ingest wrote a different number of rows")
+
         with Stopwatch() as baseline:
             bare_inserts(base_db, batches, fanout_ids)
         if row_count(base_db) != rows_after_first:
             raise SystemExit("the baseline wrote a different number of rows")
         api_db.close()
         base_db.close()
+        checked_db.close()
 
         fanout_events = [{**e, "event_type": FANOUT_TYPE} for e in make_events(args.fanout_events)]
         fanout_batches = [
@@ -256,9 +302,11 @@ def main() -> None:
 
     ingest_per_s = args.events / ingest.wall
     baseline_per_s = args.events / baseline.wall
+    validated_per_s = args.events / validated.wall
     print(
         f"handler: {args.events} events ({rows_after_first} rows) in {ingest.wall:.2f} s "
-        f"(CPU {ingest.cpu:.2f} s); baseline {baseline.wall:.2f} s; resend {resend.wall:.2f} s"
+        f"(CPU {ingest.cpu:.2f} s); baseline {baseline.wall:.2f} s; resend {resend.wall:.2f} s; "
+        f"validated {validated.wall:.2f} s (CPU {validated.cpu:.2f} s)"
     )
     print(
         f"fan-out to {FANOUT_ENDPOINTS} endpoints, {args.fanout_events} events "
@@ -274,6 +322,8 @@ def main() -> None:
                 "ratio": round(ingest_per_s / baseline_per_s, 3),
                 "resend_created_rows": resend_created,
                 "resend_per_s": round(args.events / resend.wall),
+                "validated_per_s": round(validated_per_s),
+                "validated_ratio": round(validated_per_s / ingest_per_s, 3),
                 "events": args.events,
                 "batch": args.batch,
                 "fanout": args.fanout,
