@@ -521,7 +521,7 @@ CatalogName = Annotated[
     ),
 ]
 PayloadSchema = Annotated[
-    dict[str, Any] | bool | None,
+    dict[str, Any] | StrictBool | None,
     Field(
         description="A JSON Schema (draft 2020-12) the type's payloads follow, checked against "
         "the meta-schema; references resolve inside it only ($defs). null: none.",
