@@ -101,7 +101,7 @@ def register(subparsers: Any) -> None:
     listing.set_defaults(handler=run_list)
 
     show = actions.add_parser("show", help="one type with its schema and examples")
-    show.add_argument("name", metavar="NAME")
+    show.add_argument("name", metavar="NAME", help="the event type")
     show.add_argument(
         "--version", type=version_number, default=None, help="an earlier version of its schema"
     )
@@ -117,7 +117,7 @@ def register(subparsers: Any) -> None:
     update = actions.add_parser(
         "update", help="change a type (a new schema or new examples make a new version)"
     )
-    update.add_argument("name", metavar="NAME")
+    update.add_argument("name", metavar="NAME", help="the event type")
     _fields(update, creating=False)
     _common(update)
     update.set_defaults(handler=run_update)
@@ -125,7 +125,7 @@ def register(subparsers: Any) -> None:
     archive = actions.add_parser(
         "archive", help="hide a type from the portal (its events are still delivered)"
     )
-    archive.add_argument("name", metavar="NAME")
+    archive.add_argument("name", metavar="NAME", help="the event type")
     _common(archive)
     archive.set_defaults(handler=run_archive)
 
@@ -146,8 +146,10 @@ def register(subparsers: Any) -> None:
     example = actions.add_parser(
         "send-example", help="send a type's first example to an endpoint, as a real message"
     )
-    example.add_argument("name", metavar="NAME")
-    example.add_argument("--endpoint", type=int, required=True, metavar="ID")
+    example.add_argument("name", metavar="NAME", help="the event type, which has an example")
+    example.add_argument(
+        "--endpoint", type=int, required=True, metavar="ID", help="the endpoint to send it to"
+    )
     add_app_option(example)
     _common(example)
     example.set_defaults(handler=run_send_example)
