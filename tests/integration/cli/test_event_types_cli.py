@@ -202,6 +202,8 @@ def test_send_example_from_the_command_line(cli: Cli) -> None:  # noqa: F811
     code, out, _ = cli("messages", "show", message, "--json")
     shown = _json(out)
     assert (shown["example"], shown["payload"]) == (True, {"id": 1})
+    code, out, _ = cli("messages", "show", message)
+    assert "order.paid example-" in out and "(an example from the event catalog)" in out
 
 
 def _catalog(db: Database) -> list[Any]:
