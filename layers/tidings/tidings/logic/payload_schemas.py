@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,22 +111,27 @@ def _short(text: str) -> str:
 
 class ValidatorCache:
     """Compiled validators by schema digest, at most ``size`` of them. A digest names one schema
-    for ever, so an entry is never stale: a changed schema has another digest."""
+    for ever, so an entry is never stale: a changed schema has another digest. Safe to share
+    between threads (the local API server answers on several)."""
 
     def __init__(self, size: int = CACHE_SIZE) -> None:
         self._size = size
         self._found: OrderedDict[str, Draft202012Validator] = OrderedDict()
+        self._lock = threading.Lock()
 
     def get(self, digest: str, load: Callable[[], Any]) -> Draft202012Validator:
         """The validator of the schema of ``digest``, compiled from ``load()`` on a miss."""
-        found = self._found.get(digest)
-        if found is not None:
-            self._found.move_to_end(digest)
-            return found
+        with self._lock:
+            found = self._found.get(digest)
+            if found is not None:
+                self._found.move_to_end(digest)
+                return found
+        # Compiled outside the lock; two threads missing at once both compile, and keep one.
         compiled = compile_schema(load())
-        self._found[digest] = compiled
-        if len(self._found) > self._size:
-            self._found.popitem(last=False)
+        with self._lock:
+            self._found[digest] = compiled
+            if len(self._found) > self._size:
+                self._found.popitem(last=False)
         return compiled
 
     def __len__(self) -> int:
