@@ -187,6 +187,22 @@ def test_a_batch_with_one_bad_payload_records_nothing(api: Api, db: Database) ->
     assert count(db, "messages") == 0
 
 
+def test_the_sql_path_does_not_validate_payloads(api: Api, db: Database) -> None:
+    # As documented: a producer recording events in its own transaction is not checked.
+    create_order_paid(api, validate_payloads=True)
+    api.create_endpoint(event_types=["order.paid"])
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM tidings.enqueue('order.paid', %s::jsonb, 'sql-1')",
+            ('{"id": 7}',),
+        )
+        row = cur.fetchone()
+    assert row is not None and row[0] == 1
+    assert count(db, "events") == 1
+    refused = api.post("/v1/events", {"event_type": "order.paid", "payload": {"id": 7}})
+    assert refused.status == 422
+
+
 def test_types_that_do_not_validate_take_any_payload(api: Api) -> None:
     create_order_paid(api)
     reply = api.post("/v1/events", {"event_type": "order.paid", "payload": {"id": 7}})

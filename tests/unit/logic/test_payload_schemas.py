@@ -41,6 +41,9 @@ def test_a_draft_2020_12_schema_passes_and_a_broken_one_is_named() -> None:
         check_schema([{"type": "string"}])
     with pytest.raises(InvalidInput, match="only draft 2020-12"):
         check_schema({"$schema": "http://json-schema.org/draft-04/schema#"})
+    # A pattern that is no regular expression would fail every payload later: refused now.
+    with pytest.raises(InvalidInput, match="at /pattern"):
+        check_schema({"type": "string", "pattern": "(unclosed"})
 
 
 def test_the_first_failure_has_the_payloads_pointer_and_the_keyword() -> None:
