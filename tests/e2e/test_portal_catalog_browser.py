@@ -2,14 +2,16 @@
 runtime: the catalog tab, the endpoint form offering the catalog's types, and "Send example".
 
 The runtime, the browser and the applications are those of ``test_portal_browser`` (one of each
-for this module). The tests run in file order: the first sees an empty catalog, the next ones
-the types an admin token then adds.
+for this module, per test worker). The first test sees an empty catalog (it is the first of the
+module on whichever worker runs it); each later one adds, through the API, what it needs that an
+earlier one has not.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from selenium.webdriver.support.select import Select
 
@@ -41,6 +43,37 @@ ORDER_PAID = {
 }
 
 
+def catalogued(running: System) -> None:
+    """The catalog the tests read: order.paid (with an example), order.refunded (deprecated,
+    without), legacy.thing (archived)."""
+    if running.ids.get("catalogued"):
+        return
+    running.call("POST", "v1/event-types", ORDER_PAID, expect=201)
+    running.call(
+        "POST",
+        "v1/event-types",
+        {"name": "order.refunded", "description": "Money went back", "deprecated": True},
+        expect=201,
+    )
+    running.call("POST", "v1/event-types", {"name": "legacy.thing"}, expect=201)
+    running.call("PATCH", "v1/event-types/legacy.thing", {"archived": True})
+    running.ids["catalogued"] = True
+
+
+def catalog_endpoint(running: System) -> str:
+    """The URL of acme's endpoint subscribed to order.paid (made by the form's test, or here)."""
+    if "catalog_url" not in running.ids:
+        url = running.receiver.url("ok/catalog")
+        running.call(
+            "POST",
+            "v1/apps/acme/endpoints",
+            {"url": url, "event_types": ["order.paid", "custom.thing"]},
+            expect=201,
+        )
+        running.ids["catalog_url"] = url
+    return str(running.ids["catalog_url"])
+
+
 def test_with_an_empty_catalog_event_types_are_free_text(
     system: System,  # noqa: F811
     page: PortalPage,  # noqa: F811
@@ -59,36 +92,38 @@ def test_the_catalog_shows_descriptions_fields_and_examples_but_no_archived_type
     system: System,  # noqa: F811
     page: PortalPage,  # noqa: F811
 ) -> None:
-    system.call("POST", "v1/event-types", ORDER_PAID, expect=201)
-    system.call(
-        "POST",
-        "v1/event-types",
-        {"name": "order.refunded", "description": "Money went back", "deprecated": True},
-        expect=201,
-    )
-    system.call("POST", "v1/event-types", {"name": "legacy.thing"}, expect=201)
-    system.call("PATCH", "v1/event-types/legacy.thing", {"archived": True})
+    catalogued(system)
     page.open(system.link())
     page.tab("catalog")
-    entries = page.wait(
-        lambda: page.all_by_testid("catalog-entry") or None, "the catalog's entries"
-    )
-    names = [entry.get_attribute("data-event-type") for entry in entries]
-    assert names == ["order.paid", "order.refunded"]
-    paid = entries[0]
-    assert "A customer paid an order" in paid.text
-    fields = {
-        row.get_attribute("data-field"): row.text
-        for row in page.all_by_testid("catalog-field", within=paid)
-    }
+
+    def shown() -> dict[str, Any] | None:
+        # Read in one go, and again should the list be drawn anew meanwhile.
+        entries = page.all_by_testid("catalog-entry")
+        if len(entries) != 2:
+            return None
+        paid, refunded = entries
+        return {
+            "names": [entry.get_attribute("data-event-type") for entry in entries],
+            "paid": paid.text,
+            "fields": {
+                row.get_attribute("data-field"): row.text
+                for row in page.all_by_testid("catalog-field", within=paid)
+            },
+            "examples": [e.text for e in page.all_by_testid("catalog-example", within=paid)],
+            "deprecated": bool(page.all_by_testid("deprecated-badge", within=refunded)),
+            "no_schema": bool(page.all_by_testid("catalog-no-schema", within=refunded)),
+        }
+
+    catalog = page.wait(shown, "the catalog's entries")
+    assert catalog["names"] == ["order.paid", "order.refunded"]
+    assert "A customer paid an order" in catalog["paid"]
+    fields = catalog["fields"]
     assert set(fields) == {"id", "amount", "customer", "customer.email"}
     assert "integer" in fields["amount"] and "yes" in fields["amount"]
     assert "In cents" in fields["amount"]
-    (example,) = page.all_by_testid("catalog-example", within=paid)
-    assert json.loads(example.text) == ORDER_PAID["examples"][0]
-    refunded = entries[1]
-    assert page.all_by_testid("deprecated-badge", within=refunded)
-    assert page.all_by_testid("catalog-no-schema", within=refunded)
+    (example,) = catalog["examples"]
+    assert json.loads(example) == ORDER_PAID["examples"][0]
+    assert catalog["deprecated"] and catalog["no_schema"]
     page.screenshot("portal-catalog")
 
 
@@ -96,6 +131,7 @@ def test_the_endpoint_form_offers_the_catalogs_types(
     system: System,  # noqa: F811
     page: PortalPage,  # noqa: F811
 ) -> None:
+    catalogued(system)
     page.open(system.link())
     page.tab("endpoints")
     page.click("add-endpoint")
@@ -128,8 +164,9 @@ def test_send_example_delivers_a_signed_message_marked_as_an_example(
     system: System,  # noqa: F811
     page: PortalPage,  # noqa: F811
 ) -> None:
+    catalogued(system)
     page.open(system.link())
-    open_endpoint(page, system.ids["catalog_url"])
+    open_endpoint(page, catalog_endpoint(system))
     page.wait(lambda: page.shown("send-example-form"), "the send-example form")
     choices = [o.get_attribute("value") for o in Select(page.by_id("send-example-type")).options]
     # Only the types that have an example.
@@ -152,11 +189,13 @@ def test_a_read_only_session_reads_the_catalog_and_sends_no_example(
     system: System,  # noqa: F811
     page: PortalPage,  # noqa: F811
 ) -> None:
+    catalogued(system)
+    url = catalog_endpoint(system)
     page.open(system.link(read_only=True))
     page.wait(lambda: page.shown("read-only-badge"), "the read-only session")
     page.tab("catalog")
     page.wait(lambda: len(page.all_by_testid("catalog-entry")) == 2, "the catalog")
-    open_endpoint(page, system.ids["catalog_url"])
+    open_endpoint(page, url)
     time.sleep(0.5)
     assert not page.shown("send-example-form")
     status, _ = page.fetch(

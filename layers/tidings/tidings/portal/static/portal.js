@@ -57,7 +57,7 @@
     message: null,
     dead: { endpointId: "", cursor: null, items: [], selected: new Set() },
     // The deployment's event types (archived ones are never shown).
-    catalog: { items: [], loaded: false },
+    catalog: { items: [], loaded: false, loading: null },
   };
 
   // -- small helpers ------------------------------------------------------------------------
@@ -1219,7 +1219,17 @@
 
   // -- event catalog ------------------------------------------------------------------------
 
-  async function loadCatalog() {
+  /** Loads the catalog; a call while a load is under way waits for that one. */
+  function loadCatalog() {
+    if (!state.catalog.loading) {
+      state.catalog.loading = fetchCatalog().finally(function () {
+        state.catalog.loading = null;
+      });
+    }
+    return state.catalog.loading;
+  }
+
+  async function fetchCatalog() {
     var items = [];
     var cursor = null;
     do {
