@@ -175,6 +175,7 @@ def test_an_import_changes_what_differs_and_refuses_all_or_nothing(
     source = tmp_path / "openapi.json"
     source.write_text(json.dumps(DOCUMENT))
     assert cli("event-types", "import", str(source))[0] == 0
+    before = _catalog(db)
     changed = json.loads(json.dumps(DOCUMENT))
     changed["webhooks"]["order.paid"]["post"]["summary"] = "Paid at last"
     bad = {"post": {"requestBody": {"content": {"application/json": {"schema": {"type": 1}}}}}}
@@ -182,7 +183,15 @@ def test_an_import_changes_what_differs_and_refuses_all_or_nothing(
     source.write_text(json.dumps(changed))
     code, _, err = cli("event-types", "import", str(source))
     assert code == 2 and "broken" in err
+    # The type that was fine is not changed either.
+    assert _catalog(db) == before
     del changed["webhooks"]["broken"]
+    changed["webhooks"]["order paid"] = {"post": {}}
+    source.write_text(json.dumps(changed))
+    code, _, err = cli("event-types", "import", str(source))
+    assert code == 2 and "'order paid' cannot be catalogued" in err
+    assert _catalog(db) == before
+    del changed["webhooks"]["order paid"]
     source.write_text(json.dumps(changed))
     code, out, _ = cli("event-types", "import", str(source), "--json")
     assert _json(out)["updated"] == ["order.paid"]

@@ -205,10 +205,7 @@ def import_document(
     examples is a new version), nothing else touched. One refused type refuses them all."""
     specs = read_document(document)
     cfg = settings or get_settings()
-    entries = [
-        _entry(check_name(s.name, f"webhooks: {s.name!r}"), _from_spec(s), cfg, f"{s.name}: ")
-        for s in specs
-    ]
+    entries = [_entry(_imported_name(s.name), _from_spec(s), cfg, f"{s.name}: ") for s in specs]
 
     def apply(cur: Cursor) -> ImportResult:
         result = ImportResult(created=[], updated=[], unchanged=[])
@@ -294,6 +291,17 @@ _DEFAULTS: Mapping[str, Any] = {
     "archived": False,
     "validate_payloads": False,
 }
+
+
+def _imported_name(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise InvalidInput(
+            "invalid_value",
+            f"webhooks: event type {name[:200]!r} cannot be catalogued: a name is 1 to 200 "
+            "letters, digits or . _ : ~ - (name it with x-tidings-event-type)",
+            "webhooks",
+        )
+    return name
 
 
 def _from_spec(spec: TypeSpec) -> dict[str, Any]:
