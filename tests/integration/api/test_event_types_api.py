@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.api.conftest import Api, count
+from tests.integration.api.conftest import PUBLIC_URL, Api, count
 from tests.support.seed import make_application
 from tidings.dal.connection import Database
 from tidings.logic.access import Principal, Scope
@@ -25,6 +25,19 @@ ORDER_SCHEMA: dict[str, Any] = {
     "$defs": {"line": {"type": "object", "required": ["sku"]}},
 }
 ORDER_EXAMPLE = {"id": "ord_1", "amount": 1200}
+
+
+def producer_events(db: Database) -> int:
+    """Events of every application but the operational one (where endpoint changes are told)."""
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM tidings.events ev"
+            " JOIN tidings.applications a ON a.id = ev.app_id"
+            " WHERE a.uid <> 'tidings-operational'"
+        )
+        row = cur.fetchone()
+        assert row is not None
+        return int(row[0])
 
 
 def new_application(db: Database, uid: str) -> int:
@@ -161,7 +174,7 @@ def test_ingest_refuses_a_payload_that_does_not_match_with_pointer_and_keyword(
     )
     assert wrong_type.error["pointer"] == "/amount"
     assert wrong_type.error["keyword"] == "type"
-    assert count(db, "events") == 0
+    assert producer_events(db) == 0
     good = api.post("/v1/events", {"event_type": "order.paid", "payload": ORDER_EXAMPLE})
     assert good.status == 202
 
@@ -183,7 +196,7 @@ def test_a_batch_with_one_bad_payload_records_nothing(api: Api, db: Database) ->
     assert reply.error["field"] == "events[2].payload"
     assert reply.error["pointer"] == ""
     assert reply.error["keyword"] == "required"
-    assert count(db, "events") == 0
+    assert producer_events(db) == 0
     assert count(db, "messages") == 0
 
 
@@ -198,7 +211,7 @@ def test_the_sql_path_does_not_validate_payloads(api: Api, db: Database) -> None
         )
         row = cur.fetchone()
     assert row is not None and row[0] == 1
-    assert count(db, "events") == 1
+    assert producer_events(db) == 1
     refused = api.post("/v1/events", {"event_type": "order.paid", "payload": {"id": 7}})
     assert refused.status == 422
 
@@ -289,7 +302,18 @@ def test_send_example_names_what_is_missing(api: Api, db: Database) -> None:
     unknown_endpoint = api.post("/v1/endpoints/999999/send-example", {"event_type": "order.new"})
     assert unknown_endpoint.status == 404
     assert unknown_endpoint.error["code"] == "endpoint_not_found"
-    assert count(db, "events") == 0
+    assert producer_events(db) == 0
+
+
+def test_send_example_is_refused_in_the_operational_application(api: Api, db: Database) -> None:
+    create_order_paid(api)
+    app = "/v1/apps/tidings-operational"
+    created = api.post(f"{app}/endpoints", {"url": PUBLIC_URL})
+    assert created.status == 201, created.raw
+    path = f"{app}/endpoints/{created.body['id']}/send-example"
+    refused = api.post(path, {"event_type": "order.paid"})
+    assert (refused.status, refused.error["code"]) == (409, "operational_application")
+    assert producer_events(db) == 0
 
 
 def test_send_example_stays_inside_the_application(api: Api, db: Database) -> None:
@@ -301,7 +325,7 @@ def test_send_example_stays_inside_the_application(api: Api, db: Database) -> No
     assert acme_token.post(path, {"event_type": "order.paid"}).status == 404
     reader = api.as_(Principal(Scope.APP_READ, app_id=acme, token_id=5))
     assert reader.post(path, {"event_type": "order.paid"}).status == 403
-    assert count(db, "events") == 0
+    assert producer_events(db) == 0
 
 
 def test_concurrent_schema_changes_make_one_version_each(api: Api, database_url: str) -> None:

@@ -9,8 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidings.logic import operational
 from tidings.logic.catalog_documents import TypeSpec, read_document, write_document
 from tidings.logic.errors import InvalidInput
+from tidings.logic.event_types import check_name
+from tidings.logic.payload_schemas import check_schema
 
 
 def _document(webhooks: dict[str, Any], **more: Any) -> dict[str, Any]:
@@ -136,3 +139,10 @@ def test_writing_then_reading_gives_back_the_same_types(types: list[TypeSpec]) -
     ]
     document = write_document(entries, title="t", version="1")
     assert read_document(document) == types
+
+
+def test_the_operational_event_types_fit_the_catalog() -> None:
+    # Their names and payload schemas can be catalogued as they are.
+    for event_type in operational.EVENT_TYPES:
+        assert check_name(event_type) == event_type
+        check_schema(operational.payload_schema(event_type))

@@ -26,6 +26,7 @@ from tidings.dal import ingest as ingest_dal
 from tidings.dal.connection import Cursor, Database
 from tidings.logic.catalog_documents import TypeSpec, read_document
 from tidings.logic.errors import Conflict, InvalidInput, NotFound, PayloadMismatch
+from tidings.logic.operational import refuse_operational
 from tidings.logic.payload_schemas import (
     canonical_json,
     check_schema,
@@ -250,6 +251,8 @@ def send_example(
     check_id(endpoint_id, "endpoint_id")
     name = check_name(event_type, "event_type")
     cfg = settings or get_settings()
+    # Its events are Tidings' own, as for any event sent to it.
+    refuse_operational(application, cfg.operational_application, "be sent examples")
 
     def send(cur: Cursor) -> tuple[str, int]:
         endpoint = endpoints_dal.get_endpoint(cur, app_id, endpoint_id)
