@@ -15,8 +15,15 @@ every event passes, so both runs write the same rows and the difference is the e
 alone), ``--fanout-rounds`` times each (default 3), alternating, each keeping its best rate.
 The filtered run's rate should stay at least half the unfiltered one's.
 
+The validated case sends the same batches through the handler into another fresh database
+where every event type is in the catalog with ``validate_payloads`` and a JSON Schema its
+payloads match: ``validated_ratio`` is its rate against the unvalidated ingest of the same run
+(the cost of validation on ingest), ``validated_cpu_ratio`` the same for the handler's CPU time,
+and ``validation_cpu_us_per_event`` the CPU time validation added per event.
+
 The last line is JSON: ingest_per_s, baseline_per_s, ratio, resend_created_rows,
-filtered_fanout_per_s, unfiltered_fanout_per_s, filtered_ratio, and details.
+filtered_fanout_per_s, unfiltered_fanout_per_s, filtered_ratio, validated_per_s,
+validated_ratio, and details.
 Run: ``python bench/ingest.py`` (embedded PostgreSQL) or with ``DATABASE_URL`` set.
 """
 
@@ -36,6 +43,18 @@ from tidings.dal.connection import Database
 from tidings.logic import filters
 
 EVENT_TYPES = ("order.created", "order.paid", "user.signed_up", "invoice.sent")
+# What the payloads of make_events follow, as a producer would describe them.
+PAYLOAD_SCHEMA = {
+    "type": "object",
+    "required": ["id", "amount_cents", "currency"],
+    "properties": {
+        "id": {"type": "integer", "minimum": 0},
+        "amount_cents": {"type": "integer", "minimum": 0},
+        "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "note": {"type": "string", "maxLength": 200},
+    },
+    "additionalProperties": False,
+}
 
 
 def make_endpoints(db: Database, fanout: int) -> None:
@@ -53,6 +72,37 @@ def make_endpoints(db: Database, fanout: int) -> None:
                 "INSERT INTO tidings.subscriptions (endpoint_id, event_type) VALUES (%s, %s)",
                 (row[0], event_type),
             )
+
+
+def catalogue_every_type(db: Database) -> None:
+    """Every event type in the catalog, its payloads validated against PAYLOAD_SCHEMA."""
+    from tidings.logic import event_types
+
+    for name in EVENT_TYPES:
+        event_types.create_event_type(
+            db, {"name": name, "schema": PAYLOAD_SCHEMA, "validate_payloads": True}
+        )
+
+
+def validated_ingest(
+    dsn: str, batches: list[list[dict[str, Any]]], fanout: int, expected_rows: int
+) -> Stopwatch:
+    """The time the batches take through the handler into a fresh database whose catalog has
+    every type's payloads validated."""
+    with fresh_database(dsn) as url:
+        db = Database(url)
+        make_endpoints(db, fanout)
+        catalogue_every_type(db)
+        settings = Settings(database_url=url)
+        overridden = wiring.overridden(settings=settings, database_factory=lambda: Database(url))
+        with overridden, Stopwatch() as validated:
+            statuses = through_handler(batches)
+        if set(statuses) != {202}:
+            raise SystemExit(f"unexpected statuses when validated: {sorted(set(statuses))}")
+        if row_count(db) != expected_rows:
+            raise SystemExit("the validated ingest wrote a different number of rows")
+        db.close()
+    return validated
 
 
 def make_events(count: int) -> list[dict[str, Any]]:
@@ -246,6 +296,8 @@ def main() -> None:
         api_db.close()
         base_db.close()
 
+        validated = validated_ingest(dsn, batches, args.fanout, rows_after_first)
+
         fanout_events = [{**e, "event_type": FANOUT_TYPE} for e in make_events(args.fanout_events)]
         fanout_batches = [
             fanout_events[i : i + args.batch] for i in range(0, len(fanout_events), args.batch)
@@ -256,9 +308,11 @@ def main() -> None:
 
     ingest_per_s = args.events / ingest.wall
     baseline_per_s = args.events / baseline.wall
+    validated_per_s = args.events / validated.wall
     print(
         f"handler: {args.events} events ({rows_after_first} rows) in {ingest.wall:.2f} s "
-        f"(CPU {ingest.cpu:.2f} s); baseline {baseline.wall:.2f} s; resend {resend.wall:.2f} s"
+        f"(CPU {ingest.cpu:.2f} s); baseline {baseline.wall:.2f} s; resend {resend.wall:.2f} s; "
+        f"validated {validated.wall:.2f} s (CPU {validated.cpu:.2f} s)"
     )
     print(
         f"fan-out to {FANOUT_ENDPOINTS} endpoints, {args.fanout_events} events "
@@ -274,6 +328,14 @@ def main() -> None:
                 "ratio": round(ingest_per_s / baseline_per_s, 3),
                 "resend_created_rows": resend_created,
                 "resend_per_s": round(args.events / resend.wall),
+                "validated_per_s": round(validated_per_s),
+                "validated_ratio": round(validated_per_s / ingest_per_s, 3),
+                # The handler's own CPU time (validation runs there, not in PostgreSQL): steadier
+                # than wall-clock rates on a shared machine.
+                "validated_cpu_ratio": round(validated.cpu / ingest.cpu, 3),
+                "validation_cpu_us_per_event": round(
+                    (validated.cpu - ingest.cpu) / args.events * 1e6, 1
+                ),
                 "events": args.events,
                 "batch": args.batch,
                 "fanout": args.fanout,

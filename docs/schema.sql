@@ -194,6 +194,38 @@ CREATE TABLE tidings.endpoints (
     CONSTRAINT endpoints_url_check CHECK (((url ~ '^https?://'::text) AND (length(url) <= 2048)))
 );
 
+CREATE TABLE tidings.event_type_versions (
+    event_type_id bigint NOT NULL,
+    version integer NOT NULL,
+    schema jsonb,
+    schema_digest text,
+    examples jsonb DEFAULT '[]'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT event_type_versions_digest_check CHECK ((schema_digest ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT event_type_versions_digest_with_schema CHECK (((schema IS NULL) = (schema_digest IS NULL))),
+    CONSTRAINT event_type_versions_event_type_id_fkey FOREIGN KEY (event_type_id) REFERENCES tidings.event_types(id),
+    CONSTRAINT event_type_versions_examples_check CHECK ((jsonb_typeof(examples) = 'array'::text)),
+    CONSTRAINT event_type_versions_pkey PRIMARY KEY (event_type_id, version),
+    CONSTRAINT event_type_versions_version_check CHECK ((version >= 1))
+);
+
+CREATE TABLE tidings.event_types (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    name text NOT NULL,
+    description text DEFAULT ''::text NOT NULL,
+    deprecated boolean DEFAULT false NOT NULL,
+    archived boolean DEFAULT false NOT NULL,
+    validate_payloads boolean DEFAULT false NOT NULL,
+    version integer DEFAULT 1 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT event_types_description_check CHECK ((length(description) <= 2000)),
+    CONSTRAINT event_types_name_check CHECK ((name ~ '^[A-Za-z0-9._:~-]{1,200}$'::text)),
+    CONSTRAINT event_types_name_key UNIQUE (name),
+    CONSTRAINT event_types_pkey PRIMARY KEY (id),
+    CONSTRAINT event_types_version_check CHECK ((version >= 1))
+);
+
 CREATE TABLE tidings.events (
     id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
     event_type text NOT NULL,
@@ -202,6 +234,7 @@ CREATE TABLE tidings.events (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     app_id bigint DEFAULT 1 NOT NULL,
     channels text[],
+    example boolean DEFAULT false NOT NULL,
     CONSTRAINT events_app_id_fkey FOREIGN KEY (app_id) REFERENCES tidings.applications(id),
     CONSTRAINT events_event_id_check CHECK (((event_id <> ''::text) AND (length(event_id) <= 200))),
     CONSTRAINT events_event_type_check CHECK (((event_type <> ''::text) AND (length(event_type) <= 200))),
@@ -2254,8 +2287,18 @@ GRANT UPDATE (channels, deleted_at, description, disabled_at, disabled_reason, e
 GRANT INSERT (app_id, channels, description, filter, filter_path, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_operator;
 GRANT SELECT (app_id, channels, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, filter, filter_path, id, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
 GRANT UPDATE (channels, deleted_at, description, disabled_at, disabled_reason, enabled, filter, filter_path, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
-GRANT SELECT (channels, event_id, id, payload) ON TABLE tidings.events TO tidings_ingest;
-GRANT SELECT (channels, event_id, id, payload) ON TABLE tidings.events TO tidings_operator;
+GRANT INSERT, SELECT ON TABLE tidings.event_type_versions TO tidings_ingest;
+GRANT INSERT, SELECT ON TABLE tidings.event_type_versions TO tidings_operator;
+GRANT INSERT (archived, deprecated, description, name, validate_payloads) ON TABLE tidings.event_types TO tidings_ingest;
+GRANT SELECT (archived, created_at, deprecated, description, id, name, updated_at, validate_payloads, version) ON TABLE tidings.event_types TO tidings_ingest;
+GRANT UPDATE (archived, deprecated, description, updated_at, validate_payloads, version) ON TABLE tidings.event_types TO tidings_ingest;
+GRANT INSERT (archived, deprecated, description, name, validate_payloads) ON TABLE tidings.event_types TO tidings_operator;
+GRANT SELECT (archived, created_at, deprecated, description, id, name, updated_at, validate_payloads, version) ON TABLE tidings.event_types TO tidings_operator;
+GRANT UPDATE (archived, deprecated, description, updated_at, validate_payloads, version) ON TABLE tidings.event_types TO tidings_operator;
+GRANT SELECT (channels, event_id, example, id, payload) ON TABLE tidings.events TO tidings_ingest;
+GRANT UPDATE (example) ON TABLE tidings.events TO tidings_ingest;
+GRANT SELECT (channels, event_id, example, id, payload) ON TABLE tidings.events TO tidings_operator;
+GRANT UPDATE (example) ON TABLE tidings.events TO tidings_operator;
 GRANT DELETE ON TABLE tidings.events TO tidings_pruner;
 GRANT SELECT (created_at, id) ON TABLE tidings.events TO tidings_pruner;
 GRANT UPDATE (created_at) ON TABLE tidings.events TO tidings_pruner;

@@ -23,7 +23,7 @@ from tests.integration.api.conftest import Gateway
 from tests.support.seed import make_application, make_endpoint
 from tidings.cli.openapi import document
 from tidings.dal.connection import Database
-from tidings.logic import tokens
+from tidings.logic import event_types, tokens
 
 DOC = json.loads(document())
 # Every operation of the API, as (method, path template).
@@ -85,6 +85,8 @@ def world(db: Database) -> World:
             (globex_endpoint,),
         )
         default_endpoint = make_endpoint(cur, "https://93.184.215.14/default-hook")
+    # The deployment's catalog, which every application shares.
+    event_types.create_event_type(db, {"name": "order.paid", "examples": [{"n": 1}]})
     return World(
         acme=acme,
         globex=globex,
@@ -101,10 +103,23 @@ def world(db: Database) -> World:
     )
 
 
-def body_for(method: str, template: str, world: World) -> Any:  # noqa: PLR0911, PLR0912 - one per route
+# The bodies of the routes that name no application's things.
+FIXED_BODIES: dict[str, Any] = {
+    "/v1/apps": {"uid": "mine"},
+    "/v1/apps/{app}": {"name": "taken over"},
+    "/v1/tokens": {"scope": "admin"},
+    "/v1/event-types": {"name": "mine"},
+    "/v1/event-types/{name}": {"description": "taken over"},
+    "/v1/event-types/import": {"openapi": "3.1.0", "webhooks": {"order.paid": {"post": {}}}},
+}
+
+
+def body_for(method: str, template: str, world: World) -> Any:  # noqa: PLR0911 - one per route
     """A well-formed body for an operation, naming globex's things where it names any."""
     if method in ("GET", "DELETE"):
         return None
+    if template in FIXED_BODIES:
+        return FIXED_BODIES[template]
     if template.endswith("/events"):
         return {"event_type": "order.paid", "payload": {"n": 1}}
     if template.endswith("/events/batch"):
@@ -119,16 +134,13 @@ def body_for(method: str, template: str, world: World) -> Any:  # noqa: PLR0911,
         return None
     if template.endswith("/recover"):
         return {"since": "2000-01-01T00:00:00Z"}
-    if template == "/v1/apps":
-        return {"uid": "mine"}
-    if template == "/v1/apps/{app}":
-        return {"name": "taken over"}
-    if template == "/v1/tokens":
-        return {"scope": "admin"}
     if template.endswith(("/portal-links", "/portal/sessions")):
         return {}
     if template == "/v1/filters/test":
         return {"filter": {"n": 1}, "payload": {"n": 1}, "event_type": "order.paid"}
+    if template.endswith("/send-example"):
+        return {"event_type": "order.paid"}
+
     raise AssertionError(f"no body for {method} {template}")
 
 
@@ -138,6 +150,8 @@ def path_for(template: str, app: str, endpoint_id: int, message_id: int) -> str:
         .replace("{endpoint_id}", str(endpoint_id))
         .replace("{message_id}", str(message_id))
         .replace("{token_id}", "1")
+        .replace("{name}", "order.paid")
+        .replace("{version}", "1")
     )
 
 
@@ -160,9 +174,19 @@ ADMIN_ROUTES = {
     # Every application's figures at once.
     ("GET", "/v1/admin/status"),
     ("GET", "/v1/admin/dead-letters"),
+    # The deployment's event-type catalog is changed by admin tokens alone.
+    ("POST", "/v1/event-types"),
+    ("PATCH", "/v1/event-types/{name}"),
+    ("POST", "/v1/event-types/import"),
+}
+# The catalog holds no application's rows: every token reads it.
+CATALOG_READS = {
+    ("GET", "/v1/event-types"),
+    ("GET", "/v1/event-types/{name}"),
+    ("GET", "/v1/event-types/{name}/versions/{version}"),
 }
 # Routes that read and change nothing of any application: every token gets the same answer.
-NO_APPLICATION_ROUTES = {("POST", "/v1/filters/test")}
+NO_APPLICATION_ROUTES = {("POST", "/v1/filters/test")} | CATALOG_READS
 
 
 def test_every_route_asked_for_another_application_is_404(
@@ -183,7 +207,10 @@ def test_every_route_asked_for_another_application_is_404(
             continue
         if (method, template) in NO_APPLICATION_ROUTES:
             reply = gateway.call(
-                method, template, body_for(method, template, world), token=world.acme_token
+                method,
+                path_for(template, "", 1, 1),
+                body_for(method, template, world),
+                token=world.acme_token,
             )
             assert reply.status == 200, (method, template, reply.raw)
             assert_no_globex_data(reply.raw)
@@ -361,9 +388,9 @@ def test_a_producer_token_is_refused_every_endpoint_route(gateway: Gateway, worl
             )
             assert (reply.status, reply.error["code"]) == (403, "forbidden"), (method, path)
             refused += 1
-    # Two applications, each route with and without /apps/{app} (twelve routes), the views of
+    # Two applications, each route with and without /apps/{app} (thirteen routes), the views of
     # one application's status and dead letters, and of every application's.
-    assert refused == 2 * (2 * 12 + 2 + 2)
+    assert refused == 2 * (2 * 13 + 2 + 2)
 
 
 def test_expired_revoked_and_forged_tokens_are_401_on_every_route(

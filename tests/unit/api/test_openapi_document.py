@@ -36,6 +36,7 @@ IN_AN_APPLICATION = {
     ("/endpoints/{endpoint_id}/secret", "get"),
     ("/endpoints/{endpoint_id}/health", "get"),
     ("/endpoints/{endpoint_id}/recover", "post"),
+    ("/endpoints/{endpoint_id}/send-example", "post"),
     ("/dead-letters/replay", "post"),
     ("/portal-links", "post"),
 }
@@ -56,6 +57,13 @@ MANAGEMENT = {
     ("/v1/admin/dead-letters", "get"),
     ("/v1/apps/{app}/status", "get"),
     ("/v1/apps/{app}/dead-letters", "get"),
+    # The deployment's event-type catalog.
+    ("/v1/event-types", "post"),
+    ("/v1/event-types", "get"),
+    ("/v1/event-types/import", "post"),
+    ("/v1/event-types/{name}", "get"),
+    ("/v1/event-types/{name}", "patch"),
+    ("/v1/event-types/{name}/versions/{version}", "get"),
 }
 
 

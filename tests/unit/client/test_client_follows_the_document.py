@@ -42,6 +42,9 @@ SAMPLES: dict[str, Any] = {
     "url": "https://receiver.example/hook",
     "scope": "producer",
     "since": datetime(2026, 1, 1, tzinfo=UTC),
+    "name": "order.paid",
+    "version": 2,
+    "document": {"openapi": "3.1.0", "webhooks": {}},
 }
 # Optional arguments too, so that every query parameter and body field is sent once.
 EVERYTHING: dict[str, dict[str, Any]] = {
@@ -107,6 +110,23 @@ EVERYTHING: dict[str, dict[str, Any]] = {
     "list_endpoints": {"cursor": "abc", "limit": 5},
     "list_applications": {"cursor": "abc", "limit": 5},
     "list_tokens": {"cursor": "abc", "limit": 5},
+    "create_event_type": {
+        "description": "d",
+        "schema": {"type": "object"},
+        "examples": [{}],
+        "deprecated": False,
+        "archived": False,
+        "validate_payloads": False,
+    },
+    "list_event_types": {"cursor": "abc", "limit": 5, "include_archived": True},
+    "update_event_type": {
+        "description": "d",
+        "schema": None,
+        "examples": [],
+        "deprecated": True,
+        "archived": True,
+        "validate_payloads": False,
+    },
     "deployment_dead_letters": {"window_s": 600},
     "application_dead_letters": {"window_s": 600},
 }

@@ -17,7 +17,13 @@ ENDPOINT_WORK = {
     Action.REPLAY,
     Action.MAKE_PORTAL_LINKS,
 }
-ADMIN_ONLY = {Action.MANAGE_APPLICATIONS, Action.MANAGE_TOKENS, Action.READ_EVERY_APPLICATION}
+ADMIN_ONLY = {
+    Action.MANAGE_APPLICATIONS,
+    Action.MANAGE_TOKENS,
+    Action.READ_EVERY_APPLICATION,
+    # The event-type catalog is the deployment's, shared by every application.
+    Action.MANAGE_EVENT_TYPES,
+}
 # What only a portal link does: open its session.
 LINK_ONLY = {Action.OPEN_PORTAL_SESSION}
 CHANGES = {
@@ -26,6 +32,8 @@ CHANGES = {
     Action.REVEAL_SECRETS,
     Action.REPLAY,
     Action.MAKE_PORTAL_LINKS,
+    Action.SEND_EXAMPLES,
+    Action.MANAGE_EVENT_TYPES,
 }
 
 ids = st.integers(1, 2**63 - 1)
@@ -56,9 +64,15 @@ def test_admin_may_do_everything_but_open_a_portal_session() -> None:
 def test_producer_sends_and_reads_messages_only() -> None:
     producer = Principal(Scope.PRODUCER)
     allowed = {a for a in Action if permits(producer, a)}
-    # Trying a filter reads and changes nothing: every token but a portal link may.
-    assert allowed == {Action.SEND_EVENTS, Action.READ_MESSAGES, Action.TEST_FILTERS}
-    for action in ENDPOINT_WORK | ADMIN_ONLY | {Action.READ_APPLICATION}:
+    # Trying a filter reads and changes nothing, nor does reading the catalog: every token but
+    # a portal link may.
+    assert allowed == {
+        Action.SEND_EVENTS,
+        Action.READ_MESSAGES,
+        Action.TEST_FILTERS,
+        Action.READ_EVENT_TYPES,
+    }
+    for action in ENDPOINT_WORK | ADMIN_ONLY | {Action.READ_APPLICATION, Action.SEND_EXAMPLES}:
         with pytest.raises(Forbidden) as refused:
             require(producer, action)
         assert refused.value.code == "forbidden"
@@ -80,6 +94,7 @@ def test_a_read_only_token_reads_its_application_and_changes_nothing() -> None:
         Action.READ_ENDPOINTS,
         Action.READ_APPLICATION,
         Action.TEST_FILTERS,
+        Action.READ_EVENT_TYPES,
     }
     assert not allowed & (CHANGES | ADMIN_ONLY | LINK_ONLY)
     assert sees(reader, 5) and not sees(reader, 6)

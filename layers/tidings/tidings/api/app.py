@@ -33,6 +33,7 @@ from tidings.logic.errors import (
     Forbidden,
     InvalidInput,
     NotFound,
+    PayloadMismatch,
     PayloadTooLarge,
     Unauthorized,
     Unavailable,
@@ -112,6 +113,8 @@ def build_app() -> APIGatewayRestResolver:
         inside = None
         if isinstance(exc, InvalidFilter):
             inside = {"path": exc.path, "operator": exc.operator}
+        elif isinstance(exc, PayloadMismatch):
+            inside = {"pointer": exc.pointer, "keyword": exc.keyword}
         return error_response(
             _STATUS.get(type(exc), 422), exc.code, exc.message, exc.field, inside=inside
         )

@@ -31,6 +31,15 @@ from tidings.logic.endpoints import (
     RevealedSecret,
     RotatedSecret,
 )
+from tidings.logic.event_types import (
+    MAX_DESCRIPTION,
+    MAX_EXAMPLES,
+    NAME_PATTERN,
+    EventType,
+    EventTypePage,
+    EventTypeVersion,
+    ImportResult,
+)
 from tidings.logic.events import SendResult
 from tidings.logic.messages import Attempt, Message, MessageDetail, MessagePage, MessageStatus
 from tidings.logic.portal import DEFAULT_LINK_S, PortalLink, PortalSession
@@ -113,7 +122,7 @@ MAX_ATTEMPTS_DEPRECATED = (
     "max_attempts - 1 delays; excludes retry_schedule."
 )
 Moment = Annotated[AwareDatetime, BeforeValidator(_text_only)]
-EventType = Annotated[str, Field(min_length=1, max_length=200)]
+EventTypeName = Annotated[str, Field(min_length=1, max_length=200)]
 EventId = Annotated[str, Field(min_length=1, max_length=200)]
 # Any JSON value except null: objects, arrays, strings, numbers, booleans.
 Payload = Annotated[
@@ -131,8 +140,10 @@ __all__ = [
     "ApplicationQueue",
     "Attempt",
     "BatchResult",
+    "CatalogDocument",
     "CreateApplication",
     "CreateEndpoint",
+    "CreateEventType",
     "CreatePortalLink",
     "CreateToken",
     "CreatedEndpoint",
@@ -146,9 +157,13 @@ __all__ = [
     "ErrorBody",
     "ErrorDetail",
     "EventBatch",
+    "EventType",
+    "EventTypePage",
+    "EventTypeVersion",
     "FailedClause",
     "FilterTest",
     "FilterTestResult",
+    "ImportResult",
     "Message",
     "MessageDetail",
     "MessagePage",
@@ -164,12 +179,14 @@ __all__ = [
     "RevealedSecret",
     "RotatedSecret",
     "SendEvent",
+    "SendExample",
     "SendResult",
     "StatusReport",
     "Token",
     "TokenPage",
     "UpdateApplication",
     "UpdateEndpoint",
+    "UpdateEventType",
 ]
 
 
@@ -196,7 +213,7 @@ CHANNELS_DESCRIPTION = (
 
 
 class SendEvent(_Strict):
-    event_type: EventType
+    event_type: EventTypeName
     payload: Payload
     event_id: EventId | None = Field(
         default=None,
@@ -290,7 +307,7 @@ class CreateEndpoint(_Strict):
         "unless its endpointPorts say otherwise)",
     )
     description: str = Field(default="", max_length=1000)
-    event_types: list[EventType] = Field(
+    event_types: list[EventTypeName] = Field(
         default_factory=lambda: ["*"], min_length=1, max_length=100
     )
     rate_limit_per_s: RateLimit | None = None
@@ -330,7 +347,7 @@ class UpdateEndpoint(_Strict):
 
     url: str | None = Field(default=None, min_length=1, max_length=2048)
     description: str | None = Field(default=None, max_length=1000)
-    event_types: list[EventType] | None = Field(default=None, min_length=1, max_length=100)
+    event_types: list[EventTypeName] | None = Field(default=None, min_length=1, max_length=100)
     rate_limit_per_s: RateLimit | None = None
     retry_schedule: RetrySchedule | None = None
     max_attempts: int | None = Field(
@@ -459,12 +476,20 @@ class ErrorDetail(BaseModel):
     operator: str | None = Field(
         default=None, description="For a filter refused: the operator at fault, if one is"
     )
+    pointer: str | None = Field(
+        default=None,
+        description="A payload or example that does not match its event type's schema: the JSON "
+        "pointer, inside the value at field, of the first place that does not",
+    )
+    keyword: str | None = Field(
+        default=None, description="The schema keyword that failed there (type, required…)"
+    )
 
 
 class FilterTest(_Strict):
     filter: dict[str, Any] = Field(description=FILTER_DESCRIPTION)
     payload: Payload
-    event_type: EventType = Field(description="The type the event would have ($event_type)")
+    event_type: EventTypeName = Field(description="The type the event would have ($event_type)")
 
 
 class FailedClause(BaseModel):
@@ -485,3 +510,67 @@ class FilterTestResult(BaseModel):
 
 class ErrorBody(BaseModel):
     error: ErrorDetail
+
+
+CatalogName = Annotated[
+    str,
+    Field(
+        pattern=NAME_PATTERN,
+        description="The event type: 1 to 200 letters, digits or . _ : ~ -",
+        examples=["invoice.paid"],
+    ),
+]
+PayloadSchema = Annotated[
+    dict[str, Any] | StrictBool | None,
+    Field(
+        description="A JSON Schema (draft 2020-12) the type's payloads follow, checked against "
+        "the meta-schema; references resolve inside it only ($defs). null: none.",
+    ),
+]
+Examples = Annotated[
+    list[Payload],
+    Field(
+        max_length=MAX_EXAMPLES,
+        description="Example payloads, each checked against the schema; the first is what "
+        "send-example sends",
+    ),
+]
+
+
+class CreateEventType(_Strict):
+    name: CatalogName
+    description: str = Field(default="", max_length=MAX_DESCRIPTION)
+    schema_: PayloadSchema = Field(default=None, alias="schema")
+    examples: Examples = Field(default_factory=list)
+    deprecated: StrictBool = False
+    archived: StrictBool = Field(default=False, description="Hidden from the portal; still sent")
+    validate_payloads: StrictBool = Field(
+        default=False,
+        description="Refuse (422) events of this type whose payload does not match the schema",
+    )
+
+
+class UpdateEventType(_Strict):
+    """Only the fields present change; a new schema or new examples make a new version."""
+
+    description: str | None = Field(default=None, max_length=MAX_DESCRIPTION)
+    schema_: PayloadSchema = Field(default=None, alias="schema")
+    examples: Examples | None = None
+    deprecated: StrictBool | None = None
+    archived: StrictBool | None = Field(
+        default=None, description="Hidden from the portal; still sent"
+    )
+    validate_payloads: StrictBool | None = None
+
+
+class SendExample(_Strict):
+    event_type: CatalogName = Field(description="The catalogued type whose first example to send")
+
+
+class CatalogDocument(BaseModel):
+    """An OpenAPI 3.1 document: its webhooks are read, one event type per operation."""
+
+    model_config = ConfigDict(extra="allow")
+
+    openapi: str = Field(description="3.1.x", examples=["3.1.0"])
+    webhooks: dict[str, Any] = Field(default_factory=dict)

@@ -5,10 +5,10 @@ its parser and sets ``handler`` (a callable taking the parsed arguments and retu
 code). A command module imports at its top only what its parser needs: ``tidings --help`` loads
 every parser, and the database driver, the AWS SDK or the X-Ray SDK would make it slow.
 
-Every command that has an API counterpart (status, apps, tokens, portal-link, endpoints, send,
-messages, dead-letters, replay) works on a database or, given an API URL and a token
-(``--api-url`` and ``--token``, or ``TIDINGS_API_URL`` and ``TIDINGS_TOKEN``), over a deployed
-stack's API (``tidings.cli.backend``).
+Every command that has an API counterpart (status, apps, tokens, portal-link, endpoints,
+event-types, send, messages, dead-letters, replay) works on a database or, given an API URL and a
+token (``--api-url`` and ``--token``, or ``TIDINGS_API_URL`` and ``TIDINGS_TOKEN``), over a
+deployed stack's API (``tidings.cli.backend``).
 
 What the commands print is for standard output; their logs (the structured log lines of the code
 they run, and the EMF metrics of the handlers ``tidings dev`` runs) go to standard error, so that
@@ -42,6 +42,7 @@ COMMAND_MODULES = (
     "tidings.cli.tokens",
     "tidings.cli.portal",
     "tidings.cli.endpoints",
+    "tidings.cli.event_types",
     "tidings.cli.send",
     "tidings.cli.messages",
     "tidings.cli.dead_letters",

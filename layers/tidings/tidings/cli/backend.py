@@ -34,6 +34,9 @@ if TYPE_CHECKING:
         CreatedToken,
         DeadLetterReport,
         Endpoint,
+        EventType,
+        EventTypeVersion,
+        ImportResult,
         Message,
         MessageDetail,
         PortalLink,
@@ -127,6 +130,13 @@ class Backend(Protocol):
         message_ids: Sequence[int] | None,
         progress: Progress,
     ) -> ReplayOutcome: ...
+    def event_types(self, *, include_archived: bool) -> list[EventType]: ...
+    def event_type(self, name: str) -> EventType: ...
+    def event_type_version(self, name: str, version: int) -> EventTypeVersion: ...
+    def create_event_type(self, name: str, fields: Mapping[str, Any]) -> EventType: ...
+    def update_event_type(self, name: str, changes: Mapping[str, Any]) -> EventType: ...
+    def import_event_types(self, document: Any) -> ImportResult: ...
+    def send_example(self, app: str | None, endpoint_id: int, event_type: str) -> SendResult: ...
 
 
 def add_remote_options(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
@@ -351,6 +361,29 @@ class ApiBackend:
             for chunk in chunks
         )
         return ReplayOutcome(matched=None, requeued=requeued)
+
+    def event_types(self, *, include_archived: bool) -> list[EventType]:
+        return list(self.client.iter_event_types(include_archived=include_archived))
+
+    def event_type(self, name: str) -> EventType:
+        return self.client.get_event_type(name)
+
+    def event_type_version(self, name: str, version: int) -> EventTypeVersion:
+        return self.client.get_event_type_version(name, version)
+
+    def create_event_type(self, name: str, fields: Mapping[str, Any]) -> EventType:
+        return self.client.create_event_type(name, **fields)
+
+    def update_event_type(self, name: str, changes: Mapping[str, Any]) -> EventType:
+        return self.client.update_event_type(name, **changes)
+
+    def import_event_types(self, document: Any) -> ImportResult:
+        if not isinstance(document, dict):
+            raise UsageError("the document must be a JSON object")
+        return self.client.import_event_types(document)
+
+    def send_example(self, app: str | None, endpoint_id: int, event_type: str) -> SendResult:
+        return self._in(app).send_example(endpoint_id, event_type)
 
 
 # Replays go through the use case (or the API) this many messages at a time: its limit for
@@ -676,6 +709,74 @@ class DatabaseBackend:
             requeued += replay_dead_letters(db, message_ids=chunk, app_id=chosen.id).requeued
             progress(start + len(chunk), len(wanted))
         return ReplayOutcome(matched=len(wanted), requeued=requeued)
+
+    def event_types(self, *, include_archived: bool) -> list[EventType]:
+        from tidings.client.models import EventType
+        from tidings.logic import event_types
+
+        return [
+            as_api_answer(EventType, t)
+            for t in _every(
+                lambda c: event_types.list_event_types(
+                    self.where.db, cursor=c, limit=100, include_archived=include_archived
+                )
+            )
+        ]
+
+    def event_type(self, name: str) -> EventType:
+        from tidings.client.models import EventType
+        from tidings.logic import event_types
+
+        return as_api_answer(EventType, event_types.get_event_type(self.where.db, name))
+
+    def event_type_version(self, name: str, version: int) -> EventTypeVersion:
+        from tidings.client.models import EventTypeVersion
+        from tidings.logic import event_types
+
+        found = event_types.get_version(self.where.db, name, version)
+        return as_api_answer(EventTypeVersion, found)
+
+    def create_event_type(self, name: str, fields: Mapping[str, Any]) -> EventType:
+        from tidings.client.models import EventType
+        from tidings.logic import event_types
+
+        created = event_types.create_event_type(
+            self.where.db, {"name": name, **fields}, settings=self.where.settings
+        )
+        return as_api_answer(EventType, created)
+
+    def update_event_type(self, name: str, changes: Mapping[str, Any]) -> EventType:
+        from tidings.client.models import EventType
+        from tidings.logic import event_types
+
+        changed = event_types.update_event_type(
+            self.where.db, name, changes, settings=self.where.settings
+        )
+        return as_api_answer(EventType, changed)
+
+    def import_event_types(self, document: Any) -> ImportResult:
+        from tidings.client.models import ImportResult
+        from tidings.logic import event_types
+
+        result = event_types.import_document(self.where.db, document, settings=self.where.settings)
+        return as_api_answer(ImportResult, result)
+
+    def send_example(self, app: str | None, endpoint_id: int, event_type: str) -> SendResult:
+        from tidings.client.models import SendResult
+        from tidings.logic import event_types
+
+        chosen = self._app(app)
+        name, event_id, message_id = event_types.send_example(
+            self.where.db,
+            endpoint_id,
+            event_type,
+            app_id=chosen.id,
+            application=None if app is None else chosen.uid,
+            settings=self.where.settings,
+        )
+        return SendResult(
+            event_type=name, event_id=event_id, created=True, message_ids=[message_id]
+        )
 
 
 DEV_PORTAL_URL = "http://127.0.0.1:8080/portal"

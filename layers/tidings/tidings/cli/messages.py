@@ -153,7 +153,11 @@ def run_show(args: argparse.Namespace) -> int:
     facts = [
         ("message", found.id),
         ("endpoint", found.endpoint_id),
-        ("event", f"{found.event_type} {found.event_id}"),
+        (
+            "event",
+            f"{found.event_type} {found.event_id}"
+            + (" (an example from the event catalog)" if found.example else ""),
+        ),
         ("status", found.status),
         ("attempts", f"{found.attempts} of {found.max_attempts or 'the default'}"),
         ("created", when(found.created_at)),

@@ -45,7 +45,11 @@ from tidings.client.models import (
     EndpointHealth,
     EndpointPage,
     EventToSend,
+    EventType,
+    EventTypePage,
+    EventTypeVersion,
     FilterTestResult,
+    ImportResult,
     Message,
     MessageDetail,
     MessagePage,
@@ -541,6 +545,98 @@ class Client:
         """Refuse a token from now on (on AWS within the authorizer's 60 s cache)."""
         return self._call(Token, "DELETE", f"/v1/tokens/{_id(token_id)}")
 
+    def send_example(self, endpoint_id: int, event_type: str) -> SendResult:
+        """Send the catalogued type's first example to the endpoint, as a real, signed message
+        marked as an example."""
+        path = self._in_app(f"/endpoints/{_id(endpoint_id)}/send-example")
+        return self._call(SendResult, "POST", path, body={"event_type": event_type})
+
+    # -- the event-type catalog ----------------------------------------------------------------
+
+    def create_event_type(
+        self,
+        name: str,
+        *,
+        description: str | None = None,
+        schema: Any = None,
+        examples: Sequence[Any] | None = None,
+        deprecated: bool | None = None,
+        archived: bool | None = None,
+        validate_payloads: bool | None = None,
+    ) -> EventType:
+        """A new catalog entry (an admin token's): its JSON Schema (draft 2020-12) and examples
+        are checked before it is stored."""
+        given = {
+            "name": name,
+            "description": description,
+            "schema": schema,
+            "examples": None if examples is None else list(examples),
+            "deprecated": deprecated,
+            "archived": archived,
+            "validate_payloads": validate_payloads,
+        }
+        body = {key: value for key, value in given.items() if value is not None}
+        return self._call(EventType, "POST", "/v1/event-types", body=body)
+
+    def list_event_types(
+        self,
+        *,
+        cursor: str | None = None,
+        limit: int | None = None,
+        include_archived: bool | None = None,
+    ) -> EventTypePage:
+        query = {
+            "cursor": cursor,
+            "limit": limit,
+            "include_archived": None if include_archived is None else str(include_archived).lower(),
+        }
+        return self._call(EventTypePage, "GET", "/v1/event-types", query=query)
+
+    def iter_event_types(self, *, include_archived: bool = False) -> Iterator[EventType]:
+        """The whole catalog, in the order types were added."""
+        return _pages(
+            lambda cursor: self.list_event_types(
+                cursor=cursor, limit=PAGE_SIZE, include_archived=include_archived
+            )
+        )
+
+    def get_event_type(self, name: str) -> EventType:
+        return self._call(EventType, "GET", _event_type_path(name))
+
+    def update_event_type(
+        self,
+        name: str,
+        *,
+        description: str | _Unset = UNSET,
+        schema: Any = UNSET,
+        examples: Sequence[Any] | _Unset = UNSET,
+        deprecated: bool | _Unset = UNSET,
+        archived: bool | _Unset = UNSET,
+        validate_payloads: bool | _Unset = UNSET,
+    ) -> EventType:
+        """Change the fields given (an admin token's); a new schema or new examples make a new
+        version, and ``archived=True`` archives the type."""
+        given: dict[str, Any] = {
+            "description": description,
+            "schema": schema,
+            "examples": examples if examples is UNSET else list(examples),
+            "deprecated": deprecated,
+            "archived": archived,
+            "validate_payloads": validate_payloads,
+        }
+        body = {key: value for key, value in given.items() if value is not UNSET}
+        return self._call(EventType, "PATCH", _event_type_path(name), body=body)
+
+    def get_event_type_version(self, name: str, version: int) -> EventTypeVersion:
+        """One version of a type's schema and examples."""
+        path = f"{_event_type_path(name)}/versions/{_id(version)}"
+        return self._call(EventTypeVersion, "GET", path)
+
+    def import_event_types(self, document: Mapping[str, Any]) -> ImportResult:
+        """Add or change the event types of an OpenAPI 3.1 document's ``webhooks``, all or
+        none (an admin token's)."""
+        return self._call(ImportResult, "POST", "/v1/event-types/import", body=dict(document))
+
     # -- the operators' views ------------------------------------------------------------------
 
     def deployment_status(self) -> StatusReport:
@@ -654,6 +750,10 @@ def _api_root(api_url: str) -> str:
     if not root.startswith(("https://", "http://")) or "?" in root or "#" in root:
         raise ValueError(f"the API's URL must be http(s) without query or fragment: {api_url!r}")
     return root.removesuffix("/v1")
+
+
+def _event_type_path(name: str) -> str:
+    return "/v1/event-types/" + quote(name, safe="")
 
 
 def _app_path(app: str) -> str:

@@ -27,14 +27,27 @@ class UnexpectedAnswer(TidingsError):
 class ApiError(TidingsError):
     """The API refused the request: ``status`` is the HTTP status, ``code`` the stable,
     machine-readable reason (``endpoint_not_found``, ``forbidden``, ``payload_too_large``…),
-    ``field`` the request field at fault when one is."""
+    ``field`` the request field at fault when one is; for a payload or example that does not
+    match its event type's schema, ``pointer`` (the JSON pointer of the first place inside that
+    field that does not) and ``keyword`` (the schema keyword that failed)."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        *,
+        pointer: str | None = None,
+        keyword: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.field = field
+        self.pointer = pointer
+        self.keyword = keyword
 
     def __str__(self) -> str:
         where = f" (field {self.field})" if self.field else ""
@@ -92,12 +105,14 @@ def error_for(status: int, body: Any, text: str = "") -> ApiError:
     kind = _BY_STATUS.get(status, ServerError if status >= 500 else ApiError)
     detail = body.get("error") if isinstance(body, dict) else None
     if isinstance(detail, dict) and isinstance(detail.get("code"), str):
-        field = detail.get("field")
+        field, pointer, keyword = (detail.get(k) for k in ("field", "pointer", "keyword"))
         return kind(
             status,
             detail["code"],
             str(detail.get("message") or detail["code"]),
             field if isinstance(field, str) else None,
+            pointer=pointer if isinstance(pointer, str) else None,
+            keyword=keyword if isinstance(keyword, str) else None,
         )
     message = text.strip()[:200] or f"HTTP {status}"
     return kind(status, f"http_{status}", message)

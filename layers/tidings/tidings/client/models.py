@@ -28,9 +28,13 @@ __all__ = [
     "EndpointHealth",
     "EndpointPage",
     "EventToSend",
+    "EventType",
+    "EventTypePage",
+    "EventTypeVersion",
     "FailedClause",
     "FilterTestResult",
     "HourOfAttempts",
+    "ImportResult",
     "Message",
     "MessageDetail",
     "MessagePage",
@@ -98,6 +102,8 @@ class Message:
     last_error: str | None
     last_status_code: int | None
     last_response_ms: int | None
+    # Sent by send-example: its event type's first example.
+    example: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -335,6 +341,46 @@ class CreatedToken(Token):
 class TokenPage:
     items: list[Token]
     next_cursor: str | None
+
+
+# -- the event-type catalog --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventType:
+    name: str
+    description: str
+    # A JSON Schema (draft 2020-12), or None.
+    schema: Any
+    examples: list[Any]
+    deprecated: bool
+    archived: bool
+    validate_payloads: bool
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventTypePage:
+    items: list[EventType]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventTypeVersion:
+    name: str
+    version: int
+    schema: Any
+    examples: list[Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportResult:
+    created: list[str]
+    updated: list[str]
+    unchanged: list[str]
 
 
 # -- the operators' views ----------------------------------------------------------------------

@@ -76,6 +76,20 @@ _APPLICATIONS = (
     "operational_application",
 )
 _TOKENS = ("insert_token", "list_tokens", "get_token", "revoke_token")
+# The event-type catalog (migration 0110): kept, read to validate payloads on ingest, and the
+# events "send example" makes.
+_EVENT_TYPES = (
+    "insert_event_type",
+    "lock_event_type",
+    "update_event_type",
+    "add_event_type_version",
+    "get_event_type",
+    "list_event_types",
+    "get_event_type_version",
+    "payload_validators",
+    "event_type_schema",
+    "mark_example_event",
+)
 _OPERATOR_VIEWS = (
     "health_summary",
     "application_figures",
@@ -107,7 +121,8 @@ SENDER = _role(
 )
 INGEST = _role(
     "tidings_ingest",
-    "The ingest API: applications, tokens and portal links, and in an application events, "
+    "The ingest API: applications, tokens and portal links, the event-type catalog, and in an "
+    "application events, "
     "endpoints (creating and rotating their secrets, revealing the current one through "
     "tidings.endpoint_signing_secret_v1), messages and their attempts, replay, resend and "
     "recovery; the operators' status and dead-letter views",
@@ -119,6 +134,7 @@ INGEST = _role(
     *_SECRETS_WRITER,
     *_APPLICATIONS,
     *_TOKENS,
+    *_EVENT_TYPES,
     # The API alone opens portal sessions and reveals a secret a person asks for.
     "exchange_portal_link",
     "endpoint_signing_secret",
@@ -189,7 +205,8 @@ PRUNER = _role(
 )
 OPERATOR = _role(
     "tidings_operator",
-    "People with the tidings CLI: status, applications, tokens and portal links, endpoints "
+    "People with the tidings CLI: status, applications, tokens and portal links, the event-type "
+    "catalog, endpoints "
     "(creating and rotating secrets, never revealing one), sending, messages, dead letters, "
     "replay, resend and recovery, the dev runtime and the demo",
     "enqueue_event",
@@ -203,6 +220,7 @@ OPERATOR = _role(
     *_SECRETS_WRITER,
     *_APPLICATIONS,
     *_TOKENS,
+    *_EVENT_TYPES,
 )
 
 ROLES: tuple[DatabaseRole, ...] = (

@@ -45,12 +45,25 @@ class Action(enum.StrEnum):
     READ_EVERY_APPLICATION = "read_every_application"
     # Trying a content filter on a payload: it reads and changes nothing.
     TEST_FILTERS = "test_filters"
+    # The event-type catalog is the deployment's, shared by every application: every token
+    # reads it, admin tokens alone change it.
+    READ_EVENT_TYPES = "read_event_types"
+    MANAGE_EVENT_TYPES = "manage_event_types"
+    # Send a catalogued type's example to one of the application's endpoints.
+    SEND_EXAMPLES = "send_examples"
 
 
 ALLOWED: Mapping[Scope, frozenset[Action]] = {
     # Opening a portal session is what a link does; no other token does it.
     Scope.ADMIN: frozenset(Action) - {Action.OPEN_PORTAL_SESSION},
-    Scope.PRODUCER: frozenset({Action.SEND_EVENTS, Action.READ_MESSAGES, Action.TEST_FILTERS}),
+    Scope.PRODUCER: frozenset(
+        {
+            Action.SEND_EVENTS,
+            Action.READ_MESSAGES,
+            Action.TEST_FILTERS,
+            Action.READ_EVENT_TYPES,
+        }
+    ),
     Scope.APP: frozenset(
         {
             Action.SEND_EVENTS,
@@ -62,6 +75,8 @@ ALLOWED: Mapping[Scope, frozenset[Action]] = {
             Action.READ_APPLICATION,
             Action.MAKE_PORTAL_LINKS,
             Action.TEST_FILTERS,
+            Action.READ_EVENT_TYPES,
+            Action.SEND_EXAMPLES,
         }
     ),
     Scope.APP_READ: frozenset(
@@ -70,6 +85,7 @@ ALLOWED: Mapping[Scope, frozenset[Action]] = {
             Action.READ_ENDPOINTS,
             Action.READ_APPLICATION,
             Action.TEST_FILTERS,
+            Action.READ_EVENT_TYPES,
         }
     ),
     Scope.PORTAL_LINK: frozenset({Action.OPEN_PORTAL_SESSION}),

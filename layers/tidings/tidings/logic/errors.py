@@ -17,6 +17,17 @@ class InvalidInput(UseCaseError):
     """An argument is well-formed but not acceptable (bad URL, unknown endpoint, bad range)."""
 
 
+class PayloadMismatch(InvalidInput):
+    """A payload (or an example) does not match its event type's schema: ``pointer`` is the
+    JSON pointer, inside the value at ``field``, of the first place that does not, ``keyword``
+    the schema keyword that failed there."""
+
+    def __init__(self, code: str, message: str, field: str, pointer: str, keyword: str) -> None:
+        super().__init__(code, message, field)
+        self.pointer = pointer
+        self.keyword = keyword
+
+
 class NotFound(UseCaseError):
     """The thing named does not exist (or was deleted, or the caller may not know of it: a
     token of one application is told that another application's things do not exist)."""

@@ -16,6 +16,7 @@ from tidings.dal.connection import Database
 from tidings.logic.channels import check_channels
 from tidings.logic.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from tidings.logic.operational import refuse_operational
+from tidings.logic.payload_validation import SentPayload, check_payloads
 from tidings.logic.validation import MAX_TEXT, check_id, clean_text, payload_json
 
 MAX_BATCH = 100
@@ -61,14 +62,13 @@ def send_event(
     refuse_operational(application, cfg.operational_application, "be sent events")
     spec = EventSpec(event_type, payload, event_id, endpoint_ids, channels)
     new = _checked(spec, "", cfg)
-    outcome = _at_window_end(
-        lambda: [
-            db.run(
-                lambda cur: dal.enqueue_event(cur, new, application=application), transaction=True
-            )
-        ],
-        application,
-    )[0]
+    sent = [SentPayload(new.event_type, payload, "payload")]
+
+    def record(cur: Any) -> dal.Enqueued:
+        check_payloads(cur, sent)
+        return dal.enqueue_event(cur, new, application=application)
+
+    outcome = _at_window_end(lambda: [db.run(record, transaction=True)], application)[0]
     return _result(new, outcome)
 
 
@@ -88,12 +88,18 @@ def send_events(
     cfg = settings or get_settings()
     refuse_operational(application, cfg.operational_application, "be sent events")
     new = [_checked(spec, f"events[{i}].", cfg) for i, spec in enumerate(events)]
-    outcomes = _at_window_end(
-        lambda: db.run(
-            lambda cur: dal.enqueue_batch(cur, new, application=application), transaction=True
-        ),
-        application,
-    )
+    sent = [
+        SentPayload(checked.event_type, spec.payload, f"events[{i}].payload")
+        for i, (spec, checked) in enumerate(zip(events, new, strict=True))
+    ]
+
+    def record(cur: Any) -> list[dal.Enqueued]:
+        # Every payload is checked before the batch is recorded: one that does not match its
+        # type's schema refuses the whole batch.
+        check_payloads(cur, sent)
+        return dal.enqueue_batch(cur, new, application=application)
+
+    outcomes = _at_window_end(lambda: db.run(record, transaction=True), application)
     return [_result(event, outcome) for event, outcome in zip(new, outcomes, strict=True)]
 
 

@@ -42,6 +42,8 @@ class Message(BaseModel):
     last_error: str | None
     last_status_code: int | None
     last_response_ms: int | None
+    # Sent by send-example: the first example of its event type's catalog entry.
+    example: bool
 
 
 class Attempt(BaseModel):

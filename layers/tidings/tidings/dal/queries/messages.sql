@@ -6,7 +6,8 @@
 -- moment).
 SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status, m.attempts,
        m.max_attempts, m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at,
-       m.last_error, m.last_status_code, m.last_response_ms, ev.payload::text AS payload,
+       m.last_error, m.last_status_code, m.last_response_ms, ev.example,
+       ev.payload::text AS payload,
        coalesce(ev.channels, '{}') AS channels, m.lease_token IS NOT NULL AS leased,
        e.enabled AS endpoint_enabled, e.deleted_at IS NOT NULL AS endpoint_deleted,
        e.disabled_reason, e.rate_limit_per_s, e.max_in_flight,
@@ -56,7 +57,7 @@ ORDER BY h.attempted_at, h.attempt_number, h.id
 -- (since inclusive, until exclusive); one extra row tells whether a next page exists.
 SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status, m.attempts,
        m.max_attempts, m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at,
-       m.last_error, m.last_status_code, m.last_response_ms
+       m.last_error, m.last_status_code, m.last_response_ms, ev.example
 FROM tidings.messages m
 JOIN tidings.events ev ON ev.id = m.event_ref
 JOIN tidings.endpoints e ON e.id = m.endpoint_id
@@ -152,7 +153,7 @@ now_is AS (
 )
 SELECT n.id, n.endpoint_id, n.event_type, ev.event_id, n.status::text AS status, n.attempts,
        n.max_attempts, n.created_at, n.next_attempt_at, n.delivered_at, n.dead_lettered_at,
-       n.last_error, n.last_status_code, n.last_response_ms,
+       n.last_error, n.last_status_code, n.last_response_ms, ev.example,
        EXISTS (SELECT 1 FROM resent) AS resent, t.endpoint_open, t.endpoint_deleted
 FROM now_is n
 JOIN target t ON t.id = n.id

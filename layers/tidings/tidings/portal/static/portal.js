@@ -16,6 +16,9 @@
   var STORAGE_KEY = "tidings.portal.session";
   var ENDED_MESSAGE = "This portal link has expired or was already used. Ask for a new link.";
   var ENDPOINT_PAGE = 100;
+  var CATALOG_PAGE = 100;
+  // How deep the catalog's schema view follows nested objects and arrays.
+  var SCHEMA_DEPTH = 4;
   var MESSAGE_PAGE = 50;
   var MAX_TIMER_MS = 2147483000;
   var SVG_NS = "http://www.w3.org/2000/svg";
@@ -53,6 +56,8 @@
     deliveries: { filter: {}, cursor: null, loaded: false },
     message: null,
     dead: { endpointId: "", cursor: null, items: [], selected: new Set() },
+    // The deployment's event types (archived ones are never shown).
+    catalog: { items: [], loaded: false, loading: null },
   };
 
   // -- small helpers ------------------------------------------------------------------------
@@ -100,6 +105,8 @@
     if (!Array.isArray(children)) children = [children];
     children.forEach(function (child) {
       if (child === null || child === undefined || child === false) return;
+      // A list among the children stands for its items.
+      if (Array.isArray(child)) return appendAll(node, child);
       node.appendChild(typeof child === "object" ? child : document.createTextNode(String(child)));
     });
   }
@@ -562,6 +569,8 @@
     $("ended").hidden = true;
     $("main").hidden = false;
     selectTab("endpoints", false);
+    // The catalog offers its types in the endpoint forms; without it they stay free text.
+    loadCatalog().catch(reportAs("Event catalog"));
   }
 
   // -- tabs ---------------------------------------------------------------------------------
@@ -592,6 +601,8 @@
       }).catch(reportAs("Dead letters"));
     } else if (name === "health") {
       withEndpoints(loadHealth).catch(reportAs("Health"));
+    } else if (name === "catalog") {
+      loadCatalog().catch(reportAs("Event catalog"));
     }
   }
 
@@ -735,6 +746,7 @@
     } else {
       form.reset();
     }
+    syncTypePicker("new-endpoint");
   }
 
   async function createEndpoint(event) {
@@ -879,7 +891,9 @@
       $("edit-endpoint-channels").value = (endpoint.channels || []).join(", ");
       $("edit-endpoint-filter").value = endpoint.filter ? JSON.stringify(endpoint.filter, null, 2) : "";
       $("edit-endpoint-preview-result").textContent = "";
+      syncTypePicker("edit-endpoint");
     }
+    $("send-example-result").textContent = "";
   }
 
   /** The redacted static headers, as the API shows them (never a value in clear). */
@@ -1202,6 +1216,262 @@
     }
   }
 
+
+  // -- event catalog ------------------------------------------------------------------------
+
+  /** Loads the catalog; a call while a load is under way waits for that one. */
+  function loadCatalog() {
+    if (!state.catalog.loading) {
+      state.catalog.loading = fetchCatalog().finally(function () {
+        state.catalog.loading = null;
+      });
+    }
+    return state.catalog.loading;
+  }
+
+  async function fetchCatalog() {
+    var items = [];
+    var cursor = null;
+    do {
+      var query = new URLSearchParams({ limit: String(CATALOG_PAGE) });
+      if (cursor) query.set("cursor", cursor);
+      // The catalog is the deployment's, not the application's.
+      var page = await api("GET", "v1/event-types?" + query.toString(), undefined, true);
+      items = items.concat(page.items || []);
+      cursor = page.next_cursor || null;
+    } while (cursor);
+    state.catalog.items = items.filter(function (entry) {
+      return !entry.archived;
+    });
+    state.catalog.loaded = true;
+    renderCatalog();
+    renderTypePicker("new-endpoint");
+    renderTypePicker("edit-endpoint");
+    fillSendExample();
+  }
+
+  function renderCatalog() {
+    var list = $("catalog-list");
+    clear(list);
+    state.catalog.items.forEach(function (entry) {
+      list.appendChild(catalogCard(entry));
+    });
+    $("catalog-empty").hidden = state.catalog.items.length > 0;
+  }
+
+  function catalogCard(entry) {
+    var examples = entry.examples || [];
+    return h(
+      "article",
+      { class: "card catalog-entry", testid: "catalog-entry", "data-event-type": entry.name },
+      [
+        h("h3", { class: "mono break" }, [
+          entry.name,
+          entry.deprecated
+            ? [" ", h("span", { class: "badge badge-warn", testid: "deprecated-badge" }, "deprecated")]
+            : null,
+        ]),
+        h("p", { testid: "catalog-description" }, text(entry.description)),
+        h("h4", null, "Payload"),
+        schemaView(entry.schema),
+        examples.length ? h("h4", null, examples.length > 1 ? "Examples" : "Example") : null,
+        examples.map(function (example) {
+          return h("pre", { class: "code", tabindex: "0", testid: "catalog-example" }, pretty(example));
+        }),
+        h("p", { class: "hint" }, "Version " + entry.version + " of its schema"),
+      ]
+    );
+  }
+
+  function pretty(value) {
+    try {
+      return JSON.stringify(value, null, 2);
+    } catch (_cycle) {
+      return String(value);
+    }
+  }
+
+  /** A schema as a table of its fields (dotted paths into objects, [] into arrays), with the
+   * schema itself beneath, folded. */
+  function schemaView(schema) {
+    if (schema === null || schema === undefined) {
+      return h("p", { class: "hint", testid: "catalog-no-schema" }, "No schema is given for this event type.");
+    }
+    var rows = [];
+    schemaRows(schema, schema, "", true, 0, rows);
+    var table = rows.length
+      ? h("div", { class: "table-wrap" }, [
+          h("table", { class: "table schema-table", testid: "catalog-fields" }, [
+            h("thead", null, h("tr", null, [
+              h("th", { scope: "col" }, "Field"),
+              h("th", { scope: "col" }, "Type"),
+              h("th", { scope: "col" }, "Required"),
+              h("th", { scope: "col" }, "Description"),
+            ])),
+            h("tbody", null, rows.map(function (row) {
+              return h("tr", { testid: "catalog-field", "data-field": row.path }, [
+                h("td", { class: "mono break" }, row.path),
+                h("td", null, row.type),
+                h("td", null, row.required ? "yes" : "no"),
+                h("td", { class: "break" }, text(row.description)),
+              ]);
+            })),
+          ]),
+        ])
+      : h("p", null, "Type: " + describeType(schema, schema));
+    return h("div", { class: "schema" }, [
+      table,
+      h("details", null, [
+        h("summary", null, "JSON Schema"),
+        h("pre", { class: "code", tabindex: "0", testid: "catalog-schema" }, pretty(schema)),
+      ]),
+    ]);
+  }
+
+  /** The schema a local reference ("#/$defs/…") points at, else the schema itself. */
+  function resolved(root, schema) {
+    var seen = 0;
+    while (schema && typeof schema === "object" && typeof schema.$ref === "string" && seen < 8) {
+      var ref = schema.$ref;
+      if (ref.indexOf("#/") !== 0) return schema;
+      var found = root;
+      ref.slice(2).split("/").forEach(function (part) {
+        var key = part.replace(/~1/g, "/").replace(/~0/g, "~");
+        found = found && typeof found === "object" ? found[key] : undefined;
+      });
+      if (found === undefined) return schema;
+      schema = found;
+      seen += 1;
+    }
+    return schema;
+  }
+
+  function schemaRows(root, schema, prefix, required, depth, rows) {
+    schema = resolved(root, schema);
+    if (!schema || typeof schema !== "object" || depth > SCHEMA_DEPTH) return;
+    var properties = schema.properties;
+    if (properties && typeof properties === "object") {
+      var needed = Array.isArray(schema.required) ? schema.required : [];
+      Object.keys(properties).forEach(function (name) {
+        var child = resolved(root, properties[name]);
+        var path = prefix ? prefix + "." + name : name;
+        rows.push({
+          path: path,
+          type: describeType(root, child),
+          required: needed.indexOf(name) >= 0,
+          description: child && typeof child === "object" ? child.description : null,
+        });
+        schemaRows(root, child, path, needed.indexOf(name) >= 0, depth + 1, rows);
+      });
+    } else if (schema.items && typeof schema.items === "object" && prefix) {
+      schemaRows(root, schema.items, prefix + "[]", required, depth + 1, rows);
+    }
+  }
+
+  function describeType(root, schema) {
+    schema = resolved(root, schema);
+    if (schema === true) return "anything";
+    if (!schema || typeof schema !== "object") return "—";
+    if (Object.prototype.hasOwnProperty.call(schema, "const")) return "exactly " + JSON.stringify(schema.const);
+    if (Array.isArray(schema.enum)) {
+      return "one of " + schema.enum.map(function (v) { return JSON.stringify(v); }).join(", ");
+    }
+    var type = Array.isArray(schema.type) ? schema.type.join(" or ") : schema.type;
+    if (type === "array" && schema.items && typeof schema.items === "object") {
+      return "array of " + describeType(root, schema.items);
+    }
+    var choices = schema.oneOf || schema.anyOf;
+    if (!type && Array.isArray(choices)) {
+      return choices.map(function (choice) { return describeType(root, choice); }).join(" or ");
+    }
+    return (type || "any") + (schema.format ? " (" + schema.format + ")" : "");
+  }
+
+  /** The catalog's types as check boxes beside an endpoint form's event types, which stay free
+   * text (and the only way while the catalog is empty). */
+  function renderTypePicker(prefix) {
+    var options = $(prefix + "-type-options");
+    clear(options);
+    state.catalog.items.forEach(function (entry) {
+      var id = prefix + "-type-" + entry.name;
+      options.appendChild(
+        h("span", { class: "type-option" }, [
+          h("input", {
+            type: "checkbox",
+            id: id,
+            value: entry.name,
+            testid: "type-option",
+            "data-event-type": entry.name,
+            onchange: function (event) {
+              pickType(prefix, entry.name, event.target.checked);
+            },
+          }),
+          " ",
+          h("label", { for: id, class: "mono", title: entry.description || "" }, entry.name),
+        ])
+      );
+    });
+    $(prefix + "-type-picker").hidden = state.catalog.items.length === 0;
+    syncTypePicker(prefix);
+  }
+
+  function chosenTypes(prefix) {
+    return splitEventTypes($(prefix + "-event-types").value).filter(function (type) {
+      return type !== "*";
+    });
+  }
+
+  function pickType(prefix, name, picked) {
+    var types = chosenTypes(prefix).filter(function (type) {
+      return type !== name;
+    });
+    if (picked) types.push(name);
+    $(prefix + "-event-types").value = types.join(", ");
+  }
+
+  function syncTypePicker(prefix) {
+    var types = chosenTypes(prefix);
+    document.querySelectorAll("#" + prefix + "-type-options input").forEach(function (box) {
+      box.checked = types.indexOf(box.value) >= 0;
+    });
+  }
+
+  function fillSendExample() {
+    var select = $("send-example-type");
+    var kept = select.value;
+    clear(select);
+    var usable = state.catalog.items.filter(function (entry) {
+      return (entry.examples || []).length > 0;
+    });
+    usable.forEach(function (entry) {
+      select.appendChild(h("option", { value: entry.name }, entry.name));
+    });
+    if (kept) select.value = kept;
+    $("send-example-form").hidden = state.readOnly || usable.length === 0;
+  }
+
+  async function sendExample(event) {
+    event.preventDefault();
+    var endpoint = state.endpoint;
+    var type = $("send-example-type").value;
+    if (!endpoint || !type) return;
+    var button = $("send-example-submit");
+    var result = $("send-example-result");
+    button.disabled = true;
+    result.textContent = "";
+    try {
+      var sent = await api("POST", "/endpoints/" + endpoint.id + "/send-example", { event_type: type });
+      var id = (sent.message_ids || [])[0];
+      result.appendChild(document.createTextNode("Sent " + type + " as "));
+      result.appendChild(messageButton({ id: id, event_type: type }));
+      say("Example of " + type + " sent to the endpoint.", "ok");
+    } catch (error) {
+      report(error, "The example was not sent");
+    } finally {
+      button.disabled = false;
+    }
+  }
+
   // -- deliveries ---------------------------------------------------------------------------
 
   function readDeliveryFilter() {
@@ -1267,7 +1537,12 @@
       { testid: "delivery-row", "data-message-id": message.id, "data-status": message.status },
       [
         h("td", { class: "nowrap" }, messageButton(message)),
-        h("td", { class: "break" }, message.event_type),
+        h("td", { class: "break" }, [
+          message.event_type,
+          message.example
+            ? [" ", h("span", { class: "badge badge-info", testid: "example-badge" }, "example")]
+            : null,
+        ]),
         h("td", null, statusBadge(message.status)),
         h(
           "td",
@@ -1313,6 +1588,7 @@
       ["Status", statusBadge(message.status)],
       ["Event type", message.event_type],
       ["Event ID", message.event_id],
+      ["Sent as", message.example ? "An example from the event catalog" : "An event"],
       ["Endpoint", endpointLabel(message.endpoint_id)],
       [
         "Attempts",
@@ -1803,6 +2079,16 @@
       if (ids.length) replay({ message_ids: ids });
     });
     $("replay-window-form").addEventListener("submit", replayWindow);
+
+    $("catalog-refresh").addEventListener("click", function () {
+      loadCatalog().catch(reportAs("Event catalog"));
+    });
+    ["new-endpoint", "edit-endpoint"].forEach(function (prefix) {
+      $(prefix + "-event-types").addEventListener("input", function () {
+        syncTypePicker(prefix);
+      });
+    });
+    $("send-example-form").addEventListener("submit", sendExample);
 
     $("health-refresh").addEventListener("click", function () {
       loadEndpoints(true).then(loadHealth).catch(reportAs("Health"));
