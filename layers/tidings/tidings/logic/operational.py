@@ -3,7 +3,7 @@
 They are events of one application, the deployment's operational application
 (``TIDINGS_OPERATIONAL_APPLICATION``), delivered to the endpoints subscribed there like any
 other event. The database writes them, each in the transaction of the change it reports
-(``tidings.emit_lifecycle_v1``, migrations 0120 and 0121): this module names them and holds the
+(``tidings.emit_lifecycle_v1``, migration 0120): this module names them and holds the
 JSON Schema of each payload (``operational_events/<type>.json``), which a catalog of event types
 can load.
 """

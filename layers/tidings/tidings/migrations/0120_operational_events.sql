@@ -30,48 +30,79 @@ INSERT INTO tidings.settings (name, text_value) VALUES ('operational_application
 INSERT INTO tidings.settings (name, value) VALUES ('operational_failing_attempt', 4);
 
 -- emit_lifecycle_v1: records operational events as events of the operational application,
--- through enqueue_batch (so fan-out, channels, filters and the idempotency key apply). Each
+-- through enqueue_batch's fan-out (so channels, filters and the idempotency key apply). Each
 -- element names: event_type, event_id (derived from the change, so a statement sent again after
 -- a lost connection makes no second event), application_id, application_uid, endpoint_id,
 -- endpoint_url, and data (the fields of its type). The payload is the four common fields and
 -- data; the element carries channels = [application_uid], so that an operational endpoint can
 -- take one application's events. Events about the operational application's own endpoints are
 -- dropped (no loops), and so is everything while the operational application is missing or
--- deleted: reporting must never fail the change it reports.
+-- deleted: reporting must never fail the change it reports. For the same reason an event whose
+-- payload is over the deployment's payload limit (TIDINGS_MAX_PAYLOAD_BYTES, which enqueue_batch
+-- holds producers' events to; an endpoint's long URL or many event types can pass a limit set
+-- low) is left out and named in a warning, measured as enqueue_batch measures (0091), so that
+-- what is written is never refused (it would fail the person's change, or every outcome of the
+-- sender's batch). The events are written by enqueue_into_v1 (0100), past the refusal that keeps
+-- every caller of enqueue_batch out of the operational application (0124).
 CREATE FUNCTION tidings.emit_lifecycle_v1(p_events jsonb) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_uid    text;
-    v_events jsonb;
+    v_uid     text;
+    v_app_id  bigint;
+    v_limit   bigint;
+    v_events  jsonb;
+    v_skipped text;
 BEGIN
     IF p_events IS NULL OR jsonb_typeof(p_events) <> 'array' OR jsonb_array_length(p_events) = 0 THEN
         RETURN 0;
     END IF;
-    SELECT s.text_value INTO v_uid
+    SELECT s.text_value, a.id INTO v_uid, v_app_id
     FROM tidings.settings s
     JOIN tidings.applications a ON a.uid = s.text_value AND a.deleted_at IS NULL
-    WHERE s.name = 'operational_application';
+    WHERE s.name = 'operational_application'
+    -- Held as enqueue_batch holds an application: a deletion waits for this transaction.
+    FOR KEY SHARE OF a;
     IF v_uid IS NULL THEN
         RETURN 0;
     END IF;
+    SELECT s.value INTO v_limit FROM tidings.settings s WHERE s.name = 'max_payload_bytes';
     SELECT jsonb_agg(jsonb_build_object(
-               'event_type', e ->> 'event_type',
-               'event_id', e ->> 'event_id',
-               'channels', jsonb_build_array(e ->> 'application_uid'),
-               'payload', jsonb_build_object(
-                              'application_id', (e ->> 'application_id')::bigint,
-                              'application_uid', e ->> 'application_uid',
-                              'endpoint_id', (e ->> 'endpoint_id')::bigint,
-                              'endpoint_url', e ->> 'endpoint_url')
-                          || coalesce(e -> 'data', '{}'::jsonb))
-           ORDER BY ord)
-    INTO v_events
-    FROM jsonb_array_elements(p_events) WITH ORDINALITY AS input (e, ord)
-    WHERE e ->> 'application_uid' IS DISTINCT FROM v_uid;
+               'event_type', b.event_type, 'event_id', b.event_id,
+               'channels', jsonb_build_array(b.application_uid), 'payload', b.payload)
+               ORDER BY b.ord) FILTER (WHERE b.fits),
+           string_agg(b.event_type || ' ' || b.event_id, ', ' ORDER BY b.ord)
+               FILTER (WHERE NOT b.fits)
+    INTO v_events, v_skipped
+    FROM (
+        SELECT p.*,
+               -- jsonb's text only adds spaces to the compact text: within the limit, it fits;
+               -- over twice the limit, it cannot; in between, the exact count decides.
+               octet_length(p.payload::text) <= v_limit
+               OR (octet_length(p.payload::text) <= 2 * v_limit
+                   AND tidings.compact_json_bytes(p.payload::text) <= v_limit) AS fits
+        FROM (
+            SELECT input.ord, e ->> 'event_type' AS event_type, e ->> 'event_id' AS event_id,
+                   e ->> 'application_uid' AS application_uid,
+                   jsonb_build_object(
+                       'application_id', (e ->> 'application_id')::bigint,
+                       'application_uid', e ->> 'application_uid',
+                       'endpoint_id', (e ->> 'endpoint_id')::bigint,
+                       'endpoint_url', e ->> 'endpoint_url')
+                   || coalesce(e -> 'data', '{}'::jsonb) AS payload
+            FROM jsonb_array_elements(p_events) WITH ORDINALITY AS input (e, ord)
+            WHERE e ->> 'application_uid' IS DISTINCT FROM v_uid
+        ) p
+    ) b;
+    IF v_skipped IS NOT NULL THEN
+        RAISE WARNING 'tidings.emit_lifecycle_v1: over the payload limit of % bytes, not recorded: %',
+            v_limit, v_skipped;
+    END IF;
     IF v_events IS NULL THEN
         RETURN 0;
     END IF;
-    PERFORM 1 FROM tidings.enqueue_batch(v_events, v_uid);
+    -- Straight into the operational application, which enqueue_batch refuses to everyone else
+    -- (0124).
+    PERFORM 1 FROM tidings.enqueue_into_v1(v_events, v_app_id, v_uid);
     RETURN jsonb_array_length(v_events);
 END $$;
 
@@ -95,7 +126,9 @@ $$;
 -- The candidates are read off rows the statement writes anyway, filtered to those few; a batch
 -- in which nothing crosses a threshold builds no event and calls nothing more. Run again after a
 -- lost connection, it writes nothing again, so it reports nothing again (and the event ids,
--- derived from the change, are the idempotency key besides).
+-- derived from the change, are the idempotency key besides); in particular an endpoint that
+-- answered 410 is disabled only for an attempt this call logs, so outcomes recorded again do not
+-- disable a second time an endpoint a person re-enabled in between.
 CREATE OR REPLACE FUNCTION tidings.record_outcomes_v1(
     p_outcomes jsonb,
     p_health_endpoint_ids bigint[],
@@ -244,6 +277,9 @@ BEGIN
         SET enabled = false, disabled_reason = d.reason, disabled_at = now(), updated_at = now()
         FROM unnest(p_disable_ids, p_disable_reasons) AS d(id, reason)
         WHERE e.id = d.id AND e.enabled
+          -- For an attempt logged now, as the health summaries count (a batch written a second
+          -- time disables nothing).
+          AND (e.id IN (SELECT l.endpoint_id FROM logged l) OR NOT EXISTS (SELECT 1 FROM outcome))
         RETURNING e.id, e.app_id, e.url, e.disabled_reason, e.disabled_at
     ),
     message_change AS (

@@ -5,7 +5,7 @@
 -- tidings.enqueue_batch refuses it too, so that tidings.enqueue, enqueue_event and enqueue_batch,
 -- which producers' logins may execute, cannot do it either (SQLSTATE 42501,
 -- insufficient_privilege, DETAIL 'application'). Tidings' own operational events go through
--- tidings.enqueue_into_v1 (0100, 0121), which no role may call.
+-- tidings.enqueue_into_v1 (0100, 0120), which no role may call.
 --
 -- enqueue_batch as in 0100_filters_and_channels.sql, with that refusal; replaced in place (same
 -- arguments, so grants stay), its attributes stated again.
