@@ -242,6 +242,29 @@ def test_validate_payloads_needs_a_schema(api: Api) -> None:
     assert reply.error["field"] == "validate_payloads"
 
 
+def test_a_reference_loop_is_refused_on_write_or_on_ingest_never_a_server_error(
+    api: Api, db: Database
+) -> None:
+    endless = api.post("/v1/event-types", {"name": "endless", "schema": {"$ref": "#"}})
+    assert endless.status == 422, endless.raw
+    assert endless.error["code"] == "invalid_schema"
+    # Only payloads holding "loop" meet this one: the schema is taken, such payloads refused.
+    schema = {
+        "type": "object",
+        "properties": {"loop": {"$ref": "#/$defs/again"}},
+        "$defs": {"again": {"$ref": "#/$defs/again"}},
+    }
+    created = api.post(
+        "/v1/event-types", {"name": "looping", "schema": schema, "validate_payloads": True}
+    )
+    assert created.status == 201, created.raw
+    assert api.post("/v1/events", {"event_type": "looping", "payload": {"a": 1}}).status == 202
+    refused = api.post("/v1/events", {"event_type": "looping", "payload": {"loop": 1}})
+    assert refused.status == 422, refused.raw
+    assert refused.error["keyword"] == "$ref"
+    assert producer_events(db) == 1
+
+
 @pytest.mark.parametrize("scope", [Scope.APP, Scope.APP_READ, Scope.PRODUCER])
 def test_only_admin_tokens_change_the_catalog_and_every_token_reads_it(
     api: Api, db: Database, scope: Scope

@@ -73,6 +73,55 @@ def test_a_reference_outside_the_schema_is_never_fetched() -> None:
     assert failure is not None and failure.keyword == "$ref"
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$ref": "#"},
+        {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}},
+        {"allOf": [{"$ref": "#"}]},
+    ],
+)
+def test_references_that_loop_whatever_the_payload_are_refused_on_write(
+    schema: dict[str, Any],
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check_schema(schema)
+    assert refused.value.code == "invalid_schema"
+    assert "$ref" in refused.value.message
+
+
+def test_a_schema_nested_too_deeply_to_check_is_refused_not_a_crash() -> None:
+    schema: Any = True
+    for _ in range(400):
+        schema = {"not": schema}
+    with pytest.raises(InvalidInput) as refused:
+        check_schema(schema)
+    assert refused.value.code == "invalid_schema"
+
+
+def test_a_payload_that_reaches_a_reference_loop_is_refused_naming_ref() -> None:
+    # Only payloads holding "a" meet the loop, so the schema itself is taken.
+    schema = {
+        "properties": {"a": {"$ref": "#/$defs/loop"}},
+        "$defs": {"loop": {"$ref": "#/$defs/loop"}},
+    }
+    check_schema(schema)
+    validator = compile_schema(schema)
+    assert first_failure(validator, {"b": 1}) is None
+    failure = first_failure(validator, {"a": 1})
+    assert failure is not None and failure.keyword == "$ref" and failure.pointer == ""
+
+
+def test_a_payload_nested_deeper_than_its_recursive_schema_can_be_followed_is_refused() -> None:
+    schema = {"type": "object", "properties": {"child": {"$ref": "#"}}}
+    check_schema(schema)
+    payload: dict[str, Any] = {}
+    for _ in range(2000):
+        payload = {"child": payload}
+    failure = first_failure(compile_schema(schema), payload)
+    assert failure is not None and failure.keyword == "$ref"
+
+
 def test_format_is_an_annotation_only() -> None:
     validator = compile_schema({"type": "string", "format": "email"})
     assert first_failure(validator, "not an address") is None

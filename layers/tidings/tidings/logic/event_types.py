@@ -334,8 +334,9 @@ def _entry(
     schema = fields["schema"]
     schema_text = None
     if schema is not None:
-        check_schema(schema, f"{where}schema")
+        # Its size first: the meta-schema check reads the whole schema.
         schema_text = payload_json(schema, f"{where}schema", max_bytes=MAX_SCHEMA_BYTES)
+        check_schema(schema, f"{where}schema")
     elif flags["validate_payloads"]:
         raise InvalidInput(
             "invalid_value",

@@ -6,6 +6,10 @@ The ``jsonschema`` library does the work. Three choices make a schema mean the s
 instance and never reach out of the process:
 - references resolve within the schema itself (``#/$defs/…``) only; any other (``https://…``,
   another file) is never fetched, and a payload that reaches one is refused, naming ``$ref``;
+- references that lead back to where they started without looking into the payload (``{"$ref":
+  "#"}``) would never end: a schema where every payload meets such a loop is refused on write,
+  and a payload that reaches one further in (or that is nested deeper than its schema can be
+  followed) is refused, naming ``$ref``, instead of failing the request;
 - ``format`` is an annotation, as the draft's default vocabulary says: whether a library checks
   ``email`` or ``date-time`` depends on optional packages, so none is checked;
 - the failure reported is the one ``jsonschema.exceptions.best_match`` ranks first (the deepest,
@@ -77,6 +81,12 @@ def check_schema(schema: Any, field: str = "schema") -> None:
         )
     try:
         Draft202012Validator.check_schema(schema)
+    except RecursionError:
+        raise InvalidInput(
+            "invalid_schema",
+            f"{field} is nested too deeply to be checked against the meta-schema",
+            field,
+        ) from None
     except SchemaError as exc:
         where = json_pointer(exc.absolute_path) or "/"
         raise InvalidInput(
@@ -85,6 +95,24 @@ def check_schema(schema: Any, field: str = "schema") -> None:
             f"{exc.validator}: {_short(exc.message)}",
             field,
         ) from None
+    validator = compile_schema(schema)
+    for probe in _PROBES:
+        failure = first_failure(validator, probe)
+        if failure is not None and failure.message == _ENDLESS:
+            raise InvalidInput(
+                "invalid_schema",
+                f"{field} is not a usable JSON Schema: its references ($ref) loop back to "
+                "themselves without looking into the payload, so no payload could be checked",
+                field,
+            )
+
+
+# One value of each JSON type: a reference loop met whatever the payload is met by one of them.
+_PROBES: tuple[Any, ...] = (None, True, 0, "", [], {})
+_ENDLESS = (
+    "the schema's references ($ref) lead back to themselves, or the payload is nested deeper "
+    "than the schema can be followed"
+)
 
 
 def compile_schema(schema: Any) -> Draft202012Validator:
@@ -100,6 +128,8 @@ def first_failure(validator: Draft202012Validator, payload: Any) -> Failure | No
         error: ValidationError | None = best_match(validator.iter_errors(payload))
     except Unresolvable as exc:
         return Failure("", "$ref", _short(f"the schema refers to what cannot be resolved: {exc}"))
+    except RecursionError:
+        return Failure("", "$ref", _ENDLESS)
     if error is None:
         return None
     return Failure(json_pointer(error.absolute_path), str(error.validator), _short(error.message))
