@@ -71,6 +71,18 @@ def test_filters_have_limits() -> None:
         filters.parse({"a": "x" * filters.MAX_FILTER_BYTES})
 
 
+def test_each_value_of_in_and_nin_counts_as_a_condition() -> None:
+    # Every value is compared with every value the path reaches in each event's payload: a
+    # filter of many long $in lists made the fan-out compare thousands of times per element.
+    half = filters.MAX_CONDITIONS // 2
+    filters.parse({"a": {"$in": list(range(half))}, "b": {"$nin": list(range(half))}})
+    many = {"$or": [{"a": {"$in": list(range(half))}} for _ in range(3)]}
+    with pytest.raises(filters.InvalidFilter) as counted:
+        filters.parse(many)
+    assert counted.value.code == "too_many_conditions"
+    assert counted.value.path == "/$or/2/a/$in"
+
+
 @pytest.mark.parametrize(
     ("document", "jsonpath"),
     [

@@ -38,6 +38,8 @@ from tidings.logic.validation import text_problem
 # The reserved top-level key that tests the event's type instead of the payload.
 EVENT_TYPE_KEY = "$event_type"
 MAX_FILTER_BYTES = 16 * 1024
+# Conditions, each value of $in and $nin counting as one: the fan-out's cost for one event is
+# about the number of comparisons times the number of values the paths reach in the payload.
 MAX_CONDITIONS = 100
 MAX_DEPTH = 10
 MAX_PATH_STEPS = 32
@@ -288,6 +290,9 @@ class _Parser:
                     where,
                     op,
                 )
+            # Each value is a comparison the fan-out makes with every value the path reaches,
+            # so each counts as a condition (the first one was counted above).
+            self.count(where, op, len(value) - 1)
             values = tuple(self.scalar(v, where, op, strings_only) for v in value)
             compare = Compare(where, op, path, "==", values)
             return compare if op == "$in" else Not(where, op, compare)
@@ -309,12 +314,13 @@ class _Parser:
             )
         return Not(where, op, self.field_condition(path, value, where, allowed))
 
-    def count(self, where: str, op: str) -> None:
-        self.conditions += 1
+    def count(self, where: str, op: str, conditions: int = 1) -> None:
+        self.conditions += conditions
         if self.conditions > MAX_CONDITIONS:
             raise self.fail(
                 "too_many_conditions",
-                f"a filter holds at most {MAX_CONDITIONS} conditions",
+                f"a filter holds at most {MAX_CONDITIONS} conditions (each value of $in or "
+                "$nin is one)",
                 where,
                 op,
             )
