@@ -118,6 +118,18 @@ def test_trying_a_filter(api: Api) -> None:
     assert (refused.status, refused.error["path"]) == (422, "/a/$regex")
 
 
+def test_a_payload_no_event_could_carry_is_not_tried(api: Api, settings: Any) -> None:
+    # The reference evaluator's time grows with the payload: one over the deployment's limit
+    # is refused as an event's would be, before any of it is evaluated.
+    limit = settings.max_payload_bytes
+    body = {"filter": {"i": {"$ne": -1}}, "event_type": "t"}
+    fits = api.post("/v1/filters/test", {**body, "payload": {"i": "x" * (limit - 10)}})
+    assert fits.status == 200, fits.raw
+    too_big = api.post("/v1/filters/test", {**body, "payload": {"i": [0] * limit}})
+    assert too_big.status == 413, too_big.raw
+    assert (too_big.error["code"], too_big.error["field"]) == ("payload_too_large", "payload")
+
+
 @pytest.mark.parametrize(
     "principal",
     [

@@ -9,7 +9,7 @@ import pytest
 
 from tidings.logic import filters
 from tidings.logic.channels import check_channels
-from tidings.logic.errors import InvalidInput
+from tidings.logic.errors import InvalidInput, PayloadTooLarge
 
 
 @pytest.mark.parametrize(
@@ -151,9 +151,11 @@ def test_the_reference_rules(document: Any, payload: Any, matches: bool) -> None
 
 
 def test_trying_a_filter_gives_the_verdict_and_the_compiled_predicate() -> None:
-    trial = filters.try_filter({"a": {"$lt": 3}}, {"a": 5}, "t")
+    trial = filters.try_filter({"a": {"$lt": 3}}, {"a": 5}, "t", max_payload_bytes=100)
     assert trial.verdict == filters.Verdict(False, "/a/$lt", "$lt")
     assert trial.jsonpath == 'exists($."a" ? (@ < 3))'
+    with pytest.raises(PayloadTooLarge):
+        filters.try_filter({"a": 1}, {"a": "x" * 100}, "t", max_payload_bytes=100)
 
 
 @pytest.mark.parametrize(

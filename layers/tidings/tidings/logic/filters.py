@@ -33,7 +33,7 @@ from operator import eq, ge, gt, le, lt
 from typing import Any
 
 from tidings.logic.errors import InvalidInput
-from tidings.logic.validation import text_problem
+from tidings.logic.validation import payload_json, text_problem
 
 # The reserved top-level key that tests the event's type instead of the payload.
 EVENT_TYPE_KEY = "$event_type"
@@ -525,8 +525,13 @@ class FilterTrial:
     jsonpath: str
 
 
-def try_filter(document: Any, payload: Any, event_type: str) -> FilterTrial:
+def try_filter(
+    document: Any, payload: Any, event_type: str, *, max_payload_bytes: int
+) -> FilterTrial:
     """Whether ``document`` matches an event of this payload and type, as the fan-out would
-    decide; the filter is checked as on write (``InvalidFilter`` when it is refused)."""
+    decide; the filter is checked as on write (``InvalidFilter`` when it is refused), the payload
+    as an event's (``PayloadTooLarge`` over ``max_payload_bytes``: no event could carry it, and
+    the evaluator's time grows with the payload)."""
     clause = parse(document)
+    payload_json(payload, "payload", max_bytes=max_payload_bytes)
     return FilterTrial(explain(clause, payload, event_type), compile_filter(clause))

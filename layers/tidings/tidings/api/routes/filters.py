@@ -6,6 +6,7 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
+from tidings import wiring
 from tidings.api.models import FailedClause, FilterTest, FilterTestResult
 from tidings.api.routes.common import errors, ok, router
 from tidings.api.scoping import principal, route
@@ -24,7 +25,12 @@ from tidings.logic.access import Action
 )
 def test_filter(body: Annotated[FilterTest, Body()]) -> FilterTestResult:
     access.require(principal(router), Action.TEST_FILTERS)
-    trial = filters.try_filter(body.filter, body.payload, body.event_type)
+    trial = filters.try_filter(
+        body.filter,
+        body.payload,
+        body.event_type,
+        max_payload_bytes=wiring.settings().max_payload_bytes,
+    )
     verdict = trial.verdict
     failed = (
         None
