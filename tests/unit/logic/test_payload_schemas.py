@@ -3,6 +3,8 @@ keyword, nothing fetched from outside a schema, and validators cached by digest.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -120,6 +122,27 @@ def test_a_payload_nested_deeper_than_its_recursive_schema_can_be_followed_is_re
         payload = {"child": payload}
     failure = first_failure(compile_schema(schema), payload)
     assert failure is not None and failure.keyword == "$ref"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="patterns run on Python's backtracking re, which has no time limit: a pattern such "
+    "as ^(a+)+$ takes exponential time on a payload string of a few dozen characters, holding "
+    "the ingest call until its timeout (to fix: run pattern and patternProperties on an engine "
+    "with linear time or a time limit)",
+)
+def test_a_pattern_cannot_hold_ingest_for_long() -> None:
+    # Run apart, so that the test itself ends whatever the engine does.
+    script = (
+        "from tidings.logic.payload_schemas import check_schema, compile_schema, first_failure\n"
+        "schema = {'type': 'string', 'pattern': '^(a+)+$'}\n"
+        "check_schema(schema)\n"
+        "first_failure(compile_schema(schema), 'a' * 40 + '!')\n"
+    )
+    try:
+        subprocess.run([sys.executable, "-c", script], check=False, timeout=5)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a payload of 41 characters was still being checked after 5 s")
 
 
 def test_format_is_an_annotation_only() -> None:
