@@ -13,6 +13,7 @@ import json
 import time
 from typing import Any
 
+from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
 
 from tests.e2e.portal_page import PortalPage
@@ -205,3 +206,45 @@ def test_a_read_only_session_reads_the_catalog_and_sends_no_example(
     assert (
         system.call("GET", "v1/event-types/order.paid")["description"] == ORDER_PAID["description"]
     )
+
+
+def test_a_filter_is_tried_on_the_catalogs_example_of_a_type(
+    system: System,  # noqa: F811
+    page: PortalPage,  # noqa: F811
+) -> None:
+    catalogued(system)
+    page.open(system.link())
+    page.tab("endpoints")
+    page.click("add-endpoint")
+    page.by_testid("new-endpoint-preview").find_element(By.TAG_NAME, "summary").click()
+    page.fill(
+        "new-endpoint-filter", '{"amount": {"$gte": 1000}, "customer.email": {"$exists": true}}'
+    )
+    # A type the catalog has no example of says so, and leaves the payload alone.
+    page.fill("new-endpoint-preview-type", "order.refunded")
+    page.click("new-endpoint-preview-example")
+    page.wait(
+        lambda: "no example of order.refunded" in page.text("new-endpoint-preview-result"),
+        "the missing example named",
+    )
+    assert page.by_id("new-endpoint-preview-payload").get_attribute("value") == ""
+    page.fill("new-endpoint-preview-type", "order.paid")
+    page.click("new-endpoint-preview-example")
+    page.wait(
+        lambda: page.by_id("new-endpoint-preview-payload").get_attribute("value"),
+        "the example in the payload",
+    )
+    payload = page.by_id("new-endpoint-preview-payload").get_attribute("value")
+    assert json.loads(payload) == ORDER_PAID["examples"][0]
+    page.click("new-endpoint-preview-run")
+    page.wait(
+        lambda: page.text("new-endpoint-preview-result").startswith("Matches"),
+        "the filter matching the example",
+    )
+    page.fill("new-endpoint-filter", '{"amount": {"$gte": 5000}}')
+    page.click("new-endpoint-preview-run")
+    page.wait(
+        lambda: "/amount/$gte" in page.text("new-endpoint-preview-result"),
+        "the clause that fails on the example",
+    )
+    page.click("new-endpoint-cancel")

@@ -206,6 +206,33 @@
     }
   }
 
+  /** Puts the first example the catalog holds for the preview's event type in its payload, so
+   * that a filter can be tried on what the event looks like. */
+  async function previewExample(prefix) {
+    var result = $(prefix + "-preview-result");
+    result.textContent = "";
+    var eventType = $(prefix + "-preview-type").value.trim();
+    if (!eventType) {
+      result.textContent = "Enter the event type whose example to use.";
+      return;
+    }
+    try {
+      if (!state.catalog.loaded) await loadCatalog();
+    } catch (error) {
+      report(error, "The event catalog could not be read");
+      return;
+    }
+    var entry = state.catalog.items.find(function (item) {
+      return item.name === eventType;
+    });
+    var examples = (entry && entry.examples) || [];
+    if (!examples.length) {
+      result.textContent = "The event catalog holds no example of " + eventType + ".";
+      return;
+    }
+    $(prefix + "-preview-payload").value = JSON.stringify(examples[0], null, 2);
+  }
+
   /** Asks the API whether the form's filter matches the pasted payload, and says so. */
   async function previewFilter(prefix) {
     var result = $(prefix + "-preview-result");
@@ -2011,6 +2038,9 @@
     ["new-endpoint", "edit-endpoint"].forEach(function (prefix) {
       $(prefix + "-preview-run").addEventListener("click", function () {
         previewFilter(prefix);
+      });
+      $(prefix + "-preview-example").addEventListener("click", function () {
+        previewExample(prefix);
       });
     });
     $("credentials-form").addEventListener("submit", saveCredentials);
