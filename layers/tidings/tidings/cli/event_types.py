@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tidings.cli import CommandError, UsageError
+from tidings.cli import UsageError
 from tidings.cli.backend import add_remote_options, backend_for
-from tidings.cli.support import add_app_option, plain, print_json, when
+from tidings.cli.support import add_app_option, plain, print_json, when, write_output
 from tidings.local.progress import table
 
 EXPORT_TITLE = "Tidings event types"
@@ -259,13 +259,7 @@ def run_export(args: argparse.Namespace) -> int:
         found = backend.event_types(include_archived=True)
     document = write_document((plain(t) for t in found), title=EXPORT_TITLE, version=__version__)
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-    if args.output == "-":
-        sys.stdout.write(text)
-        return 0
-    try:
-        Path(args.output).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise CommandError(f"cannot write {args.output}: {exc.strerror}") from None
+    write_output(args.output, text)
     return 0
 
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
-from tidings.cli import CommandError
+from tidings.cli.support import write_output
 
 
 def register(subparsers: Any) -> None:
@@ -32,11 +30,5 @@ def document() -> str:
 
 def run(args: argparse.Namespace) -> int:
     text = document()
-    if args.output == "-":
-        sys.stdout.write(text)
-        return 0
-    try:
-        Path(args.output).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise CommandError(f"cannot write {args.output}: {exc.strerror}") from exc
+    write_output(args.output, text)
     return 0

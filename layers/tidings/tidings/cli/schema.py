@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import uuid
 import warnings
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tidings.cli import CommandError
+from tidings.cli.support import write_output
 
 
 def register(subparsers: Any) -> None:
@@ -96,11 +96,5 @@ def run(args: argparse.Namespace) -> int:
         text = generate()
     except psycopg2.OperationalError as exc:
         raise CommandError(f"cannot reach the database: {exc}".strip()) from exc
-    if args.output == "-":
-        sys.stdout.write(text)
-        return 0
-    try:
-        Path(args.output).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise CommandError(f"cannot write {args.output}: {exc.strerror}") from exc
+    write_output(args.output, text)
     return 0

@@ -215,6 +215,18 @@ _CONVERSIONS: tuple[tuple[type, Any], ...] = (
 )
 
 
+def write_output(destination: str, text: str) -> None:
+    """Writes ``text`` to the file ``destination`` (an -o/--output argument), or to standard
+    output when it is ``-``."""
+    if destination == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        Path(destination).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"cannot write {destination}: {exc.strerror}") from exc
+
+
 def print_json(value: Any, stream: TextIO | None = None) -> None:
     out = stream or sys.stdout
     out.write(json.dumps(plain(value), indent=2, ensure_ascii=False) + "\n")
