@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,7 +147,15 @@ class Runtime:
         self.process.wait(30)
 
     def stop(self) -> int:
+        """Stops the runtime as a person would (SIGTERM) once it is ready: before that, it has
+        not yet taken the signal over, and the signal's default action would end it instead."""
         assert self.process is not None
+        log = self.workdir / f"runtime-{self.starts}.log"
+        deadline = time.monotonic() + 60
+        while self.alive() and time.monotonic() < deadline:
+            if b"tidings dev: ready" in log.read_bytes():
+                break
+            time.sleep(0.1)
         self.process.send_signal(signal.SIGTERM)
         return self.process.wait(90)
 
