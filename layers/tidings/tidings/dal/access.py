@@ -108,6 +108,7 @@ CLAIMER = _role(
     "The claimer: leases due messages, gives back what it could not queue",
     "claim_due",
     "release_leases",
+    "advance_noted_lines",
 )
 SENDER = _role(
     "tidings_sender",
@@ -118,6 +119,7 @@ SENDER = _role(
     "record_outcomes",
     "release_leases",
     "load_data_keys",
+    "advance_lines",
 )
 INGEST = _role(
     "tidings_ingest",
@@ -242,8 +244,9 @@ ROLES_BY_NAME: Mapping[str, DatabaseRole] = {role.name: role for role in ROLES}
 # release needs them. The next release's migration drops them and removes them here.
 PREVIOUS_RELEASE_FUNCTIONS: Mapping[str, frozenset[str]] = {
     # Replaced by begin_attempts_v2 (migration 0093), which adds the payload format, then by
-    # begin_attempts_v3 (migration 0097), which adds the receiver credentials.
-    "tidings_sender": frozenset({"begin_attempts_v1", "begin_attempts_v2"}),
+    # begin_attempts_v3 (migration 0097), which adds the receiver credentials, then by
+    # begin_attempts_v4 (migration 0131), which adds FIFO lines and batches.
+    "tidings_sender": frozenset({"begin_attempts_v1", "begin_attempts_v2", "begin_attempts_v3"}),
     # Replaced by claim_due_v2 (migration 0094), which names each row's lane.
     "tidings_claimer": frozenset({"claim_due_v1"}),
 }
@@ -281,7 +284,7 @@ OWNER_QUERIES: frozenset[str] = frozenset(
 
 # Functions that run with their owner's rights (SECURITY DEFINER, with a fixed search_path), so
 # that a role needs only EXECUTE on them: what a producer may do is exactly what tidings.enqueue
-# does; the sender reads secrets only through begin_attempts_v3 (v2, v1 before it), for rows it
+# does; the sender reads secrets only through begin_attempts_v4 (v3, v2, v1 before it), for rows it
 # holds. Every overload of each name. A later CREATE OR REPLACE resets both attributes, so a
 # migration that redefines one must say SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 # again (a test fails otherwise).
@@ -296,6 +299,12 @@ SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
         "begin_attempts_v1",
         "begin_attempts_v2",
         "begin_attempts_v3",
+        "begin_attempts_v4",
+        "advance_lines_v1",
+        "advance_noted_lines_v1",
+        "place_in_lines_v1",
+        "reorder_endpoint_v1",
+        "resume_lines_v1",
         "record_outcomes_v1",
         "emit_lifecycle_v1",
         "release_leases_v1",

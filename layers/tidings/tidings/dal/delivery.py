@@ -98,6 +98,20 @@ class StartedAttempt:
     # The endpoint's receiver credentials, encrypted (empty for most endpoints, and for a
     # held-back row).
     credentials: tuple[SealedCredential, ...] = field(default=(), repr=False)
+    # Ordered delivery: the FIFO line the message is in (its ordering key, "" for events without
+    # one; None: no line) and its place there; its event's ordering key.
+    line_key: str | None = None
+    line_seq: int | None = None
+    ordering_key: str | None = None
+    # A message a batch carries names its head (it has no lease of its own); the head's
+    # endpoint's batch size (more than 1: the endpoint takes its line's messages in batches).
+    batch_of: int | None = None
+    fifo_batch_size: int = 1
+
+    @property
+    def batched(self) -> bool:
+        """Whether the row's request is a batch (a JSON array), however many it carries."""
+        return self.line_key is not None and self.fifo_batch_size > 1
 
     @property
     def lease(self) -> Lease:
@@ -111,6 +125,9 @@ class MessageStatus(enum.StrEnum):
     """A message's place in the queue: the ``tidings.message_status`` type."""
 
     PENDING = "pending"
+    # Behind the head of its line on a FIFO endpoint: attempted once the messages before it are
+    # delivered or dead-lettered.
+    WAITING = "waiting"
     IN_FLIGHT = "in_flight"
     DELIVERED = "delivered"
     # An attempt failed and the message waits for its retry.
@@ -142,6 +159,9 @@ class AttemptOutcome:
     # and retry_at is when the claimer may take the row back if that message never arrives.
     retry_at: datetime | None = None
     keep_lease: bool = False
+    # The messages the attempt's batch carried besides its head (FIFO endpoints that take
+    # batches): they share its outcome.
+    members: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,9 +310,71 @@ def begin_attempts(
             payload_format=PayloadFormat(row["payload_format"]),
             event_created_at=row["event_created_at"],
             credentials=_credentials(row),
+            line_key=row["line_key"],
+            line_seq=row["line_seq"],
+            ordering_key=row["ordering_key"],
+            batch_of=row["batch_of"],
+            fifo_batch_size=row["fifo_batch_size"],
         )
         for row in fetch_dicts(cur)
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """A FIFO line: an endpoint and an ordering key ("" for events without one)."""
+
+    endpoint_id: int
+    ordering_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedHead:
+    """The new head of a line, leased by the advance for its caller to queue."""
+
+    message_id: int
+    endpoint_id: int
+    attempts: int
+    lease_token: uuid.UUID
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.message_id, self.lease_token)
+
+
+def advance_lines(cur: Cursor, lines: Sequence[Line], *, lease_s: float | None) -> list[LeasedHead]:
+    """Move the lines on whose heads were settled (``tidings.advance_lines_v1``): each makes its
+    next waiting message its head. With ``lease_s``, heads whose endpoint takes deliveries
+    without the claim are leased for that long and returned, for the caller to queue; the others
+    are due for the claim. Lines another advancer holds are left to the claimer."""
+    if not lines:
+        return []
+    ordered = sorted(set(lines), key=lambda line: (line.endpoint_id, line.ordering_key))
+    cur.execute(
+        sql("advance_lines"),
+        {
+            "endpoint_ids": [line.endpoint_id for line in ordered],
+            "keys": [line.ordering_key for line in ordered],
+            "lease_s": lease_s,
+        },
+    )
+    return [
+        LeasedHead(
+            message_id=row["message_id"],
+            endpoint_id=row["endpoint_id"],
+            attempts=row["attempts"],
+            lease_token=row["lease_token"],
+        )
+        for row in fetch_dicts(cur)
+    ]
+
+
+def advance_noted_lines(cur: Cursor, *, limit: int) -> int:
+    """The claimer's part: move on the lines of up to ``limit`` notes (new waiting messages of
+    producers, heads settled whose line no sender moved on); returns the lines looked at."""
+    cur.execute(sql("advance_noted_lines"), {"limit": limit})
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
 
 
 def record_outcomes(
@@ -330,6 +412,7 @@ def record_outcomes(
                     "response_ms": o.response_ms,
                     "error_class": o.error_class,
                     "excerpt": o.response_excerpt,
+                    "members": list(o.members) if o.members else None,
                 }
                 for o in outcomes
             ]

@@ -75,6 +75,13 @@ class Job:
     envelope: DeliveryEnvelope
     row: StartedAttempt
     payload: str = field(repr=False)
+    # The messages a FIFO endpoint's batch carries behind this head, in line order; they share
+    # its outcome.
+    members: tuple[StartedAttempt, ...] = ()
+
+    @property
+    def member_ids(self) -> tuple[int, ...]:
+        return tuple(member.message_id for member in self.members)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +173,7 @@ def decide(
         response_excerpt=storable_text(result.excerpt),
         retry_at=retry_at,
         keep_lease=keep_lease,
+        members=attempt.job.member_ids,
     )
     return Decision(attempt, verdict, step, outcome)
 
@@ -203,6 +211,7 @@ def internal_failure(
         attempted_at=attempt.attempted_at,
         error_class=INTERNAL_ERROR,
         retry_at=retry_at,
+        members=attempt.job.member_ids,
     )
     return Decision(attempt, verdict, step, outcome)
 

@@ -5,6 +5,10 @@ a second even though the function is scheduled once a minute. Overlapping invoca
 ``claim_due`` skips rows another claimer holds. Each row goes to its lane's queue
 (``tidings.delivery.lanes``): the slow lane's when the claim says its endpoint is slow or has
 never answered and the deployment has one, the delivery queue otherwise.
+
+Before each claim it moves FIFO lines on (``advance_noted_lines``): the lines producers added
+waiting messages to, and those whose settled head no sender moved on, so that their new heads
+are due for the claim that follows.
 """
 
 from __future__ import annotations
@@ -49,6 +53,10 @@ class ClaimSummary:
         }
 
 
+# How many notes of FIFO lines to move on (``tidings.fifo_line_moves``) before each claim.
+LINE_NOTES_PER_ROUND = 1000
+
+
 class ClaimerSettings(Protocol):
     """What the claimer reads of the settings."""
 
@@ -90,6 +98,7 @@ class Claimer:
 
     def claim_once(self) -> ClaimRound:
         """Lease one batch, send it; rows the queue refused are released at once."""
+        self.db.run(lambda cur: delivery.advance_noted_lines(cur, limit=LINE_NOTES_PER_ROUND))
         rows = self.db.run(
             lambda cur: delivery.claim_due(
                 cur,

@@ -32,7 +32,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from tidings.dal import delivery
 from tidings.dal.connection import Database
-from tidings.delivery import retry_schedule, signing
+from tidings.delivery import fifo, retry_schedule, signing
 from tidings.delivery.attempt import (
     Attempt,
     Decision,
@@ -111,6 +111,8 @@ class SenderSettings(RetrySettings, retry_schedule.ScheduleSettings, Protocol):
     def slow_lane_threshold_ms(self) -> int: ...
     @property
     def slow_lane_hold_s(self) -> float: ...
+    @property
+    def lease_queue_allowance_s(self) -> float: ...
 
 
 def record_reserve_s(settings: SenderSettings) -> float:
@@ -198,6 +200,7 @@ class Sender:
             )
         written = [d for d in decisions if d.outcome.lease.message_id in recorded.written_ids]
         self._requeue([d for d in written if d.step.action is NextAction.RETRY_VIA_QUEUE])
+        self._move_lines_on(written)
         _report_observations(decisions, recorded)
         return BatchReport(
             failed_record_ids=frozenset(poison),
@@ -309,7 +312,7 @@ class Sender:
     def _post(self, job: Job, budget_s: float | None, keys: Mapping[int, DataKey]) -> HttpResult:
         row = job.row
         # Built once, before signing: the signature covers exactly the bytes sent.
-        body = request_body(row.payload_format, row.event_type, row.event_created_at, job.payload)
+        body, message_webhook_id, event_type = _request_of(job)
         timeout_s = (
             job.row.timeout_ms / 1000 if job.row.timeout_ms else self.settings.http_timeout_s
         )
@@ -317,10 +320,9 @@ class Sender:
             timeout_s = min(timeout_s, budget_s)
         try:
             secrets = open_secrets(keys, job.row.endpoint_id, job.row.secrets)
-            headers = signing.webhook_headers(
-                webhook_id(job.row.message_id), int(time.time()), body, secrets
-            )
-            headers[EVENT_TYPE_HEADER] = event_type_header(row.event_type)
+            headers = signing.webhook_headers(message_webhook_id, int(time.time()), body, secrets)
+            if event_type is not None:
+                headers[EVENT_TYPE_HEADER] = event_type_header(event_type)
         except ValueError:
             # A stored secret that cannot sign (or does not open) must not take the rest of the
             # batch down.
@@ -469,6 +471,51 @@ class Sender:
                 extra={"message_ids": sorted(int(key) for key in failed)},
             )
 
+    def _move_lines_on(self, written: Sequence[Decision]) -> None:
+        """Move on the FIFO lines whose heads this batch settled, and queue the new heads the
+        database leased (those whose endpoint takes deliveries without the claim; the others
+        are due for it). A failure here costs only time: the records' notes stay, and the
+        claimer moves those lines on in its next round."""
+        lines = fifo.lines_to_move(
+            fifo.SettledHead(d.outcome.endpoint_id, d.attempt.job.row.line_key, d.outcome.status)
+            for d in written
+        )
+        if not lines:
+            return
+        lease_s = self.settings.lease_s + self.settings.lease_queue_allowance_s
+        try:
+            heads = self.db.run(lambda cur: delivery.advance_lines(cur, lines, lease_s=lease_s))
+        except _UNAVAILABLE:
+            logger.exception(
+                "could not move FIFO lines on; the claimer does",
+                extra={"endpoint_ids": sorted({line.endpoint_id for line in lines})},
+            )
+            return
+        if not heads:
+            return
+        outgoing = [
+            OutgoingMessage(
+                id=str(head.message_id),
+                body=DeliveryEnvelope(head.message_id, head.lease_token, head.attempts + 1).to_body(),
+            )
+            for head in heads
+        ]
+        try:
+            refused = set(self.queue.send_batch(outgoing))
+        except Exception:
+            logger.exception("queueing the next heads of FIFO lines failed; releasing them")
+            refused = {m.id for m in outgoing}
+        if refused:
+            unsent = [head.lease for head in heads if str(head.message_id) in refused]
+            try:
+                self.db.run(lambda cur: delivery.release_leases(cur, unsent))
+            except Exception:
+                # Their leases run out and the claimer takes them back.
+                logger.exception(
+                    "could not release the leases of unqueued FIFO heads",
+                    extra={"message_ids": sorted(lease.message_id for lease in unsent)},
+                )
+
     def _release(self, decision: Decision) -> None:
         lease, delay_s = decision.outcome.lease, decision.step.delay_s
         try:
@@ -539,6 +586,25 @@ def _retry_message(key: str, decision: Decision) -> OutgoingMessage:
     )
 
 
+def _request_of(job: Job) -> tuple[bytes, str, str | None]:
+    """A job's body, its ``webhook-id`` and the event type its ``webhook-event-type`` names: one
+    message's, or, for an endpoint that takes its line in batches, the batch's (``fifo``)."""
+    row = job.row
+    if not row.batched:
+        body = request_body(row.payload_format, row.event_type, row.event_created_at, job.payload)
+        return body, webhook_id(row.message_id), row.event_type
+    carried = [(row, job.payload), *((m, m.payload or "") for m in job.members)]
+    elements = [
+        fifo.BatchElement(m.message_id, m.event_type, m.event_created_at, m.ordering_key, payload)
+        for m, payload in carried
+    ]
+    return (
+        fifo.batch_body(elements),
+        fifo.batch_webhook_id([e.message_id for e in elements]),
+        fifo.batch_event_type(e.event_type for e in elements),
+    )
+
+
 def _merged(results: Sequence[delivery.RecordResult]) -> delivery.RecordResult:
     return delivery.RecordResult(
         written_ids=frozenset().union(*(r.written_ids for r in results)),
@@ -597,7 +663,11 @@ def _jobs(
     envelopes: Mapping[str, DeliveryEnvelope], started: Sequence[delivery.StartedAttempt]
 ) -> tuple[list[Job], list[Job]]:
     """The jobs to send, and those that cannot be sent (their row came without a payload)."""
-    rows = {row.message_id: row for row in started}
+    rows = {row.message_id: row for row in started if row.batch_of is None}
+    members: dict[int, list[delivery.StartedAttempt]] = {}
+    for row in started:
+        if row.batch_of is not None:
+            members.setdefault(row.batch_of, []).append(row)
     jobs: list[Job] = []
     unsendable: list[Job] = []
     for record_id, envelope in envelopes.items():
@@ -619,7 +689,8 @@ def _jobs(
             )
             unsendable.append(Job(record_id, envelope, row, ""))
             continue
-        jobs.append(Job(record_id, envelope, row, payload))
+        carried = sorted(members.get(row.message_id, ()), key=lambda m: m.line_seq or 0)
+        jobs.append(Job(record_id, envelope, row, payload, tuple(carried)))
     return jobs, unsendable
 
 

@@ -21,11 +21,12 @@ SELECT tidings.mark_slow_v1(%(ids)s::bigint[], %(hold_s)s);
 SELECT id FROM tidings.release_leases_v1(%(ids)s::bigint[], %(tokens)s::uuid[], %(delay_s)s) AS id;
 
 -- name: begin_attempts
--- A sender starts work on queued rows (tidings.begin_attempts_v3): the rows it still holds for
+-- A sender starts work on queued rows (tidings.begin_attempts_v4): the rows it still holds for
 -- this attempt, each permitted or held back by its endpoint's circuit, the permitted ones under a
 -- fresh lease token, with what sending needs (and what building the body needs: the endpoint's
--- payload format, when the event was accepted; the endpoint's receiver credentials, sealed).
-SELECT * FROM tidings.begin_attempts_v3(%(ids)s::bigint[], %(tokens)s::uuid[],
+-- payload format, when the event was accepted; the endpoint's receiver credentials, sealed; the
+-- row's FIFO line, and the messages a batching FIFO endpoint's head carries, as rows of their own).
+SELECT * FROM tidings.begin_attempts_v4(%(ids)s::bigint[], %(tokens)s::uuid[],
                                         %(attempts)s::integer[], %(want_payload)s::boolean[],
                                         %(lease_s)s, %(hold_back_s)s);
 
@@ -41,3 +42,16 @@ FROM tidings.record_outcomes_v1(%(outcomes)s::jsonb, %(health_endpoint_ids)s::bi
                                 %(disable_reasons)s::text[], %(base_cooldown_s)s,
                                 %(max_cooldown_s)s);
 
+-- name: advance_lines
+-- Moves FIFO lines on whose heads were settled (tidings.advance_lines_v1): each line's next
+-- waiting message becomes its head, leased for lease_s and returned where its endpoint takes
+-- deliveries without the claim (lease_s NULL: none is), due for the claim otherwise. Lines
+-- another advancer holds are skipped: their notes stay for the claimer.
+SELECT * FROM tidings.advance_lines_v1(%(endpoint_ids)s::bigint[], %(keys)s::text[],
+                                       %(lease_s)s::double precision, false, false);
+
+-- name: advance_noted_lines
+-- The claimer moves on the FIFO lines of up to limit notes (tidings.advance_noted_lines_v1):
+-- producers' new waiting messages, and heads whose line no sender moved on. Returns how many
+-- lines it looked at.
+SELECT tidings.advance_noted_lines_v1(%(limit)s);
