@@ -31,8 +31,12 @@ def fifo_endpoint(
         cur.execute(
             "UPDATE tidings.endpoints SET ordering = 'fifo', fifo_batch_size = %s,"
             " fifo_on_dead_letter = %s, retry_schedule = %s WHERE id = %s",
-            (batch_size, on_dead_letter, list(retry_schedule) if retry_schedule else None,
-             endpoint_id),
+            (
+                batch_size,
+                on_dead_letter,
+                list(retry_schedule) if retry_schedule else None,
+                endpoint_id,
+            ),
         )
     return endpoint_id
 

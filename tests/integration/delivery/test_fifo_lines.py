@@ -94,7 +94,11 @@ def test_pause_stops_the_line_at_a_dead_letter_until_it_is_resumed(
     )
     assert receiver.taken() == [ids[0]]
     assert [statuses(db, endpoint_id)[i] for i in ids] == [
-        "delivered", "dead_letter", "waiting", "waiting", "waiting"
+        "delivered",
+        "dead_letter",
+        "waiting",
+        "waiting",
+        "waiting",
     ]
     # New events wait behind the paused line too.
     ids += send_events(db, [("e5", None)])

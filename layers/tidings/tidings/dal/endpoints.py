@@ -26,6 +26,9 @@ UPDATABLE_FIELDS = (
     "event_types",
     "filter",
     "channels",
+    "ordering",
+    "fifo_batch_size",
+    "fifo_on_dead_letter",
 )
 
 
@@ -53,6 +56,9 @@ def insert_endpoint(
     max_in_flight: int | None = None,
     filter: StoredFilter | None = None,
     channels: Sequence[str] | None = None,
+    ordering: str | None = None,
+    fifo_batch_size: int | None = None,
+    fifo_on_dead_letter: str | None = None,
 ) -> dict[str, Any] | None:
     """The new endpoint, or None when its application is not there (any more). Without a
     ``payload_format`` it takes its application's default, else ``deployment_payload_format``."""
@@ -72,6 +78,9 @@ def insert_endpoint(
             "max_in_flight": max_in_flight,
             **_filter_params(filter),
             "channels": None if channels is None else list(channels),
+            "ordering": ordering,
+            "fifo_batch_size": fifo_batch_size,
+            "fifo_on_dead_letter": fifo_on_dead_letter,
         },
     )
     rows = fetch_dicts(cur)

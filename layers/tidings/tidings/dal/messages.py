@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from tidings.dal import lines
 from tidings.dal.connection import Cursor, fetch_dicts
 from tidings.dal.queries import sql
 
@@ -73,7 +74,10 @@ def replay_dead_letters(
             "until": until,
         },
     )
-    return [int(row[0]) for row in cur.fetchall()]
+    ids = [int(row[0]) for row in cur.fetchall()]
+    # Those of FIFO endpoints go to the end of their lines (run in the same transaction).
+    lines.place_in_lines(cur, ids)
+    return ids
 
 
 def messages_outside_application(cur: Cursor, app_id: int, message_ids: Sequence[int]) -> list[int]:
@@ -91,7 +95,15 @@ def resend_message(cur: Cursor, app_id: int, message_id: int) -> dict[str, Any] 
     application has no such message)."""
     cur.execute(sql("resend_message"), {"app_id": app_id, "message_id": message_id})
     rows = fetch_dicts(cur)
-    return rows[0] if rows else None
+    if not rows:
+        return None
+    row = rows[0]
+    if row["resent"]:
+        # On a FIFO endpoint it takes its place in its line (run in the same transaction).
+        for placed_id, status in lines.place_in_lines(cur, [row["id"]]):
+            if placed_id == row["id"]:
+                row["status"] = status
+    return row
 
 
 def recovery_candidates(
@@ -107,7 +119,10 @@ def recovery_candidates(
 def recover_messages(cur: Cursor, *, endpoint_id: int, ids: Sequence[int]) -> list[int]:
     """Start a new delivery of those of ``ids`` still dead or awaiting a retry; their ids."""
     cur.execute(sql("recover_messages"), {"endpoint_id": endpoint_id, "ids": list(ids)})
-    return [int(row[0]) for row in cur.fetchall()]
+    recovered = [int(row[0]) for row in cur.fetchall()]
+    # Those of a FIFO endpoint go to the end of their lines (run in the same transaction).
+    lines.place_in_lines(cur, recovered)
+    return recovered
 
 
 def endpoint_of_application(cur: Cursor, app_id: int, endpoint_id: int) -> bool:

@@ -496,7 +496,9 @@ class Sender:
         outgoing = [
             OutgoingMessage(
                 id=str(head.message_id),
-                body=DeliveryEnvelope(head.message_id, head.lease_token, head.attempts + 1).to_body(),
+                body=DeliveryEnvelope(
+                    head.message_id, head.lease_token, head.attempts + 1
+                ).to_body(),
             )
             for head in heads
         ]

@@ -24,7 +24,7 @@ from tidings.dal.connection import Cursor, Database
 from tidings.delivery import retry_schedule, signing, ssrf
 from tidings.delivery.lanes import Lane, in_flight_cap, lane_of
 from tidings.logic import credentials as creds
-from tidings.logic import filters
+from tidings.logic import filters, lines
 from tidings.logic.channels import check_channels
 from tidings.logic.errors import InvalidInput, NotFound, Unavailable
 from tidings.logic.validation import (
@@ -137,6 +137,23 @@ class Endpoint(BaseModel):
         description="The channels it subscribes to: when any, it receives an event of its types "
         "only if the event carries one of them; none: whatever the event's channels.",
     )
+    ordering: lines.Ordering = Field(
+        description="fifo: the endpoint receives each line of its messages (one per ordering "
+        "key; events without one share a line) one message at a time, in the order the events "
+        "were accepted, the next once the one before is delivered or dead-lettered; lines of "
+        "different keys go side by side. none: concurrently, in no promised order."
+    )
+    fifo_batch_size: int = Field(
+        description="For fifo: up to this many consecutive messages of a line in one request "
+        "(a JSON array, one signature, webhook-id batch_<first>_<last>); 1: one at a time."
+    )
+    fifo_on_dead_letter: lines.OnDeadLetter = Field(
+        description="For fifo: continue (a dead letter lets its line go on) or pause (the line "
+        "waits at the dead letter until a person resumes it or replays it)."
+    )
+    paused_lines: int = Field(
+        default=0, description="How many of its lines are paused at a dead letter."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -212,6 +229,9 @@ def create_endpoint(
     auth: Mapping[str, Any] | None = None,
     tls_client_certificate: Mapping[str, str] | None = None,
     tls_server_ca_pem: str | None = None,
+    ordering: str | None = None,
+    fifo_batch_size: int | None = None,
+    fifo_on_dead_letter: str | None = None,
     settings: Settings | None = None,
     resolver: ssrf.Resolver | None = None,
     app_id: int = DEFAULT_APP_ID,
@@ -235,6 +255,9 @@ def create_endpoint(
             "max_in_flight": max_in_flight,
             "filter": filter,
             "channels": channels,
+            "ordering": ordering,
+            "fifo_batch_size": fifo_batch_size,
+            "fifo_on_dead_letter": fifo_on_dead_letter,
         },
         cfg,
         resolver,
@@ -312,7 +335,8 @@ def update_endpoint(
     keyring: Keyring | None = None,
 ) -> Endpoint:
     """Change the given fields (url, description, event_types, retry_schedule, max_attempts,
-    timeout_ms, rate_limit_per_s, payload_format, max_in_flight, enabled, filter, channels); a
+    timeout_ms, rate_limit_per_s, payload_format, max_in_flight, enabled, filter, channels,
+    ordering, fifo_batch_size, fifo_on_dead_letter: None sets an ordering option's default); a
     None override goes back to the deployment default (payload_format has no such default: it
     must name a format); a None filter or channels removes them.
     Setting a retry_schedule clears max_attempts (deprecated) and setting max_attempts clears the
@@ -351,6 +375,8 @@ def update_endpoint(
         row = dal.update_endpoint(
             cur, app_id, endpoint_id, checked, also_changed=sorted(new_credentials)
         )
+        if row is not None:
+            lines.reorder_if_changed(cur, endpoint_id, list(checked))
         if row is None or not new_credentials:
             return row
         _install_credentials(cur, endpoint_id, key, new_credentials)
@@ -592,8 +618,13 @@ def check_target_url(
 def _checked_fields(
     fields: Mapping[str, Any], settings: Settings, resolver: ssrf.Resolver | None
 ) -> dict[str, Any]:
-    checked: dict[str, Any] = {}
-    for name, value in fields.items():
+    checked: dict[str, Any] = {
+        name: lines.check_option(name, value)
+        for name, value in fields.items()
+        if name in lines.OPTIONS
+    }
+    others = [(name, value) for name, value in fields.items() if name not in lines.OPTIONS]
+    for name, value in others:
         if name == "url":
             checked[name] = check_target_url(value, settings, resolver)
         elif name == "description":

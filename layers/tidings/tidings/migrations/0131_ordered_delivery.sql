@@ -733,7 +733,7 @@ BEGIN
           AND (e.id IN (SELECT l.endpoint_id FROM logged l) OR NOT EXISTS (SELECT 1 FROM outcome))
         RETURNING e.id, e.app_id, e.url, e.disabled_reason, e.disabled_at
     ),
-    message_change AS (
+    message_change AS MATERIALIZED (
         -- Messages dead-lettered, and those failing for the Nth time that will be retried (a
         -- batch's messages with their head, whose attempt they shared).
         SELECT w.id, w.endpoint_id, w.event_type, w.attempts, w.dead_lettered_at,
@@ -789,8 +789,13 @@ BEGIN
                            'attempted_at', tidings.lifecycle_time(o.attempted_at)))) AS element
         FROM message_change mc
         JOIN outcome o ON o.id = mc.head_id
-        JOIN tidings.endpoints e ON e.id = mc.endpoint_id
-        JOIN tidings.applications a ON a.id = e.app_id
+        -- Looked up per changed message (OFFSET 0 keeps the planner from turning the look-up
+        -- into a join that reads the table first), so a batch that changes none reads no
+        -- endpoint.
+        CROSS JOIN LATERAL (SELECT e.id, e.app_id, e.url FROM tidings.endpoints e
+                            WHERE e.id = mc.endpoint_id OFFSET 0) e
+        CROSS JOIN LATERAL (SELECT a.uid FROM tidings.applications a
+                            WHERE a.id = e.app_id OFFSET 0) a
         UNION ALL
         SELECT jsonb_build_object(
                    'event_type', CASE WHEN k.failing THEN 'endpoint.failing'
@@ -1005,12 +1010,16 @@ END $$;
 -- recovery, join the lines of their FIFO endpoints: at the end of their line, in their original
 -- order (their former places, then their ids); but the dead letters that paused a line (its
 -- head and the messages its batch carried) go back to their own places, and their line goes on
--- from them. Messages of other endpoints are left as they are. Returns the ids placed.
-CREATE FUNCTION tidings.place_in_lines_v1(p_message_ids bigint[]) RETURNS SETOF bigint
+-- from them. Messages of other endpoints are left as they are. Returns the ids placed, with the
+-- status each now has.
+CREATE FUNCTION tidings.place_in_lines_v1(p_message_ids bigint[])
+RETURNS TABLE (id bigint, status text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
     v_endpoints bigint[];
     v_keys      text[];
+    v_placed    bigint[];
 BEGIN
     SELECT array_agg(l.endpoint_id ORDER BY l.endpoint_id, l.ordering_key),
            array_agg(l.ordering_key ORDER BY l.endpoint_id, l.ordering_key)
@@ -1035,7 +1044,6 @@ BEGIN
     ORDER BY f.endpoint_id, f.ordering_key
     FOR UPDATE OF f;
 
-    RETURN QUERY
     WITH line AS (
         SELECT f.endpoint_id, f.ordering_key, f.head_seq, f.paused_at,
                h.status AS head_status,
@@ -1075,7 +1083,7 @@ BEGIN
         LEFT JOIN tidings.allocate_line_positions((SELECT count(*) FROM at_end)) p
             ON p.rank = a.rank
         WHERE m.id = t.id
-        RETURNING m.id
+        RETURNING m.id, m.status
     ),
     -- A line goes on from a dead letter of its own put back; one whose head is settled and that
     -- is not paused has nothing on its way (its head is chosen below).
@@ -1094,9 +1102,11 @@ BEGIN
         FROM line ln
         WHERE f.endpoint_id = ln.endpoint_id AND f.ordering_key = ln.ordering_key
     )
-    SELECT p.id FROM placed p ORDER BY p.id;
+    SELECT array_agg(p.id) INTO v_placed FROM placed p;
 
     PERFORM 1 FROM tidings.advance_lines_v1(v_endpoints, v_keys, NULL, false, true);
+    RETURN QUERY
+    SELECT m.id, m.status::text FROM tidings.messages m WHERE m.id = ANY (v_placed) ORDER BY m.id;
 END $$;
 
 -- reorder_endpoint_v1: after an endpoint's ordering changed. To 'fifo': its messages not yet

@@ -16,17 +16,21 @@ WITH app AS (
 created AS (
     INSERT INTO tidings.endpoints (app_id, url, description, max_attempts, timeout_ms,
                                    rate_limit_per_s, retry_schedule, payload_format,
-                                   max_in_flight, filter, filter_path, channels)
+                                   max_in_flight, filter, filter_path, channels, ordering,
+                                   fifo_batch_size, fifo_on_dead_letter)
     SELECT app.id, %(url)s, %(description)s, %(max_attempts)s, %(timeout_ms)s,
            %(rate_limit_per_s)s, %(retry_schedule)s::integer[],
            coalesce(%(payload_format)s::text, app.default_payload_format,
                     %(deployment_payload_format)s::text),
            %(max_in_flight)s, %(filter)s::jsonb, %(filter_path)s::jsonpath,
-           %(channels)s::text[]
+           %(channels)s::text[], coalesce(%(ordering)s::text, 'none'),
+           coalesce(%(fifo_batch_size)s::integer, 1),
+           coalesce(%(fifo_on_dead_letter)s::text, 'continue')
     FROM app
     RETURNING id, app_id, url, description, enabled, disabled_reason, disabled_at, max_attempts,
               timeout_ms, rate_limit_per_s, retry_schedule, payload_format, max_in_flight,
-              filter, channels, created_at, updated_at
+              filter, channels, ordering, fifo_batch_size, fifo_on_dead_letter, created_at,
+              updated_at
 ),
 subscribed AS (
     INSERT INTO tidings.subscriptions (endpoint_id, app_id, event_type)
@@ -46,6 +50,7 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
        %(event_types)s::text[] AS event_types, c.max_attempts, c.timeout_ms, c.rate_limit_per_s,
        NULL::timestamptz AS previous_secret_expires_at, c.created_at, c.updated_at,
        c.retry_schedule, c.payload_format, c.max_in_flight, c.filter, c.channels,
+       c.ordering, c.fifo_batch_size, c.fifo_on_dead_letter, 0 AS paused_lines,
        NULL::jsonb AS credentials,
        false AS slow, true AS untried, NULL::timestamptz AS slow_until
 FROM created c, reported
@@ -63,6 +68,9 @@ SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
         WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
        e.created_at, e.updated_at, e.retry_schedule, e.payload_format,
        e.max_in_flight, e.filter, e.channels,
+       e.ordering, e.fifo_batch_size, e.fifo_on_dead_letter,
+       (SELECT count(*) FROM tidings.fifo_lines f
+        WHERE f.endpoint_id = e.id AND f.paused_at IS NOT NULL)::integer AS paused_lines,
        (SELECT jsonb_object_agg(c.kind, c.shown) FROM tidings.endpoint_credentials c
         WHERE c.endpoint_id = e.id) AS credentials,
        coalesce(h.slow_until > now(), false) AS slow,
@@ -84,6 +92,9 @@ SELECT e.id, e.url, e.description, e.enabled, e.disabled_reason, e.disabled_at,
         WHERE s.endpoint_id = e.id AND s.expires_at > now()) AS previous_secret_expires_at,
        e.created_at, e.updated_at, e.retry_schedule, e.payload_format,
        e.max_in_flight, e.filter, e.channels,
+       e.ordering, e.fifo_batch_size, e.fifo_on_dead_letter,
+       (SELECT count(*) FROM tidings.fifo_lines f
+        WHERE f.endpoint_id = e.id AND f.paused_at IS NOT NULL)::integer AS paused_lines,
        (SELECT jsonb_object_agg(c.kind, c.shown) FROM tidings.endpoint_credentials c
         WHERE c.endpoint_id = e.id) AS credentials,
        coalesce(h.slow_until > now(), false) AS slow,
@@ -128,6 +139,12 @@ changed AS (
         filter_path = CASE WHEN %(set_filter)s THEN %(filter_path)s::jsonpath
                            ELSE e.filter_path END,
         channels = CASE WHEN %(set_channels)s THEN %(channels)s::text[] ELSE e.channels END,
+        ordering = CASE WHEN %(set_ordering)s THEN %(ordering)s::text ELSE e.ordering END,
+        fifo_batch_size = CASE WHEN %(set_fifo_batch_size)s THEN %(fifo_batch_size)s::integer
+                               ELSE e.fifo_batch_size END,
+        fifo_on_dead_letter = CASE WHEN %(set_fifo_on_dead_letter)s
+                                   THEN %(fifo_on_dead_letter)s::text
+                                   ELSE e.fifo_on_dead_letter END,
         enabled = CASE WHEN %(set_enabled)s THEN %(enabled)s ELSE e.enabled END,
         disabled_reason = CASE
             WHEN NOT %(set_enabled)s OR %(enabled)s = e.enabled THEN e.disabled_reason
@@ -142,8 +159,9 @@ changed AS (
     WHERE e.id = o.id
     RETURNING e.id, e.app_id, e.url, e.description, e.enabled, e.disabled_reason,
               e.disabled_at, e.max_attempts, e.timeout_ms, e.rate_limit_per_s, e.retry_schedule,
-              e.payload_format, e.max_in_flight, e.filter, e.channels, e.created_at,
-              e.updated_at, o.enabled AS was_enabled
+              e.payload_format, e.max_in_flight, e.filter, e.channels, e.ordering,
+              e.fifo_batch_size, e.fifo_on_dead_letter, e.created_at, e.updated_at,
+              o.enabled AS was_enabled
 ),
 reported AS (
     SELECT tidings.emit_lifecycle_v1(jsonb_agg(ev.element)) AS events
@@ -196,6 +214,9 @@ SELECT c.id, c.url, c.description, c.enabled, c.disabled_reason, c.disabled_at,
         WHERE s.endpoint_id = c.id AND s.expires_at > now()) AS previous_secret_expires_at,
        c.created_at, c.updated_at, c.retry_schedule, c.payload_format,
        c.max_in_flight, c.filter, c.channels,
+       c.ordering, c.fifo_batch_size, c.fifo_on_dead_letter,
+       (SELECT count(*) FROM tidings.fifo_lines f
+        WHERE f.endpoint_id = c.id AND f.paused_at IS NOT NULL)::integer AS paused_lines,
        (SELECT jsonb_object_agg(k.kind, k.shown) FROM tidings.endpoint_credentials k
         WHERE k.endpoint_id = c.id) AS credentials,
        coalesce(h.slow_until > now(), false) AS slow,
@@ -231,7 +252,7 @@ abandoned AS (
     SET status = 'dead_letter', dead_lettered_at = now(), dead_letter_reported_at = NULL,
         lease_token = NULL, last_error = 'endpoint deleted'
     FROM deleted d
-    WHERE m.endpoint_id = d.id AND m.status IN ('pending', 'failed', 'in_flight')
+    WHERE m.endpoint_id = d.id AND m.status IN ('pending', 'failed', 'in_flight', 'waiting')
 ),
 forgotten AS (
     DELETE FROM tidings.endpoint_secrets s
