@@ -41,6 +41,7 @@ from tidings.logic.event_types import (
     ImportResult,
 )
 from tidings.logic.events import SendResult
+from tidings.logic.lines import LinePage, ResumedLines
 from tidings.logic.messages import Attempt, Message, MessageDetail, MessagePage, MessageStatus
 from tidings.logic.portal import DEFAULT_LINK_S, PortalLink, PortalSession
 from tidings.logic.replay import ReplayResult
@@ -164,6 +165,7 @@ __all__ = [
     "FilterTest",
     "FilterTestResult",
     "ImportResult",
+    "LinePage",
     "Message",
     "MessageDetail",
     "MessagePage",
@@ -176,6 +178,8 @@ __all__ = [
     "RecoverResult",
     "ReplayRequest",
     "ReplayResult",
+    "ResumeLines",
+    "ResumedLines",
     "RevealedSecret",
     "RotatedSecret",
     "SendEvent",
@@ -206,6 +210,22 @@ FILTER_DESCRIPTION = (
     "dialect ($eq $ne $gt $gte $lt $lte $in $nin $exists $and $or $not, dotted paths). Of the "
     "events of its types, the endpoint receives only those it matches."
 )
+Ordering = Literal["none", "fifo"]
+OnDeadLetter = Literal["continue", "pause"]
+FifoBatchSize = Annotated[int, Field(ge=1, le=100)]
+ORDERING_DESCRIPTION = (
+    "fifo: each line of the endpoint's messages (one per ordering key; events without one share "
+    "a line) is delivered one message at a time, in the order the events were accepted, the next "
+    "once the one before is delivered or dead-lettered; absent: none (concurrent, no order)."
+)
+BATCH_DESCRIPTION = (
+    "For fifo: up to this many consecutive messages of a line in one request, a JSON array of "
+    "{id, type, timestamp, ordering_key, data} signed once (1 to 100; absent: 1)."
+)
+ON_DEAD_LETTER_DESCRIPTION = (
+    "For fifo: continue (a dead letter lets its line go on; the default) or pause (the line "
+    "waits at it until resumed or replayed)."
+)
 CHANNELS_DESCRIPTION = (
     "Channels to subscribe to (at most 10): the endpoint then receives an event of its types "
     "only if the event carries one of them."
@@ -231,6 +251,14 @@ class SendEvent(_Strict):
         max_length=MAX_CHANNELS,
         description="The event's channels (at most 10): subscribers with channels receive it "
         "only if they share one.",
+    )
+    ordering_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="For FIFO endpoints: the line the event joins (a customer id, an account). "
+        "Events of one key are delivered in the order they were accepted; different keys go "
+        "side by side; events without one share a line.",
     )
 
 
@@ -326,6 +354,11 @@ class CreateEndpoint(_Strict):
         "({type, timestamp, data}); absent: the application's default, else the deployment's",
     )
     max_in_flight: MaxInFlight | None = None
+    ordering: Ordering | None = Field(default=None, description=ORDERING_DESCRIPTION)
+    fifo_batch_size: FifoBatchSize | None = Field(default=None, description=BATCH_DESCRIPTION)
+    fifo_on_dead_letter: OnDeadLetter | None = Field(
+        default=None, description=ON_DEAD_LETTER_DESCRIPTION
+    )
     filter: dict[str, Any] | None = Field(default=None, description=FILTER_DESCRIPTION)
     channels: list[Channel] | None = Field(
         default=None, max_length=MAX_CHANNELS, description=CHANNELS_DESCRIPTION
@@ -362,6 +395,17 @@ class UpdateEndpoint(_Strict):
         default=None, description="raw or envelope (a format must be named: null is refused)"
     )
     max_in_flight: MaxInFlight | None = None
+    ordering: Ordering | None = Field(
+        default=None,
+        description=ORDERING_DESCRIPTION + " Switching takes effect for messages not yet "
+        "attempted; null: none.",
+    )
+    fifo_batch_size: FifoBatchSize | None = Field(
+        default=None, description=BATCH_DESCRIPTION + " null: 1."
+    )
+    fifo_on_dead_letter: OnDeadLetter | None = Field(
+        default=None, description=ON_DEAD_LETTER_DESCRIPTION + " null: continue."
+    )
     filter: dict[str, Any] | None = Field(
         default=None, description=FILTER_DESCRIPTION + " null removes it."
     )
@@ -414,6 +458,13 @@ class CreateApplication(_Strict):
         description="The body its new endpoints receive when they do not say (raw or envelope); "
         "absent or null: the deployment's default",
     )
+
+
+class ResumeLines(_Strict):
+    """Which paused lines to resume: those of the given ordering keys (null names the line of
+    events without one); absent: every paused line of the endpoint."""
+
+    ordering_keys: list[str | None] | None = Field(default=None, min_length=1, max_length=100)
 
 
 class UpdateApplication(_Strict):

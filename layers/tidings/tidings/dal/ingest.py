@@ -20,6 +20,8 @@ class NewEvent:
     endpoint_ids: Sequence[int] | None = None
     # The event's channels (None: none); only tidings.enqueue_batch takes them.
     channels: Sequence[str] | None = None
+    # Its ordering key (FIFO endpoints keep order per key); only tidings.enqueue_batch takes it.
+    ordering_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +35,9 @@ class Enqueued:
 
 def enqueue_event(cur: Cursor, event: NewEvent, *, application: str | None = None) -> Enqueued:
     """Record one event (``tidings.enqueue_event``, or ``enqueue_batch`` for an event with
-    channels) for the application of this uid ('default' when None); a repeated key creates
-    nothing."""
-    if event.channels:
+    channels or an ordering key) for the application of this uid ('default' when None); a
+    repeated key creates nothing."""
+    if event.channels or event.ordering_key is not None:
         return enqueue_batch(cur, [event], application=application)[0]
     cur.execute(
         sql("enqueue_event"),
@@ -86,5 +88,7 @@ def _batch_json(events: Sequence[NewEvent]) -> str:
             head["endpoint_ids"] = list(event.endpoint_ids)
         if event.channels:
             head["channels"] = list(event.channels)
+        if event.ordering_key is not None:
+            head["ordering_key"] = event.ordering_key
         parts.append(json.dumps(head)[:-1] + ',"payload":' + event.payload_json + "}")
     return "[" + ",".join(parts) + "]"

@@ -15,6 +15,7 @@ from tidings.dal import ingest as dal
 from tidings.dal.connection import Database
 from tidings.logic.channels import check_channels
 from tidings.logic.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from tidings.logic.lines import check_ordering_key
 from tidings.logic.operational import refuse_operational
 from tidings.logic.payload_validation import SentPayload, check_payloads
 from tidings.logic.validation import MAX_TEXT, check_id, clean_text, payload_json
@@ -35,6 +36,7 @@ class EventSpec:
     event_id: str | None = None
     endpoint_ids: Sequence[int] | None = None
     channels: Sequence[str] | None = None
+    ordering_key: str | None = None
 
 
 class SendResult(BaseModel):
@@ -55,12 +57,13 @@ def send_event(
     settings: Settings | None = None,
     application: str | None = None,
     channels: Sequence[str] | None = None,
+    ordering_key: str | None = None,
 ) -> SendResult:
     """Fan one event out to its endpoints through ``tidings.enqueue``'s path; ``application``
     is the uid of the application it is sent to ('default' when None)."""
     cfg = settings or get_settings()
     refuse_operational(application, cfg.operational_application, "be sent events")
-    spec = EventSpec(event_type, payload, event_id, endpoint_ids, channels)
+    spec = EventSpec(event_type, payload, event_id, endpoint_ids, channels, ordering_key)
     new = _checked(spec, "", cfg)
     sent = [SentPayload(new.event_type, payload, "payload")]
 
@@ -125,8 +128,9 @@ def _checked(spec: EventSpec, where: str, settings: Settings) -> dal.NewEvent:
             )
         endpoint_ids = [check_id(i, field) for i in spec.endpoint_ids]
     channels = check_channels(spec.channels, f"{where}channels")
+    ordering_key = check_ordering_key(spec.ordering_key, f"{where}ordering_key")
     text = payload_json(spec.payload, f"{where}payload", max_bytes=settings.max_payload_bytes)
-    return dal.NewEvent(event_type, text, event_id, endpoint_ids, channels)
+    return dal.NewEvent(event_type, text, event_id, endpoint_ids, channels, ordering_key)
 
 
 def _at_window_end(

@@ -50,6 +50,7 @@ def _to_endpoint(pointer: str) -> dict[str, Link]:
         "EndpointHealth": Link("endpoint_health", endpoint, "Its health"),
         "RecoverEndpoint": Link("recover_endpoint", endpoint, "Send its undelivered again"),
         "ListItsMessages": Link("list_messages", endpoint, "Its messages"),
+        "ListItsLines": Link("list_lines", endpoint, "Its FIFO lines"),
     }
 
 
@@ -88,6 +89,9 @@ def create_endpoint(
             else None
         ),
         tls_server_ca_pem=body.tls_server_ca_pem,
+        ordering=body.ordering,
+        fifo_batch_size=body.fifo_batch_size,
+        fifo_on_dead_letter=body.fifo_on_dead_letter,
         settings=wiring.settings(),
         app_id=app.id,
     )

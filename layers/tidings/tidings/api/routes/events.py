@@ -53,6 +53,7 @@ def send_event(app: AppScope, event: Annotated[SendEvent, Body()]) -> Response[S
         event_id=event.event_id,
         endpoint_ids=event.endpoint_ids,
         channels=event.channels,
+        ordering_key=event.ordering_key,
         settings=wiring.settings(),
         application=None if app.id == applications.DEFAULT_APP_ID else app.uid,
     )
@@ -75,7 +76,9 @@ def send_event(app: AppScope, event: Annotated[SendEvent, Body()]) -> Response[S
 )
 def send_events(app: AppScope, batch: Annotated[EventBatch, Body()]) -> Response[BatchResult]:
     specs = [
-        events.EventSpec(e.event_type, e.payload, e.event_id, e.endpoint_ids, e.channels)
+        events.EventSpec(
+            e.event_type, e.payload, e.event_id, e.endpoint_ids, e.channels, e.ordering_key
+        )
         for e in batch.events
     ]
     results = events.send_events(
