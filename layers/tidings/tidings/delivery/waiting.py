@@ -27,6 +27,21 @@ class WaitReason(enum.StrEnum):
     SCHEDULED = "scheduled"
     IN_FLIGHT_LIMIT = "in_flight_limit"
     DUE = "due"
+    # Ordered delivery: behind the head of its FIFO line, or in a line paused at a dead letter.
+    IN_LINE = "in_line"
+    LINE_PAUSED = "line_paused"
+
+
+@dataclass(frozen=True, slots=True)
+class LineFacts:
+    """A message's FIFO line: its ordering key (None: the line of events without one), the
+    message at its head (None: none yet) and that message's status, and since when the line is
+    paused at a dead letter."""
+
+    ordering_key: str | None
+    head_id: int | None
+    head_status: str | None
+    paused_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +74,10 @@ class WaitFacts:
     slow_lane_max_in_flight: int = 10
     slow_lane_threshold_ms: int = 1000
     untried_max_in_flight: int = 1
+    # The FIFO line the message is in, on an endpoint whose ordering is fifo (None: none).
+    line: LineFacts | None = None
+    # The message's own id, to tell whether it heads its line.
+    message_id: int | None = None
 
     @property
     def in_flight_cap(self) -> int | None:
@@ -83,7 +102,7 @@ class Wait:
 
 def explain(facts: WaitFacts) -> Wait:
     """What the message waits for, checked in the order the delivery pipeline decides it."""
-    for rule in (_finished, _endpoint_closed, _leased, _circuit):
+    for rule in (_finished, _endpoint_closed, _in_line, _leased, _circuit):
         wait = rule(facts)
         if wait is not None:
             return wait
@@ -94,10 +113,17 @@ def _finished(f: WaitFacts) -> Wait | None:
     if f.status == "delivered":
         return Wait(WaitReason.DELIVERED, None, "delivered: it waits for nothing")
     if f.status == "dead_letter":
+        paused = ""
+        if f.line and f.line.paused_at and f.line.head_id == f.message_id:
+            paused = (
+                f"; it paused its FIFO line ({_key(f.line)}) at {_at(f.line.paused_at)}: the "
+                "messages behind it wait until the line is resumed or it is replayed"
+            )
         return Wait(
             WaitReason.DEAD_LETTER,
             None,
-            f"a dead letter ({f.last_error or 'no error recorded'}): it waits for a replay",
+            f"a dead letter ({f.last_error or 'no error recorded'}): it waits for a replay"
+            + paused,
         )
     return None
 
@@ -119,6 +145,42 @@ def _endpoint_closed(f: WaitFacts) -> Wait | None:
             "is enabled again",
         )
     return None
+
+
+def _in_line(f: WaitFacts) -> Wait | None:
+    """Waiting behind the head of its FIFO line: it is attempted once the messages before it are
+    delivered or dead-lettered (or the line is resumed, when it is paused at a dead letter)."""
+    if f.status != "waiting" or f.line is None:
+        return None
+    line = f.line
+    head = (
+        f"message {line.head_id} ({line.head_status})"
+        if line.head_id is not None
+        else "no message yet (the claimer makes the first one its head)"
+    )
+    if line.paused_at is not None:
+        return Wait(
+            WaitReason.LINE_PAUSED,
+            None,
+            f"its FIFO line ({_key(line)}) is paused since {_at(line.paused_at)} at a dead "
+            f"letter, {head}: nothing of the line is sent until a person resumes it or "
+            "replays that message",
+        )
+    return Wait(
+        WaitReason.IN_LINE,
+        None,
+        f"waiting in its FIFO line ({_key(line)}) behind {head}: the endpoint takes a line one "
+        "message at a time, in the order the events were accepted, and this one goes once the "
+        "messages before it are delivered or dead-lettered",
+    )
+
+
+def _key(line: LineFacts) -> str:
+    return (
+        "events without an ordering key"
+        if line.ordering_key is None
+        else f"ordering key {line.ordering_key!r}"
+    )
 
 
 def _leased(f: WaitFacts) -> Wait | None:

@@ -23,8 +23,15 @@ from tidings.logic.validation import (
     encode_cursor,
 )
 
-MessageStatus = Literal["pending", "in_flight", "delivered", "failed", "dead_letter"]
-STATUSES: tuple[str, ...] = ("pending", "in_flight", "delivered", "failed", "dead_letter")
+MessageStatus = Literal["pending", "waiting", "in_flight", "delivered", "failed", "dead_letter"]
+STATUSES: tuple[str, ...] = (
+    "pending",
+    "waiting",
+    "in_flight",
+    "delivered",
+    "failed",
+    "dead_letter",
+)
 
 
 class Message(BaseModel):
@@ -66,6 +73,9 @@ class WaitingFor(BaseModel):
 class MessageDetail(Message):
     payload: Any
     channels: list[str] = Field(description="The event's channels")
+    ordering_key: str | None = Field(
+        default=None, description="The event's ordering key (FIFO endpoints keep order per key)"
+    )
     attempt_history: list[Attempt]
     waiting_for: WaitingFor
 
@@ -97,6 +107,18 @@ def get_message(
     if row is None:
         raise NotFound("message", message_id)
     row["payload"] = json.loads(row["payload"])
+    line = (
+        waiting.LineFacts(
+            ordering_key=row["ordering_key"],
+            head_id=row.pop("line_head_id"),
+            head_status=row.pop("line_head_status"),
+            paused_at=row.pop("line_paused_at"),
+        )
+        if row.pop("in_line") and row.pop("ordering") == "fifo"
+        else None
+    )
+    for unused in ("in_line", "ordering", "line_head_id", "line_head_status", "line_paused_at"):
+        row.pop(unused, None)
     wait = waiting.explain(
         waiting.WaitFacts(
             status=row["status"],
@@ -120,6 +142,8 @@ def get_message(
             slow_lane_max_in_flight=cfg.slow_lane_max_in_flight,
             slow_lane_threshold_ms=cfg.slow_lane_threshold_ms,
             untried_max_in_flight=cfg.untried_max_in_flight,
+            line=line,
+            message_id=row["id"],
         )
     )
     return MessageDetail(

@@ -2,8 +2,9 @@
 -- One message of an application's endpoints with its event (key, payload text and channels), and
 -- what decides when it is sent: its lease, its endpoint's state, circuit and speed lane (as the claim
 -- tells it) with its own cap and its rows in flight under a live lease (counted up to 1000, the
--- largest cap; through messages_in_flight_by_endpoint), read at one moment (now() is that
--- moment).
+-- largest cap; through messages_in_flight_by_endpoint), and, for a message in a FIFO line, its
+-- ordering key, the line's head (its id and status) and whether the line is paused, read at one
+-- moment (now() is that moment).
 SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status, m.attempts,
        m.max_attempts, m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at,
        m.last_error, m.last_status_code, m.last_response_ms, ev.example,
@@ -22,11 +23,18 @@ SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status,
                 AND f.status = 'in_flight'
                 AND f.next_attempt_at > now()
               LIMIT 1000) leased_now) AS in_flight,
+       ev.ordering_key, m.line_key IS NOT NULL AS in_line, e.ordering,
+       lh.id AS line_head_id, lh.status::text AS line_head_status,
+       fl.paused_at AS line_paused_at,
        now() AS db_now
 FROM tidings.messages m
 JOIN tidings.events ev ON ev.id = m.event_ref
 JOIN tidings.endpoints e ON e.id = m.endpoint_id
 LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = m.endpoint_id
+LEFT JOIN tidings.fifo_lines fl ON fl.endpoint_id = m.endpoint_id AND fl.ordering_key = m.line_key
+LEFT JOIN tidings.messages lh
+    ON lh.endpoint_id = fl.endpoint_id AND lh.line_key = fl.ordering_key
+   AND lh.line_seq = fl.head_seq
 WHERE m.id = %(message_id)s AND e.app_id = %(app_id)s
 
 -- name: attempts_of_message
