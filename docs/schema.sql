@@ -5,7 +5,7 @@ CREATE SCHEMA tidings;
 
 CREATE TYPE tidings.circuit_state AS ENUM ('closed', 'open', 'half_open');
 
-CREATE TYPE tidings.message_status AS ENUM ('pending', 'in_flight', 'delivered', 'failed', 'dead_letter');
+CREATE TYPE tidings.message_status AS ENUM ('pending', 'in_flight', 'delivered', 'failed', 'dead_letter', 'waiting');
 
 CREATE TABLE tidings.alert_outbox (
     id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
@@ -176,14 +176,20 @@ CREATE TABLE tidings.endpoints (
     filter jsonb,
     filter_path jsonpath,
     channels text[],
+    ordering text DEFAULT 'none'::text NOT NULL,
+    fifo_batch_size integer DEFAULT 1 NOT NULL,
+    fifo_on_dead_letter text DEFAULT 'continue'::text NOT NULL,
     CONSTRAINT endpoints_app_id_fkey FOREIGN KEY (app_id) REFERENCES tidings.applications(id),
     CONSTRAINT endpoints_channels_valid CHECK ((((cardinality(channels) >= 1) AND (cardinality(channels) <= 10)) AND (array_position(channels, NULL::text) IS NULL) AND (array_to_string(channels, ','::text) ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}(,[A-Za-z0-9][A-Za-z0-9._:-]{0,199})*$'::text))),
     CONSTRAINT endpoints_check CHECK (((previous_secret IS NULL) = (previous_secret_expires_at IS NULL))),
     CONSTRAINT endpoints_description_check CHECK ((length(description) <= 1000)),
+    CONSTRAINT endpoints_fifo_batch_size_check CHECK (((fifo_batch_size >= 1) AND (fifo_batch_size <= 100))),
+    CONSTRAINT endpoints_fifo_on_dead_letter_check CHECK ((fifo_on_dead_letter = ANY (ARRAY['continue'::text, 'pause'::text]))),
     CONSTRAINT endpoints_filter_compiled CHECK (((filter IS NULL) = (filter_path IS NULL))),
     CONSTRAINT endpoints_id_app_id_key UNIQUE (id, app_id),
     CONSTRAINT endpoints_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
     CONSTRAINT endpoints_max_in_flight_check CHECK (((max_in_flight >= 1) AND (max_in_flight <= 1000))),
+    CONSTRAINT endpoints_ordering_check CHECK ((ordering = ANY (ARRAY['none'::text, 'fifo'::text]))),
     CONSTRAINT endpoints_payload_format_check CHECK ((payload_format = ANY (ARRAY['raw'::text, 'envelope'::text]))),
     CONSTRAINT endpoints_pkey PRIMARY KEY (id),
     CONSTRAINT endpoints_previous_secret_check CHECK ((previous_secret ~~ 'whsec\_%'::text)),
@@ -235,11 +241,30 @@ CREATE TABLE tidings.events (
     app_id bigint DEFAULT 1 NOT NULL,
     channels text[],
     example boolean DEFAULT false NOT NULL,
+    ordering_key text,
     CONSTRAINT events_app_id_fkey FOREIGN KEY (app_id) REFERENCES tidings.applications(id),
     CONSTRAINT events_event_id_check CHECK (((event_id <> ''::text) AND (length(event_id) <= 200))),
     CONSTRAINT events_event_type_check CHECK (((event_type <> ''::text) AND (length(event_type) <= 200))),
     CONSTRAINT events_idempotency_key UNIQUE (app_id, event_type, event_id),
+    CONSTRAINT events_ordering_key_check CHECK (((ordering_key IS NULL) OR ((length(ordering_key) >= 1) AND (length(ordering_key) <= 200)))) NOT VALID,
     CONSTRAINT events_pkey PRIMARY KEY (id)
+);
+
+CREATE TABLE tidings.fifo_line_moves (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    endpoint_id bigint NOT NULL,
+    ordering_key text NOT NULL,
+    CONSTRAINT fifo_line_moves_pkey PRIMARY KEY (id)
+);
+
+CREATE TABLE tidings.fifo_lines (
+    endpoint_id bigint NOT NULL,
+    ordering_key text NOT NULL,
+    head_seq bigint,
+    paused_at timestamp with time zone,
+    CONSTRAINT fifo_lines_endpoint_id_fkey FOREIGN KEY (endpoint_id) REFERENCES tidings.endpoints(id),
+    CONSTRAINT fifo_lines_paused_at_a_head CHECK (((paused_at IS NULL) OR (head_seq IS NOT NULL))),
+    CONSTRAINT fifo_lines_pkey PRIMARY KEY (endpoint_id, ordering_key)
 );
 
 CREATE TABLE tidings.job_state (
@@ -285,6 +310,9 @@ CREATE TABLE tidings.messages (
     last_status_code integer,
     last_response_ms integer,
     dead_letter_reported_at timestamp with time zone,
+    line_key text,
+    line_seq bigint,
+    line_batch_through bigint,
     CONSTRAINT messages_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT messages_check CHECK (((status <> 'in_flight'::tidings.message_status) OR (lease_token IS NOT NULL))),
     CONSTRAINT messages_check1 CHECK (((status <> 'delivered'::tidings.message_status) OR (delivered_at IS NOT NULL))),
@@ -292,8 +320,10 @@ CREATE TABLE tidings.messages (
     CONSTRAINT messages_endpoint_id_fkey FOREIGN KEY (endpoint_id) REFERENCES tidings.endpoints(id),
     CONSTRAINT messages_event_ref_endpoint_id_key UNIQUE (event_ref, endpoint_id),
     CONSTRAINT messages_event_ref_fkey FOREIGN KEY (event_ref) REFERENCES tidings.events(id),
+    CONSTRAINT messages_line_place_check CHECK (((line_key IS NULL) = (line_seq IS NULL))) NOT VALID,
     CONSTRAINT messages_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
-    CONSTRAINT messages_pkey PRIMARY KEY (id)
+    CONSTRAINT messages_pkey PRIMARY KEY (id),
+    CONSTRAINT messages_waiting_in_a_line_check CHECK (((status <> 'waiting'::tidings.message_status) OR (line_key IS NOT NULL))) NOT VALID
 );
 
 CREATE TABLE tidings.migration_lock (
@@ -378,14 +408,165 @@ CREATE INDEX endpoint_secrets_by_endpoint ON tidings.endpoint_secrets USING btre
 CREATE UNIQUE INDEX endpoint_secrets_current ON tidings.endpoint_secrets USING btree (endpoint_id) WHERE (expires_at IS NULL);
 CREATE INDEX endpoints_by_app ON tidings.endpoints USING btree (app_id, id);
 CREATE INDEX events_by_time ON tidings.events USING brin (created_at);
+CREATE INDEX fifo_line_moves_by_line ON tidings.fifo_line_moves USING btree (endpoint_id, ordering_key);
 CREATE INDEX messages_claimable ON tidings.messages USING btree (endpoint_id, next_attempt_at) WHERE (status = ANY (ARRAY['pending'::tidings.message_status, 'failed'::tidings.message_status, 'in_flight'::tidings.message_status]));
 CREATE INDEX messages_dead_letters ON tidings.messages USING btree (endpoint_id, dead_lettered_at) WHERE (status = 'dead_letter'::tidings.message_status);
 CREATE INDEX messages_delivered ON tidings.messages USING btree (delivered_at) WHERE (status = 'delivered'::tidings.message_status);
 CREATE INDEX messages_in_flight ON tidings.messages USING btree (next_attempt_at) WHERE (status = 'in_flight'::tidings.message_status);
 CREATE INDEX messages_in_flight_by_endpoint ON tidings.messages USING btree (endpoint_id, next_attempt_at) WHERE (status = 'in_flight'::tidings.message_status);
+CREATE UNIQUE INDEX messages_line_place ON tidings.messages USING btree (endpoint_id, line_key, line_seq) WHERE (line_key IS NOT NULL);
+CREATE INDEX messages_line_waiting ON tidings.messages USING btree (endpoint_id, line_key, line_seq) WHERE (status = 'waiting'::tidings.message_status);
 CREATE INDEX messages_unreported_dead_letters ON tidings.messages USING btree (dead_lettered_at, id) WHERE ((status = 'dead_letter'::tidings.message_status) AND (dead_letter_reported_at IS NULL));
 CREATE INDEX subscriptions_by_app_and_type ON tidings.subscriptions USING btree (app_id, event_type);
 CREATE INDEX tokens_by_prefix ON tidings.tokens USING btree (prefix);
+
+CREATE OR REPLACE FUNCTION tidings.advance_lines_v1(p_endpoint_ids bigint[], p_keys text[], p_lease_s double precision, p_resume boolean, p_wait boolean)
+ RETURNS TABLE(message_id bigint, endpoint_id bigint, attempts integer, lease_token uuid)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_endpoints bigint[];
+    v_keys      text[];
+BEGIN
+    -- Lines are made by their first advancer (a producer never writes one).
+    INSERT INTO tidings.fifo_lines (endpoint_id, ordering_key)
+    SELECT DISTINCT l.endpoint_id, l.ordering_key
+    FROM unnest(p_endpoint_ids, p_keys) AS l (endpoint_id, ordering_key)
+    JOIN tidings.endpoints e ON e.id = l.endpoint_id
+    ORDER BY 1, 2
+    ON CONFLICT DO NOTHING;
+
+    IF p_wait THEN
+        SELECT array_agg(f.endpoint_id), array_agg(f.ordering_key)
+        INTO v_endpoints, v_keys
+        FROM (SELECT f.endpoint_id, f.ordering_key
+              FROM tidings.fifo_lines f
+              JOIN unnest(p_endpoint_ids, p_keys) AS l (endpoint_id, ordering_key)
+                  ON l.endpoint_id = f.endpoint_id AND l.ordering_key = f.ordering_key
+              ORDER BY f.endpoint_id, f.ordering_key
+              FOR UPDATE OF f) f;
+    ELSE
+        SELECT array_agg(f.endpoint_id), array_agg(f.ordering_key)
+        INTO v_endpoints, v_keys
+        FROM (SELECT f.endpoint_id, f.ordering_key
+              FROM tidings.fifo_lines f
+              JOIN unnest(p_endpoint_ids, p_keys) AS l (endpoint_id, ordering_key)
+                  ON l.endpoint_id = f.endpoint_id AND l.ordering_key = f.ordering_key
+              ORDER BY f.endpoint_id, f.ordering_key
+              FOR UPDATE OF f SKIP LOCKED) f;
+    END IF;
+    IF v_endpoints IS NULL THEN
+        RETURN;
+    END IF;
+
+    DELETE FROM tidings.fifo_line_moves mv
+    USING unnest(v_endpoints, v_keys) AS l (endpoint_id, ordering_key)
+    WHERE mv.endpoint_id = l.endpoint_id AND mv.ordering_key = l.ordering_key;
+
+    RETURN QUERY
+    WITH line AS (
+        SELECT f.endpoint_id, f.ordering_key, f.head_seq, f.paused_at, h.status AS head_status,
+               e.ordering, e.fifo_on_dead_letter
+        FROM unnest(v_endpoints, v_keys) AS l (endpoint_id, ordering_key)
+        JOIN tidings.fifo_lines f
+            ON f.endpoint_id = l.endpoint_id AND f.ordering_key = l.ordering_key
+        JOIN tidings.endpoints e ON e.id = f.endpoint_id
+        LEFT JOIN tidings.messages h
+            ON h.endpoint_id = f.endpoint_id AND h.line_key = f.ordering_key
+           AND h.line_seq = f.head_seq
+    ),
+    decided AS (
+        SELECT ln.endpoint_id, ln.ordering_key,
+               CASE
+                   WHEN ln.head_status IN ('pending', 'failed', 'in_flight') THEN 'stay'
+                   WHEN ln.paused_at IS NOT NULL THEN CASE WHEN p_resume THEN 'move' ELSE 'stay' END
+                   WHEN ln.head_status = 'dead_letter' AND ln.ordering = 'fifo'
+                        AND ln.fifo_on_dead_letter = 'pause' AND NOT p_resume THEN 'pause'
+                   ELSE 'move'
+               END AS action
+        FROM line ln
+    ),
+    next_head AS (
+        SELECT d.endpoint_id, d.ordering_key, d.action,
+               CASE WHEN d.action = 'move' THEN
+                   (SELECT w.line_seq FROM tidings.messages w
+                    WHERE w.endpoint_id = d.endpoint_id AND w.line_key = d.ordering_key
+                      AND w.status = 'waiting'
+                    ORDER BY w.line_seq
+                    LIMIT 1) END AS seq
+        FROM decided d
+        WHERE d.action IN ('move', 'pause')
+    ),
+    -- (A line that stays as it is, idle with nothing waiting, is not written.)
+    moved AS (
+        UPDATE tidings.fifo_lines f
+        SET head_seq = CASE WHEN n.action = 'move' THEN n.seq ELSE f.head_seq END,
+            paused_at = CASE WHEN n.action = 'pause' THEN now() END
+        FROM next_head n
+        WHERE f.endpoint_id = n.endpoint_id AND f.ordering_key = n.ordering_key
+          AND (n.action = 'pause' OR f.paused_at IS NOT NULL
+               OR f.head_seq IS DISTINCT FROM n.seq)
+    ),
+    promoted AS (
+        UPDATE tidings.messages m
+        SET status = CASE WHEN q.fast THEN 'in_flight' ELSE 'pending' END::tidings.message_status,
+            lease_token = CASE WHEN q.fast THEN gen_random_uuid() END,
+            next_attempt_at = CASE WHEN q.fast THEN now() + p_lease_s * interval '1 second'
+                                   ELSE now() END
+        FROM next_head mv
+        JOIN tidings.endpoints e ON e.id = mv.endpoint_id
+        JOIN tidings.endpoint_health h ON h.endpoint_id = mv.endpoint_id
+        CROSS JOIN LATERAL (
+            SELECT p_lease_s IS NOT NULL AND e.enabled AND e.deleted_at IS NULL
+                   AND e.rate_limit_per_s IS NULL AND e.max_in_flight IS NULL
+                   AND h.state = 'closed' AND NOT coalesce(h.slow_until > now(), false)
+                   AND (h.last_success_at IS NOT NULL OR h.last_failure_at IS NOT NULL) AS fast
+        ) q
+        WHERE mv.action = 'move'
+          AND m.endpoint_id = mv.endpoint_id AND m.line_key = mv.ordering_key
+          AND m.line_seq = mv.seq AND m.status = 'waiting'
+        RETURNING m.id, m.endpoint_id, m.attempts, m.lease_token, q.fast
+    )
+    SELECT p.id, p.endpoint_id, p.attempts, p.lease_token FROM promoted p WHERE p.fast
+    ORDER BY p.id;
+END $function$;
+
+CREATE OR REPLACE FUNCTION tidings.advance_noted_lines_v1(p_limit integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_endpoints bigint[];
+    v_keys      text[];
+BEGIN
+    SELECT array_agg(d.endpoint_id), array_agg(d.ordering_key)
+    INTO v_endpoints, v_keys
+    FROM (SELECT DISTINCT n.endpoint_id, n.ordering_key
+          FROM (SELECT mv.endpoint_id, mv.ordering_key
+                FROM tidings.fifo_line_moves mv
+                ORDER BY mv.id
+                LIMIT p_limit) n) d;
+    IF v_endpoints IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM 1 FROM tidings.advance_lines_v1(v_endpoints, v_keys, NULL, false, false);
+    RETURN cardinality(v_endpoints);
+END $function$;
+
+CREATE OR REPLACE FUNCTION tidings.allocate_line_positions(n bigint)
+ RETURNS TABLE(rank bigint, seq bigint)
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT row_number() OVER (ORDER BY d.seq), d.seq
+    FROM (SELECT nextval('tidings.line_positions') AS seq
+          FROM generate_series(1, greatest(n, 0))) d
+$function$;
 
 CREATE OR REPLACE FUNCTION tidings.analyze_latency_histograms()
  RETURNS void
@@ -701,6 +882,157 @@ BEGIN
     ) cr ON true
     WHERE s.id IS NOT NULL OR v.id IN (SELECT hb.id FROM held_back hb)
     ORDER BY v.id;
+END $function$;
+
+CREATE OR REPLACE FUNCTION tidings.begin_attempts_v4(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision)
+ RETURNS TABLE(message_id bigint, endpoint_id bigint, permitted boolean, lease_token uuid, event_type text, event_id text, attempts integer, max_attempts integer, url text, timeout_ms integer, rate_limit_per_s double precision, max_in_flight integer, retry_schedule integer[], secret_data_keys bigint[], secrets bytea[], payload text, payload_format text, event_created_at timestamp with time zone, credential_ids bigint[], credential_kinds text[], credential_data_keys bigint[], credentials bytea[], line_key text, line_seq bigint, ordering_key text, batch_of bigint, fifo_batch_size integer)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH request AS (
+        SELECT r.id, r.token, r.attempt, r.want_payload
+        FROM unnest(p_ids, p_tokens, p_attempts, p_want_payload)
+            AS r(id, token, attempt, want_payload)
+    ),
+    held AS (
+        SELECT m.id, m.endpoint_id, r.token, r.attempt, r.want_payload,
+               -- A rate-limited endpoint's requests spend the tokens the claim takes from its
+               -- bucket: a retry that came back through the queue has none.
+               m.status = 'failed' AND e.rate_limit_per_s IS NOT NULL AS without_token
+        FROM tidings.messages m
+        JOIN request r ON r.id = m.id AND m.lease_token = r.token AND m.attempts = r.attempt - 1
+        JOIN tidings.endpoints e ON e.id = m.endpoint_id
+        WHERE m.status IN ('in_flight', 'failed')
+    ),
+    probe AS (
+        UPDATE tidings.endpoint_health h
+        SET state = 'half_open', probe_token = c.token, probe_started_at = now()
+        FROM (SELECT DISTINCT ON (held.endpoint_id) held.endpoint_id, held.token
+              FROM held WHERE NOT held.without_token
+              ORDER BY held.endpoint_id, held.id) c
+        WHERE h.endpoint_id = c.endpoint_id
+          AND tidings.probe_may_start(h.state, h.opened_at, h.cooldown_s, h.probe_started_at,
+                                      p_lease_s)
+        RETURNING h.endpoint_id, h.probe_token
+    ),
+    verdict AS (
+        SELECT held.id, held.endpoint_id, held.token, held.attempt, held.want_payload,
+               coalesce(e.enabled AND e.deleted_at IS NULL
+                        AND (h.state = 'closed'
+                             OR (h.state = 'half_open' AND h.probe_token = held.token)
+                             OR p.probe_token = held.token)
+                        AND NOT held.without_token,
+                        false) AS permitted,
+               CASE WHEN h.state = 'open'
+                    THEN h.opened_at + h.cooldown_s * interval '1 second' END AS cooldown_ends_at
+        FROM held
+        JOIN tidings.endpoints e ON e.id = held.endpoint_id
+        JOIN tidings.endpoint_health h ON h.endpoint_id = held.endpoint_id
+        LEFT JOIN probe p ON p.endpoint_id = held.endpoint_id
+    ),
+    -- The messages a permitted head of a batching FIFO endpoint carries: the next waiting
+    -- ones of its line, up to the batch size, and on a retry only those of its first attempt
+    -- (line_batch_through), so every attempt of a batch sends the same messages.
+    members AS (
+        SELECT v.id AS head_id, w.id, w.line_seq
+        FROM verdict v
+        JOIN tidings.messages hm ON hm.id = v.id
+        JOIN tidings.endpoints e ON e.id = v.endpoint_id
+        CROSS JOIN LATERAL (
+            SELECT w.id, w.line_seq
+            FROM tidings.messages w
+            WHERE w.endpoint_id = hm.endpoint_id AND w.line_key = hm.line_key
+              AND w.status = 'waiting' AND w.line_seq > hm.line_seq
+              AND (hm.line_batch_through IS NULL OR w.line_seq <= hm.line_batch_through)
+            ORDER BY w.line_seq
+            LIMIT e.fifo_batch_size - 1
+        ) w
+        WHERE v.permitted AND hm.line_key IS NOT NULL
+          AND e.ordering = 'fifo' AND e.fifo_batch_size > 1
+    ),
+    started AS (
+        UPDATE tidings.messages m
+        SET status = 'in_flight',
+            lease_token = gen_random_uuid(),
+            next_attempt_at = greatest(m.next_attempt_at,
+                                       now() + p_lease_s * interval '1 second'),
+            line_batch_through = CASE
+                WHEN m.line_batch_through IS NULL AND m.line_key IS NOT NULL
+                     AND e.ordering = 'fifo' AND e.fifo_batch_size > 1
+                    THEN coalesce((SELECT max(mb.line_seq) FROM members mb WHERE mb.head_id = m.id),
+                                  m.line_seq)
+                ELSE m.line_batch_through END
+        FROM verdict v
+        JOIN tidings.endpoints e ON e.id = v.endpoint_id
+        WHERE m.id = v.id AND v.permitted
+          AND m.lease_token = v.token AND m.attempts = v.attempt - 1
+        RETURNING m.id, m.lease_token
+    ),
+    held_back AS (
+        UPDATE tidings.messages m
+        SET status = tidings.unleased_status(m.attempts),
+            lease_token = NULL,
+            next_attempt_at = greatest(v.cooldown_ends_at,
+                                       now() + p_hold_back_s * interval '1 second')
+        FROM verdict v
+        WHERE m.id = v.id AND NOT v.permitted
+          AND m.lease_token = v.token AND m.attempts = v.attempt - 1
+        RETURNING m.id
+    )
+    SELECT v.id, v.endpoint_id, s.id IS NOT NULL, s.lease_token,
+           m.event_type, ev.event_id, m.attempts,
+           coalesce(m.max_attempts, e.max_attempts),
+           e.url, e.timeout_ms, e.rate_limit_per_s, e.max_in_flight, e.retry_schedule,
+           sk.data_keys,
+           sk.ciphertexts,
+           CASE WHEN v.want_payload THEN ev.payload::text END,
+           e.payload_format, ev.created_at,
+           cr.ids, cr.kinds, cr.data_keys, cr.ciphertexts,
+           m.line_key, m.line_seq, ev.ordering_key, NULL::bigint, e.fifo_batch_size
+    FROM verdict v
+    JOIN tidings.messages m ON m.id = v.id
+    JOIN tidings.endpoints e ON e.id = v.endpoint_id
+    JOIN tidings.events ev ON ev.id = m.event_ref
+    LEFT JOIN started s ON s.id = v.id
+    -- The permitted rows' signing secrets, newest first: the current one and those still in
+    -- their overlap, encrypted (tidings.endpoint_secrets, migration 0070; the sender decrypts).
+    LEFT JOIN LATERAL (
+        SELECT array_agg(es.data_key_id ORDER BY es.id DESC) AS data_keys,
+               array_agg(es.ciphertext ORDER BY es.id DESC) AS ciphertexts
+        FROM tidings.endpoint_secrets es
+        WHERE s.id IS NOT NULL
+          AND es.endpoint_id = v.endpoint_id
+          AND (es.expires_at IS NULL OR es.expires_at > now())
+    ) sk ON true
+    -- The permitted rows' receiver credentials, encrypted (tidings.endpoint_credentials): NULL
+    -- arrays for an endpoint without any, which is all the sender then does about them.
+    LEFT JOIN LATERAL (
+        SELECT array_agg(ec.id ORDER BY ec.id) AS ids,
+               array_agg(ec.kind ORDER BY ec.id) AS kinds,
+               array_agg(ec.data_key_id ORDER BY ec.id) AS data_keys,
+               array_agg(ec.ciphertext ORDER BY ec.id) AS ciphertexts
+        FROM tidings.endpoint_credentials ec
+        WHERE s.id IS NOT NULL
+          AND ec.endpoint_id = v.endpoint_id
+    ) cr ON true
+    WHERE s.id IS NOT NULL OR v.id IN (SELECT hb.id FROM held_back hb)
+    UNION ALL
+    -- The started heads' batch members: sent with their head, under its lease.
+    SELECT w.id, w.endpoint_id, true, NULL::uuid, w.event_type, ev.event_id, w.attempts,
+           NULL::integer, e.url, e.timeout_ms, e.rate_limit_per_s, e.max_in_flight,
+           e.retry_schedule, NULL::bigint[], NULL::bytea[], ev.payload::text, e.payload_format,
+           ev.created_at, NULL::bigint[], NULL::text[], NULL::bigint[], NULL::bytea[],
+           w.line_key, w.line_seq, ev.ordering_key, mb.head_id, e.fifo_batch_size
+    FROM members mb
+    JOIN started s ON s.id = mb.head_id
+    JOIN tidings.messages w ON w.id = mb.id
+    JOIN tidings.endpoints e ON e.id = w.endpoint_id
+    JOIN tidings.events ev ON ev.id = w.event_ref
+    ORDER BY 1;
 END $function$;
 
 CREATE OR REPLACE FUNCTION tidings.claim_due_v1(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer)
@@ -1400,6 +1732,7 @@ DECLARE
     v_payloads  jsonb[];
     v_targets   jsonb[];
     v_channels  jsonb[];
+    v_keys      jsonb[];
     v_count     integer;
     v_bad       record;
     v_created   bigint[];
@@ -1424,8 +1757,9 @@ BEGIN
                      END ORDER BY ord),
            array_agg(e -> 'payload' ORDER BY ord),
            array_agg(e -> 'endpoint_ids' ORDER BY ord),
-           array_agg(e -> 'channels' ORDER BY ord)
-    INTO v_types, v_ids, v_payloads, v_targets, v_channels
+           array_agg(e -> 'channels' ORDER BY ord),
+           array_agg(e -> 'ordering_key' ORDER BY ord)
+    INTO v_types, v_ids, v_payloads, v_targets, v_channels, v_keys
     FROM jsonb_array_elements(events) WITH ORDINALITY AS input (e, ord);
 
     -- The first bad element, named by its position, so the caller can point at the field.
@@ -1438,10 +1772,17 @@ BEGIN
                WHEN u.targets IS NOT NULL AND jsonb_typeof(u.targets) NOT IN ('array', 'null')
                    THEN 'endpoint_ids'
                WHEN c.bad THEN 'channels'
+               WHEN k.bad THEN 'ordering_key'
            END AS problem
     INTO v_bad
-    FROM unnest(v_types, v_ids, v_payloads, v_targets, v_channels) WITH ORDINALITY
-         AS u (event_type, event_id, payload, targets, channels, ord)
+    FROM unnest(v_types, v_ids, v_payloads, v_targets, v_channels, v_keys) WITH ORDINALITY
+         AS u (event_type, event_id, payload, targets, channels, ordering_key, ord)
+    -- ordering_key: absent, null, or a string of 1 to 200 characters.
+    CROSS JOIN LATERAL (
+        SELECT coalesce(jsonb_typeof(u.ordering_key), 'null') <> 'null' AND (
+                   jsonb_typeof(u.ordering_key) <> 'string'
+                   OR length(u.ordering_key #>> '{}') NOT BETWEEN 1 AND 200) AS bad
+    ) k
     -- channels: absent, null, or an array of at most 10 channel names (the uid syntax).
     CROSS JOIN LATERAL (
         SELECT coalesce(jsonb_typeof(u.channels), 'null') <> 'null' AND (
@@ -1456,7 +1797,7 @@ BEGIN
        OR u.payload IS NULL OR jsonb_typeof(u.payload) = 'null'
        OR u.event_id IS NULL OR u.event_id = '' OR length(u.event_id) > 200
        OR (u.targets IS NOT NULL AND jsonb_typeof(u.targets) NOT IN ('array', 'null'))
-       OR c.bad
+       OR c.bad OR k.bad
     ORDER BY u.ord
     LIMIT 1;
     IF FOUND THEN
@@ -1469,6 +1810,7 @@ BEGIN
                 WHEN 'channels' THEN 'channels must be an array of at most 10 channel names, '
                     'each 1 to 200 letters, digits, ''.'', ''_'', '':'' or ''-'', starting with a '
                     'letter or digit'
+                WHEN 'ordering_key' THEN 'ordering_key must be a string of 1 to 200 characters'
                 ELSE 'endpoint_ids must be an array of endpoint ids'
             END)
             USING ERRCODE = '22023',
@@ -1537,15 +1879,18 @@ BEGIN
     firsts AS (
         SELECT DISTINCT ON (u.event_type, u.event_id) u.event_type, u.event_id, u.payload, u.targets,
                CASE WHEN jsonb_typeof(u.channels) = 'array' AND jsonb_array_length(u.channels) > 0
-                    THEN ARRAY(SELECT jsonb_array_elements_text(u.channels)) END AS channels
-        FROM unnest(v_types, v_ids, v_payloads, v_targets, v_channels) WITH ORDINALITY
-             AS u (event_type, event_id, payload, targets, channels, ord)
+                    THEN ARRAY(SELECT jsonb_array_elements_text(u.channels)) END AS channels,
+               u.ordering_key #>> '{}' AS ordering_key, u.ord
+        FROM unnest(v_types, v_ids, v_payloads, v_targets, v_channels, v_keys) WITH ORDINALITY
+             AS u (event_type, event_id, payload, targets, channels, ordering_key, ord)
         WHERE EXISTS (SELECT 1 FROM live)
         ORDER BY u.event_type, u.event_id, u.ord
     ),
     inserted AS (
-        INSERT INTO tidings.events AS ev (app_id, event_type, event_id, payload, channels)
-        SELECT v_app_id, f.event_type, f.event_id, f.payload, f.channels FROM firsts f
+        INSERT INTO tidings.events AS ev (app_id, event_type, event_id, payload, channels,
+                                          ordering_key)
+        SELECT v_app_id, f.event_type, f.event_id, f.payload, f.channels, f.ordering_key
+        FROM firsts f
         ORDER BY f.event_type, f.event_id
         ON CONFLICT ON CONSTRAINT events_idempotency_key DO NOTHING
         RETURNING ev.id, ev.event_type, ev.event_id
@@ -1555,7 +1900,8 @@ BEGIN
     -- subscribers, neither the application's other endpoints nor other applications'). The two
     -- branches exclude each other, so "named" tells which one an endpoint came from.
     targets AS (
-        SELECT i.id AS event_ref, i.event_type, f.payload, f.channels, t.endpoint_id, t.named
+        SELECT i.id AS event_ref, i.event_type, f.payload, f.channels, f.ordering_key, f.ord,
+               t.endpoint_id, t.named
         FROM inserted i
         JOIN firsts f ON f.event_type = i.event_type AND f.event_id = i.event_id
         CROSS JOIN LATERAL (
@@ -1574,9 +1920,9 @@ BEGIN
     -- a second read of endpoints there led the planner to run the subscribers' look-up once per
     -- event and endpoint). A subscriber with channels needs one of the event's; its filter sees
     -- the payload and the event type (as $"event_type"). Named endpoints take the event as is.
-    fanned AS (
-        INSERT INTO tidings.messages (event_ref, endpoint_id, event_type)
-        SELECT t.event_ref, e.id, t.event_type
+    routed AS MATERIALIZED (
+        SELECT t.event_ref, e.id AS endpoint_id, t.event_type, t.ord,
+               CASE WHEN e.ordering = 'fifo' THEN coalesce(t.ordering_key, '') END AS line_key
         FROM targets t
         JOIN tidings.endpoints e ON e.id = t.endpoint_id
         WHERE e.enabled AND e.deleted_at IS NULL AND e.app_id = v_app_id
@@ -1586,10 +1932,38 @@ BEGIN
                         OR jsonb_path_match(t.payload, e.filter_path,
                                             jsonb_build_object('event_type', t.event_type),
                                             true))))
-        ORDER BY t.event_ref, e.id
-        RETURNING 1
+    ),
+    -- A FIFO endpoint's messages wait in their line, placed in the order the events came in
+    -- (the batch's order: the events themselves are inserted in key order); the line's advancer
+    -- makes the first of an idle line its head (tidings.advance_lines_v1, called by the claimer).
+    in_line AS (
+        SELECT r.event_ref, r.endpoint_id,
+               row_number() OVER (ORDER BY r.ord, r.endpoint_id) AS rank
+        FROM routed r
+        WHERE r.line_key IS NOT NULL
+    ),
+    placed AS (
+        SELECT l.event_ref, l.endpoint_id, p.seq
+        FROM in_line l
+        JOIN tidings.allocate_line_positions((SELECT count(*) FROM in_line)) p ON p.rank = l.rank
+    ),
+    fanned AS (
+        INSERT INTO tidings.messages (event_ref, endpoint_id, event_type, status, line_key,
+                                      line_seq)
+        SELECT r.event_ref, r.endpoint_id, r.event_type,
+               CASE WHEN r.line_key IS NULL THEN 'pending'
+                    ELSE 'waiting' END::tidings.message_status,
+               r.line_key, p.seq
+        FROM routed r
+        LEFT JOIN placed p ON p.event_ref = r.event_ref AND p.endpoint_id = r.endpoint_id
+        ORDER BY r.event_ref, r.endpoint_id
+        RETURNING endpoint_id, line_key
+    ),
+    noted AS (
+        INSERT INTO tidings.fifo_line_moves (endpoint_id, ordering_key)
+        SELECT DISTINCT f.endpoint_id, f.line_key FROM fanned f WHERE f.line_key IS NOT NULL
     )
-    -- (fanned runs to completion although nothing reads it: PostgreSQL always does that.)
+    -- (noted runs to completion although nothing reads it: PostgreSQL always does that.)
     SELECT array_agg(i.id), EXISTS (SELECT 1 FROM live) INTO v_created, v_live FROM inserted i;
     IF NOT v_live THEN
         RAISE EXCEPTION 'tidings.enqueue: unknown application: %', application
@@ -1758,6 +2132,106 @@ AS $function$
     LIMIT 1
 $function$;
 
+CREATE OR REPLACE FUNCTION tidings.place_in_lines_v1(p_message_ids bigint[])
+ RETURNS TABLE(id bigint, status text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_endpoints bigint[];
+    v_keys      text[];
+    v_placed    bigint[];
+BEGIN
+    SELECT array_agg(l.endpoint_id ORDER BY l.endpoint_id, l.ordering_key),
+           array_agg(l.ordering_key ORDER BY l.endpoint_id, l.ordering_key)
+    INTO v_endpoints, v_keys
+    FROM (SELECT DISTINCT m.endpoint_id, coalesce(ev.ordering_key, '') AS ordering_key
+          FROM tidings.messages m
+          JOIN tidings.endpoints e ON e.id = m.endpoint_id
+          JOIN tidings.events ev ON ev.id = m.event_ref
+          WHERE m.id = ANY (p_message_ids) AND m.status = 'pending' AND e.ordering = 'fifo') l;
+    IF v_endpoints IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- The lines, made where new, and held (waiting for any advancer) until the commit.
+    INSERT INTO tidings.fifo_lines (endpoint_id, ordering_key)
+    SELECT * FROM unnest(v_endpoints, v_keys)
+    ON CONFLICT DO NOTHING;
+    PERFORM 1
+    FROM tidings.fifo_lines f
+    JOIN unnest(v_endpoints, v_keys) AS l (endpoint_id, ordering_key)
+        ON l.endpoint_id = f.endpoint_id AND l.ordering_key = f.ordering_key
+    ORDER BY f.endpoint_id, f.ordering_key
+    FOR UPDATE OF f;
+
+    WITH line AS (
+        SELECT f.endpoint_id, f.ordering_key, f.head_seq, f.paused_at,
+               h.status AS head_status,
+               coalesce(h.line_batch_through, h.line_seq) AS paused_through
+        FROM unnest(v_endpoints, v_keys) AS l (endpoint_id, ordering_key)
+        JOIN tidings.fifo_lines f
+            ON f.endpoint_id = l.endpoint_id AND f.ordering_key = l.ordering_key
+        LEFT JOIN tidings.messages h
+            ON h.endpoint_id = f.endpoint_id AND h.line_key = f.ordering_key
+           AND h.line_seq = f.head_seq
+    ),
+    target AS (
+        SELECT m.id, m.line_seq AS old_seq, ln.endpoint_id, ln.ordering_key, ln.head_seq,
+               coalesce(ln.paused_at IS NOT NULL AND m.line_key = ln.ordering_key
+                        AND m.line_seq BETWEEN ln.head_seq AND ln.paused_through, false)
+                   AS in_place
+        FROM tidings.messages m
+        JOIN tidings.events ev ON ev.id = m.event_ref
+        JOIN line ln ON ln.endpoint_id = m.endpoint_id
+                    AND ln.ordering_key = coalesce(ev.ordering_key, '')
+        WHERE m.id = ANY (p_message_ids) AND m.status = 'pending'
+    ),
+    at_end AS (
+        SELECT t.id, row_number() OVER (ORDER BY t.old_seq NULLS LAST, t.id) AS rank
+        FROM target t
+        WHERE NOT t.in_place
+    ),
+    placed AS (
+        UPDATE tidings.messages m
+        SET line_key = t.ordering_key,
+            line_seq = coalesce(p.seq, m.line_seq),
+            line_batch_through = CASE WHEN t.in_place THEN m.line_batch_through END,
+            status = CASE WHEN t.in_place AND m.line_seq = t.head_seq THEN 'pending'
+                          ELSE 'waiting' END::tidings.message_status
+        FROM target t
+        LEFT JOIN at_end a ON a.id = t.id
+        LEFT JOIN tidings.allocate_line_positions((SELECT count(*) FROM at_end)) p
+            ON p.rank = a.rank
+        WHERE m.id = t.id
+        RETURNING m.id, m.status
+    ),
+    -- A line goes on from a dead letter of its own put back; one whose head is settled and that
+    -- is not paused has nothing on its way (its head is chosen below).
+    relined AS (
+        UPDATE tidings.fifo_lines f
+        SET paused_at = CASE WHEN ln.paused_at IS NOT NULL
+                                  AND EXISTS (SELECT 1 FROM target t
+                                              WHERE t.in_place AND t.endpoint_id = f.endpoint_id
+                                                AND t.ordering_key = f.ordering_key
+                                                AND t.old_seq = f.head_seq)
+                             THEN NULL ELSE f.paused_at END,
+            head_seq = CASE WHEN ln.paused_at IS NULL
+                                 AND coalesce(ln.head_status NOT IN ('pending', 'failed',
+                                                                     'in_flight'), true)
+                            THEN NULL ELSE f.head_seq END
+        FROM line ln
+        WHERE f.endpoint_id = ln.endpoint_id AND f.ordering_key = ln.ordering_key
+    )
+    SELECT array_agg(p.id) INTO v_placed FROM placed p;
+
+    PERFORM 1 FROM tidings.advance_lines_v1(v_endpoints, v_keys, NULL, false, true);
+    RETURN QUERY
+    SELECT m.id, m.status::text FROM tidings.messages m WHERE m.id = ANY (v_placed) ORDER BY m.id;
+END $function$;
+
 CREATE OR REPLACE FUNCTION tidings.probe_may_start(state tidings.circuit_state, opened_at timestamp with time zone, cooldown_s double precision, probe_started_at timestamp with time zone, lease_s double precision)
  RETURNS boolean
  LANGUAGE sql
@@ -1780,7 +2254,7 @@ BEGIN
             AS o(id bigint, token uuid, endpoint_id bigint, status tidings.message_status,
                  retry_at timestamptz, keep_lease boolean, attempt_number integer,
                  attempted_at timestamptz, status_code integer, response_ms integer,
-                 error_class text, excerpt text)
+                 error_class text, excerpt text, members bigint[])
     ),
     written AS (
         UPDATE tidings.messages m
@@ -1802,7 +2276,50 @@ BEGIN
           AND m.attempts = o.attempt_number - 1
           -- Only in-flight and failed rows carry a lease token, so this means "in flight".
           AND m.status <> 'failed'
-        RETURNING m.id, m.status, m.attempts, m.endpoint_id, m.event_type, m.dead_lettered_at
+        RETURNING m.id, m.status, m.attempts, m.endpoint_id, m.event_type, m.dead_lettered_at,
+                  m.line_key, m.line_seq
+    ),
+    -- The messages a FIFO head's batch carried (begin_attempts_v4) share its outcome: delivered
+    -- or dead-lettered with it, or waiting with it for its retry. Guarded by the head's write
+    -- (its lease and attempt) and by each member still waiting behind it in its line.
+    batch_written AS (
+        UPDATE tidings.messages m
+        SET status = CASE WHEN h.status IN ('delivered', 'dead_letter') THEN h.status
+                          ELSE 'waiting' END,
+            attempts = m.attempts + 1,
+            delivered_at = CASE WHEN h.status = 'delivered' THEN now() END,
+            dead_lettered_at = CASE WHEN h.status = 'dead_letter' THEN now() END,
+            dead_letter_reported_at = NULL,
+            last_error = o.error_class,
+            last_status_code = o.status_code,
+            last_response_ms = o.response_ms
+        FROM written h
+        JOIN outcome o ON o.id = h.id
+        CROSS JOIN LATERAL unnest(o.members) AS carried (id)
+        WHERE o.members IS NOT NULL
+          AND m.id = carried.id
+          AND m.status = 'waiting'
+          AND m.endpoint_id = h.endpoint_id AND m.line_key = h.line_key
+          AND m.line_seq > h.line_seq
+        RETURNING m.id, m.status, m.attempts, m.endpoint_id, m.event_type, m.dead_lettered_at,
+                  h.id AS head_id
+    ),
+    batch_logged AS (
+        INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, attempted_at,
+                                      status_code, response_ms, error_class, response_excerpt)
+        SELECT b.id, b.endpoint_id, b.attempts, o.attempted_at,
+               o.status_code, o.response_ms, o.error_class, o.excerpt
+        FROM batch_written b
+        JOIN outcome o ON o.id = b.head_id
+        ON CONFLICT (message_id, attempted_at, attempt_number) DO NOTHING
+    ),
+    -- A FIFO head settled: its line may move on, which the sender asks for next
+    -- (tidings.advance_lines_v1) and the claimer does should the sender not.
+    line_noted AS (
+        INSERT INTO tidings.fifo_line_moves (endpoint_id, ordering_key)
+        SELECT DISTINCT w.endpoint_id, w.line_key
+        FROM written w
+        WHERE w.line_key IS NOT NULL AND w.status IN ('delivered', 'dead_letter')
     ),
     logged AS (
         INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, attempted_at,
@@ -1907,14 +2424,22 @@ BEGIN
           AND (e.id IN (SELECT l.endpoint_id FROM logged l) OR NOT EXISTS (SELECT 1 FROM outcome))
         RETURNING e.id, e.app_id, e.url, e.disabled_reason, e.disabled_at
     ),
-    message_change AS (
-        -- Messages dead-lettered, and those failing for the Nth time that will be retried.
+    message_change AS MATERIALIZED (
+        -- Messages dead-lettered, and those failing for the Nth time that will be retried (a
+        -- batch's messages with their head, whose attempt they shared).
         SELECT w.id, w.endpoint_id, w.event_type, w.attempts, w.dead_lettered_at,
                CASE WHEN w.status = 'dead_letter' THEN 'message.attempt.exhausted'
-                    ELSE 'message.attempt.failing' END AS event_type_out
-        FROM written w
+                    ELSE 'message.attempt.failing' END AS event_type_out,
+               w.head_id
+        FROM (SELECT w.id, w.status, w.attempts, w.endpoint_id, w.event_type, w.dead_lettered_at,
+                     w.id AS head_id
+              FROM written w
+              UNION ALL
+              SELECT b.id, b.status, b.attempts, b.endpoint_id, b.event_type, b.dead_lettered_at,
+                     b.head_id
+              FROM batch_written b) w
         WHERE w.status = 'dead_letter'
-           OR (w.status = 'failed'
+           OR (w.status IN ('failed', 'waiting')
                AND w.attempts = (SELECT s.value FROM tidings.settings s
                                  WHERE s.name = 'operational_failing_attempt'))
     ),
@@ -1954,9 +2479,14 @@ BEGIN
                            'status_code', o.status_code, 'error_class', o.error_class,
                            'attempted_at', tidings.lifecycle_time(o.attempted_at)))) AS element
         FROM message_change mc
-        JOIN outcome o ON o.id = mc.id
-        JOIN tidings.endpoints e ON e.id = mc.endpoint_id
-        JOIN tidings.applications a ON a.id = e.app_id
+        JOIN outcome o ON o.id = mc.head_id
+        -- Looked up per changed message (OFFSET 0 keeps the planner from turning the look-up
+        -- into a join that reads the table first), so a batch that changes none reads no
+        -- endpoint.
+        CROSS JOIN LATERAL (SELECT e.id, e.app_id, e.url FROM tidings.endpoints e
+                            WHERE e.id = mc.endpoint_id OFFSET 0) e
+        CROSS JOIN LATERAL (SELECT a.uid FROM tidings.applications a
+                            WHERE a.id = e.app_id OFFSET 0) a
         UNION ALL
         SELECT jsonb_build_object(
                    'event_type', CASE WHEN k.failing THEN 'endpoint.failing'
@@ -2078,6 +2608,82 @@ BEGIN
     RETURNING m.id;
 END $function$;
 
+CREATE OR REPLACE FUNCTION tidings.reorder_endpoint_v1(p_endpoint_id bigint)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_ordering  text;
+    v_count     integer;
+    v_endpoints bigint[];
+    v_keys      text[];
+BEGIN
+    SELECT e.ordering INTO v_ordering FROM tidings.endpoints e WHERE e.id = p_endpoint_id;
+    PERFORM 1 FROM tidings.fifo_lines f WHERE f.endpoint_id = p_endpoint_id
+    ORDER BY f.ordering_key FOR UPDATE;
+    IF v_ordering IS DISTINCT FROM 'fifo' THEN
+        UPDATE tidings.messages m
+        SET status = 'pending', next_attempt_at = now(), line_key = NULL, line_seq = NULL,
+            line_batch_through = NULL
+        WHERE m.endpoint_id = p_endpoint_id AND m.status = 'waiting';
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        DELETE FROM tidings.fifo_lines f WHERE f.endpoint_id = p_endpoint_id;
+        DELETE FROM tidings.fifo_line_moves mv WHERE mv.endpoint_id = p_endpoint_id;
+        RETURN v_count;
+    END IF;
+
+    WITH target AS (
+        SELECT m.id, coalesce(ev.ordering_key, '') AS ordering_key,
+               row_number() OVER (ORDER BY m.id) AS rank
+        FROM tidings.messages m
+        JOIN tidings.events ev ON ev.id = m.event_ref
+        WHERE m.endpoint_id = p_endpoint_id AND m.status = 'pending' AND m.attempts = 0
+          AND m.line_key IS NULL
+    ),
+    joined AS (
+        UPDATE tidings.messages m
+        SET status = 'waiting', line_key = t.ordering_key, line_seq = p.seq
+        FROM target t
+        JOIN tidings.allocate_line_positions((SELECT count(*) FROM target)) p ON p.rank = t.rank
+        WHERE m.id = t.id AND m.status = 'pending'
+        RETURNING m.line_key
+    )
+    SELECT count(*)::integer, array_agg(DISTINCT j.line_key) INTO v_count, v_keys FROM joined j;
+    IF v_count > 0 THEN
+        SELECT array_agg(p_endpoint_id) INTO v_endpoints FROM unnest(v_keys);
+        PERFORM 1 FROM tidings.advance_lines_v1(v_endpoints, v_keys, NULL, false, true);
+    END IF;
+    RETURN v_count;
+END $function$;
+
+CREATE OR REPLACE FUNCTION tidings.resume_lines_v1(p_endpoint_id bigint, p_keys text[])
+ RETURNS SETOF text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_endpoints bigint[];
+    v_keys      text[];
+BEGIN
+    SELECT array_agg(f.endpoint_id ORDER BY f.ordering_key),
+           array_agg(f.ordering_key ORDER BY f.ordering_key)
+    INTO v_endpoints, v_keys
+    FROM tidings.fifo_lines f
+    WHERE f.endpoint_id = p_endpoint_id AND f.paused_at IS NOT NULL
+      AND (p_keys IS NULL OR f.ordering_key = ANY (p_keys));
+    IF v_endpoints IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM tidings.advance_lines_v1(v_endpoints, v_keys, NULL, true, true);
+    RETURN QUERY
+    SELECT f.ordering_key FROM tidings.fifo_lines f
+    WHERE f.endpoint_id = p_endpoint_id AND f.ordering_key = ANY (v_keys) AND f.paused_at IS NULL
+    ORDER BY f.ordering_key;
+END $function$;
+
 CREATE OR REPLACE FUNCTION tidings.rows_in_flight(p_endpoint_id bigint, p_limit integer)
  RETURNS integer
  LANGUAGE sql
@@ -2189,10 +2795,13 @@ CREATE TRIGGER endpoint_credentials_bound_to_row BEFORE INSERT OR UPDATE OF ciph
 CREATE TRIGGER endpoint_secrets_bound_to_row BEFORE INSERT OR UPDATE OF ciphertext, id ON tidings.endpoint_secrets FOR EACH ROW EXECUTE FUNCTION tidings.refuse_unbound_secret();
 CREATE TRIGGER endpoints_have_health AFTER INSERT ON tidings.endpoints FOR EACH ROW EXECUTE FUNCTION tidings.create_endpoint_health();
 
+GRANT EXECUTE ON FUNCTION tidings.advance_lines_v1(p_endpoint_ids bigint[], p_keys text[], p_lease_s double precision, p_resume boolean, p_wait boolean) TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.advance_noted_lines_v1(p_limit integer) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.analyze_latency_histograms() TO tidings_percentiles;
 GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v1(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v2(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v3(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision) TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.begin_attempts_v4(p_ids bigint[], p_tokens uuid[], p_attempts integer[], p_want_payload boolean[], p_lease_s double precision, p_hold_back_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.claim_due_v1(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.claim_due_v2(p_batch_size integer, p_lease_s double precision, p_probe_lease_s double precision, p_inline_payload_bytes integer, p_max_in_flight integer, p_slow_max_in_flight integer, p_untried_max_in_flight integer) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.drop_attempt_partition(partition text, lock_timeout_ms integer) TO tidings_pruner;
@@ -2213,9 +2822,15 @@ GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) 
 GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) TO tidings_operator;
 GRANT EXECUTE ON FUNCTION tidings.mark_slow_v1(p_endpoint_ids bigint[], p_hold_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.oldest_attempt_partition(cutoff timestamp with time zone) TO tidings_pruner;
+GRANT EXECUTE ON FUNCTION tidings.place_in_lines_v1(p_message_ids bigint[]) TO tidings_ingest;
+GRANT EXECUTE ON FUNCTION tidings.place_in_lines_v1(p_message_ids bigint[]) TO tidings_operator;
 GRANT EXECUTE ON FUNCTION tidings.record_outcomes_v1(p_outcomes jsonb, p_health_endpoint_ids bigint[], p_has_success boolean[], p_trailing_failures integer[], p_last_success_at timestamp with time zone[], p_last_failure_at timestamp with time zone[], p_disable_ids bigint[], p_disable_reasons text[], p_base_cooldown_s double precision, p_max_cooldown_s double precision, OUT written_ids bigint[], OUT transitions json, OUT disabled_ids bigint[]) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(p_ids bigint[], p_tokens uuid[], p_delay_s double precision) TO tidings_claimer;
 GRANT EXECUTE ON FUNCTION tidings.release_leases_v1(p_ids bigint[], p_tokens uuid[], p_delay_s double precision) TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.reorder_endpoint_v1(p_endpoint_id bigint) TO tidings_ingest;
+GRANT EXECUTE ON FUNCTION tidings.reorder_endpoint_v1(p_endpoint_id bigint) TO tidings_operator;
+GRANT EXECUTE ON FUNCTION tidings.resume_lines_v1(p_endpoint_id bigint, p_keys text[]) TO tidings_ingest;
+GRANT EXECUTE ON FUNCTION tidings.resume_lines_v1(p_endpoint_id bigint, p_keys text[]) TO tidings_operator;
 GRANT EXECUTE ON FUNCTION tidings.set_endpoint_credential_v1(p_endpoint_id bigint, p_kind text, p_credential_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_shown jsonb, p_not_after timestamp with time zone) TO tidings_ingest;
 GRANT EXECUTE ON FUNCTION tidings.set_endpoint_credential_v1(p_endpoint_id bigint, p_kind text, p_credential_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_shown jsonb, p_not_after timestamp with time zone) TO tidings_operator;
 GRANT EXECUTE ON FUNCTION tidings.set_endpoint_secret_v2(p_endpoint_id bigint, p_secret_id bigint, p_data_key_id bigint, p_ciphertext bytea, p_overlap_s double precision, p_max_secrets integer) TO tidings_ingest;
@@ -2281,12 +2896,12 @@ GRANT SELECT (expires_at, id) ON TABLE tidings.endpoint_secrets TO tidings_prune
 GRANT SELECT (app_id, id, url) ON TABLE tidings.endpoints TO tidings_dead_letter_report;
 GRANT SELECT (app_id, deleted_at, disabled_reason, enabled, id, url) ON TABLE tidings.endpoints TO tidings_health_monitor;
 GRANT UPDATE (disabled_at, disabled_reason, enabled, updated_at) ON TABLE tidings.endpoints TO tidings_health_monitor;
-GRANT INSERT (app_id, channels, description, filter, filter_path, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_ingest;
-GRANT SELECT (app_id, channels, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, filter, filter_path, id, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
-GRANT UPDATE (channels, deleted_at, description, disabled_at, disabled_reason, enabled, filter, filter_path, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
-GRANT INSERT (app_id, channels, description, filter, filter_path, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_operator;
-GRANT SELECT (app_id, channels, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, filter, filter_path, id, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
-GRANT UPDATE (channels, deleted_at, description, disabled_at, disabled_reason, enabled, filter, filter_path, max_attempts, max_in_flight, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
+GRANT INSERT (app_id, channels, description, fifo_batch_size, fifo_on_dead_letter, filter, filter_path, max_attempts, max_in_flight, ordering, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_ingest;
+GRANT SELECT (app_id, channels, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, fifo_batch_size, fifo_on_dead_letter, filter, filter_path, id, max_attempts, max_in_flight, ordering, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
+GRANT UPDATE (channels, deleted_at, description, disabled_at, disabled_reason, enabled, fifo_batch_size, fifo_on_dead_letter, filter, filter_path, max_attempts, max_in_flight, ordering, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_ingest;
+GRANT INSERT (app_id, channels, description, fifo_batch_size, fifo_on_dead_letter, filter, filter_path, max_attempts, max_in_flight, ordering, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, url) ON TABLE tidings.endpoints TO tidings_operator;
+GRANT SELECT (app_id, channels, created_at, deleted_at, description, disabled_at, disabled_reason, enabled, fifo_batch_size, fifo_on_dead_letter, filter, filter_path, id, max_attempts, max_in_flight, ordering, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
+GRANT UPDATE (channels, deleted_at, description, disabled_at, disabled_reason, enabled, fifo_batch_size, fifo_on_dead_letter, filter, filter_path, max_attempts, max_in_flight, ordering, payload_format, rate_limit_per_s, retry_schedule, timeout_ms, updated_at, url) ON TABLE tidings.endpoints TO tidings_operator;
 GRANT INSERT, SELECT ON TABLE tidings.event_type_versions TO tidings_ingest;
 GRANT INSERT, SELECT ON TABLE tidings.event_type_versions TO tidings_operator;
 GRANT INSERT (archived, deprecated, description, name, validate_payloads) ON TABLE tidings.event_types TO tidings_ingest;
@@ -2295,13 +2910,15 @@ GRANT UPDATE (archived, deprecated, description, updated_at, validate_payloads, 
 GRANT INSERT (archived, deprecated, description, name, validate_payloads) ON TABLE tidings.event_types TO tidings_operator;
 GRANT SELECT (archived, created_at, deprecated, description, id, name, updated_at, validate_payloads, version) ON TABLE tidings.event_types TO tidings_operator;
 GRANT UPDATE (archived, deprecated, description, updated_at, validate_payloads, version) ON TABLE tidings.event_types TO tidings_operator;
-GRANT SELECT (channels, event_id, example, id, payload) ON TABLE tidings.events TO tidings_ingest;
+GRANT SELECT (channels, event_id, example, id, ordering_key, payload) ON TABLE tidings.events TO tidings_ingest;
 GRANT UPDATE (example) ON TABLE tidings.events TO tidings_ingest;
-GRANT SELECT (channels, event_id, example, id, payload) ON TABLE tidings.events TO tidings_operator;
+GRANT SELECT (channels, event_id, example, id, ordering_key, payload) ON TABLE tidings.events TO tidings_operator;
 GRANT UPDATE (example) ON TABLE tidings.events TO tidings_operator;
 GRANT DELETE ON TABLE tidings.events TO tidings_pruner;
 GRANT SELECT (created_at, id) ON TABLE tidings.events TO tidings_pruner;
 GRANT UPDATE (created_at) ON TABLE tidings.events TO tidings_pruner;
+GRANT SELECT (endpoint_id, head_seq, ordering_key, paused_at) ON TABLE tidings.fifo_lines TO tidings_ingest;
+GRANT SELECT (endpoint_id, head_seq, ordering_key, paused_at) ON TABLE tidings.fifo_lines TO tidings_operator;
 GRANT INSERT (job, rolled_to) ON TABLE tidings.job_state TO tidings_health_monitor;
 GRANT SELECT (job, rolled_to) ON TABLE tidings.job_state TO tidings_health_monitor;
 GRANT UPDATE (rolled_to, updated_at) ON TABLE tidings.job_state TO tidings_health_monitor;
@@ -2314,9 +2931,9 @@ GRANT SELECT (attempts, dead_letter_reported_at, dead_lettered_at, endpoint_id, 
 GRANT UPDATE (dead_letter_reported_at) ON TABLE tidings.messages TO tidings_dead_letter_report;
 GRANT SELECT (created_at, dead_lettered_at, delivered_at, endpoint_id, id, next_attempt_at, status) ON TABLE tidings.messages TO tidings_health_monitor;
 GRANT UPDATE (dead_letter_reported_at, dead_lettered_at, last_error, lease_token, status) ON TABLE tidings.messages TO tidings_health_monitor;
-GRANT SELECT (attempts, created_at, dead_lettered_at, delivered_at, endpoint_id, event_ref, event_type, id, last_error, last_response_ms, last_status_code, lease_token, max_attempts, next_attempt_at, status) ON TABLE tidings.messages TO tidings_ingest;
+GRANT SELECT (attempts, created_at, dead_lettered_at, delivered_at, endpoint_id, event_ref, event_type, id, last_error, last_response_ms, last_status_code, lease_token, line_key, line_seq, max_attempts, next_attempt_at, status) ON TABLE tidings.messages TO tidings_ingest;
 GRANT UPDATE (attempts, dead_letter_reported_at, dead_lettered_at, delivered_at, last_error, lease_token, next_attempt_at, status) ON TABLE tidings.messages TO tidings_ingest;
-GRANT SELECT (attempts, created_at, dead_lettered_at, delivered_at, endpoint_id, event_ref, event_type, id, last_error, last_response_ms, last_status_code, lease_token, max_attempts, next_attempt_at, status) ON TABLE tidings.messages TO tidings_operator;
+GRANT SELECT (attempts, created_at, dead_lettered_at, delivered_at, endpoint_id, event_ref, event_type, id, last_error, last_response_ms, last_status_code, lease_token, line_key, line_seq, max_attempts, next_attempt_at, status) ON TABLE tidings.messages TO tidings_operator;
 GRANT UPDATE (attempts, dead_letter_reported_at, dead_lettered_at, delivered_at, last_error, lease_token, next_attempt_at, status) ON TABLE tidings.messages TO tidings_operator;
 GRANT DELETE ON TABLE tidings.messages TO tidings_pruner;
 GRANT SELECT (dead_letter_reported_at, dead_lettered_at, delivered_at, event_ref, id, status) ON TABLE tidings.messages TO tidings_pruner;

@@ -78,7 +78,7 @@ abandoned AS (
     FROM tidings.endpoints e
     WHERE e.app_id = %(app_id)s
       AND m.endpoint_id = e.id
-      AND m.status IN ('pending', 'failed', 'in_flight')
+      AND m.status IN ('pending', 'waiting', 'failed', 'in_flight')
     RETURNING m.id
 )
 SELECT (SELECT count(*) FROM retired) AS endpoints, (SELECT count(*) FROM abandoned) AS messages

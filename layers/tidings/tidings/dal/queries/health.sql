@@ -21,12 +21,13 @@ recent_deliveries AS (
 oldest AS (
     SELECT created_at, endpoint_id
     FROM scoped
-    WHERE status IN ('pending', 'failed', 'in_flight')
+    WHERE status IN ('pending', 'waiting', 'failed', 'in_flight')
     ORDER BY created_at
     LIMIT 1
 )
 SELECT
-    (SELECT count(*) FROM scoped WHERE status = 'pending') AS pending,
+    -- Pending counts the messages waiting in FIFO lines too.
+    (SELECT count(*) FROM scoped WHERE status IN ('pending', 'waiting')) AS pending,
     (SELECT count(*) FROM scoped WHERE status = 'failed') AS awaiting_retry,
     (SELECT count(*) FROM scoped WHERE status = 'in_flight') AS in_flight,
     (SELECT count(*) FROM scoped WHERE status = 'dead_letter') AS dead_letters,
@@ -59,7 +60,7 @@ SELECT
 -- uids, or of all when uids is NULL): how many are pending, awaiting a retry, in flight and dead,
 -- and the age of its oldest undelivered message. By uid.
 SELECT a.uid AS app_uid,
-       count(*) FILTER (WHERE m.status = 'pending') AS pending,
+       count(*) FILTER (WHERE m.status IN ('pending', 'waiting')) AS pending,
        count(*) FILTER (WHERE m.status = 'failed') AS awaiting_retry,
        count(*) FILTER (WHERE m.status = 'in_flight') AS in_flight,
        count(*) FILTER (WHERE m.status = 'dead_letter') AS dead_letters,
@@ -69,7 +70,7 @@ SELECT a.uid AS app_uid,
 FROM tidings.messages m
 JOIN tidings.endpoints e ON e.id = m.endpoint_id
 JOIN tidings.applications a ON a.id = e.app_id
-WHERE m.status IN ('pending', 'failed', 'in_flight', 'dead_letter')
+WHERE m.status IN ('pending', 'waiting', 'failed', 'in_flight', 'dead_letter')
   AND (%(uids)s::text[] IS NULL OR a.uid = ANY (%(uids)s::text[]))
 GROUP BY a.uid
 ORDER BY a.uid;
@@ -186,7 +187,7 @@ FROM (
     FROM tidings.endpoints e
     JOIN tidings.messages q ON q.endpoint_id = e.id
     WHERE (e.deleted_at IS NOT NULL OR NOT e.enabled)
-      AND q.status IN ('pending', 'failed', 'in_flight')
+      AND q.status IN ('pending', 'waiting', 'failed', 'in_flight')
       AND (q.status <> 'in_flight' OR q.next_attempt_at <= now())
     LIMIT %(batch_size)s
     FOR UPDATE OF q SKIP LOCKED

@@ -8,7 +8,7 @@
 WITH counts AS (
     SELECT m.endpoint_id,
            count(*) AS total,
-           count(*) FILTER (WHERE m.status = 'pending') AS pending,
+           count(*) FILTER (WHERE m.status IN ('pending', 'waiting')) AS pending,
            count(*) FILTER (WHERE m.status = 'in_flight') AS in_flight,
            count(*) FILTER (WHERE m.status = 'failed') AS retrying,
            count(*) FILTER (WHERE m.status = 'delivered') AS delivered,
@@ -66,4 +66,4 @@ SELECT count(*) FILTER (WHERE m.status <> 'in_flight' AND e.enabled AND e.delete
        + count(*) FILTER (WHERE m.status = 'in_flight') AS unsettled
 FROM tidings.messages m
 JOIN tidings.endpoints e ON e.id = m.endpoint_id
-WHERE m.status IN ('pending', 'failed', 'in_flight');
+WHERE m.status IN ('pending', 'waiting', 'failed', 'in_flight');
