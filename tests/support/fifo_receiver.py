@@ -21,13 +21,14 @@ from typing import Any
 @dataclass(frozen=True)
 class Arrival:
     """One request: the message ids it carried (``msg_<id>`` less its prefix), its headers and
-    body, its answer, and when it arrived (monotonic seconds)."""
+    body, its answer, when it arrived and when it was answered (monotonic seconds)."""
 
     message_ids: tuple[int, ...]
     headers: dict[str, str]
     body: bytes
     status: int
     at: float
+    answered_at: float
 
 
 @dataclass
@@ -84,6 +85,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         headers = {k.lower(): v for k, v in self.headers.items()}
         ids = message_ids_of(headers, body)
+        arrived = time.monotonic()
         with receiver.lock:
             receiver.in_progress += 1
             receiver.most_in_progress = max(receiver.most_in_progress, receiver.in_progress)
@@ -92,7 +94,9 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(receiver.latency_ms / 1000)
             status = receiver.answer(ids)
             with receiver.lock:
-                receiver.arrivals.append(Arrival(ids, headers, body, status, time.monotonic()))
+                receiver.arrivals.append(
+                    Arrival(ids, headers, body, status, arrived, time.monotonic())
+                )
         finally:
             with receiver.lock:
                 receiver.in_progress -= 1

@@ -178,3 +178,47 @@ def test_a_failed_batch_is_retried_whole_and_keeps_its_id(
         )
         assert cur.fetchall() == [(i, 3) for i in ids[:3]]
     assert json.loads(receiver.arrivals[-1].body)[0]["id"] == f"msg_{ids[3]}"
+
+
+def test_eight_claimers_and_senders_keep_every_line_in_order_across_retries(
+    db: Database, database_url: str
+) -> None:
+    """Eight claimer-and-sender workers on connections of their own, 16 ordering keys, a
+    receiver that takes 20 ms and fails some messages a few times: each key's messages arrive in
+    order, message k+1 of a key never before k was delivered, and the keys' lines overlap."""
+    keys = [f"acct_{k:02d}" for k in range(16)]
+    with running_fifo_receiver(latency_ms=20) as receiver:
+        endpoint_id = fifo_endpoint(db, receiver.url)
+        events = [(f"e{i}", keys[i % 16]) for i in range(160)]
+        ids = send_events(db, events[:80]) + send_events(db, events[80:])
+        line_of_id = dict(zip(ids, [key for _, key in events], strict=True))
+        failing = ids[3::17]
+        for message_id in failing:
+            receiver.fail_times[message_id] = 2
+
+        _run(database_url, endpoint_id, workers=8, timeout_s=120)
+
+        assert set(statuses(db, endpoint_id).values()) == {"delivered"}
+        delivered_at: dict[int, float] = {}
+        for arrival in receiver.arrivals:
+            (message_id,) = arrival.message_ids
+            key = line_of_id[message_id]
+            # (Message ids follow the events' keys, not their order: the order is the list's.)
+            place = ids.index(message_id)
+            earlier = [i for i in ids[:place] if line_of_id[i] == key]
+            # Every message before it in its line was delivered before this request arrived.
+            assert all(delivered_at.get(i, arrival.at + 1) < arrival.at for i in earlier), (
+                message_id,
+                key,
+            )
+            if arrival.status == 200:
+                delivered_at.setdefault(message_id, arrival.answered_at)
+        for key in keys:
+            line = [i for i in ids if line_of_id[i] == key]
+            assert [i for i in receiver.taken() if line_of_id[i] == key] == line
+        assert all(
+            sum(a.status == 500 for a in receiver.arrivals if a.message_ids == (i,)) == 2
+            for i in failing
+        )
+        # Lines of different keys were attempted side by side.
+        assert receiver.most_in_progress >= 4
