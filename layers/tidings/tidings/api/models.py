@@ -212,7 +212,7 @@ FILTER_DESCRIPTION = (
 )
 Ordering = Literal["none", "fifo"]
 OnDeadLetter = Literal["continue", "pause"]
-FifoBatchSize = Annotated[int, Field(ge=1, le=100)]
+FifoBatchSize = Annotated[int, Field(ge=1, le=100), BeforeValidator(_not_a_boolean)]
 ORDERING_DESCRIPTION = (
     "fifo: each line of the endpoint's messages (one per ordering key; events without one share "
     "a line) is delivered one message at a time, in the order the events were accepted, the next "
