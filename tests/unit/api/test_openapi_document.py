@@ -37,6 +37,8 @@ IN_AN_APPLICATION = {
     ("/endpoints/{endpoint_id}/health", "get"),
     ("/endpoints/{endpoint_id}/recover", "post"),
     ("/endpoints/{endpoint_id}/send-example", "post"),
+    ("/endpoints/{endpoint_id}/lines", "get"),
+    ("/endpoints/{endpoint_id}/lines/resume", "post"),
     ("/dead-letters/replay", "post"),
     ("/portal-links", "post"),
 }

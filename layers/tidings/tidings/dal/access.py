@@ -54,6 +54,10 @@ _ENDPOINTS = (
     "endpoint_health",
     "endpoint_hourly_attempts",
     "report_secret_rotated",
+    # FIFO lines (migration 0131): an ordering switched, lines listed and resumed.
+    "reorder_endpoint",
+    "list_lines",
+    "resume_lines",
 )
 _MESSAGES = (
     "get_message",
@@ -64,6 +68,8 @@ _MESSAGES = (
     "messages_outside_application",
     "recovery_candidates",
     "recover_messages",
+    # What a replay, resend or recovery makes pending again joins its FIFO line.
+    "place_in_lines",
 )
 _APPLICATIONS = (
     "insert_application",
