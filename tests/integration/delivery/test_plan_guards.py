@@ -118,3 +118,73 @@ def test_the_guard_sees_a_sequential_scan(queue: Database) -> None:
     )
     assert reads["events"] == Reads(1, reads["events"].seq_rows, 0, 0)
     assert reads["events"].seq_rows >= 30_000
+
+
+def _fifo_backlog(db: Database, lines: int, per_line: int) -> int:
+    """A FIFO endpoint with ``lines`` lines of ``per_line`` waiting messages each, the claimer's
+    part done (each line's head is due)."""
+    import json
+
+    with db.cursor() as cur:
+        cur.execute(
+            "INSERT INTO tidings.endpoints (url, ordering)"
+            " VALUES ('https://r.example/fifo', 'fifo') RETURNING id"
+        )
+        endpoint_id = int(cur.fetchone()[0])  # type: ignore[index]
+        cur.execute(
+            "UPDATE tidings.endpoint_health SET last_success_at = now() WHERE endpoint_id = %s",
+            (endpoint_id,),
+        )
+        events = [
+            {
+                "event_type": "fifo.backlog",
+                "event_id": f"b{line}.{n}",
+                "payload": {"n": n},
+                "ordering_key": f"k{line}",
+                "endpoint_ids": [endpoint_id],
+            }
+            for line in range(lines)
+            for n in range(per_line)
+        ]
+        for start in range(0, len(events), 1000):
+            cur.execute(
+                "SELECT count(*) FROM tidings.enqueue_batch(%s::jsonb)",
+                (json.dumps(events[start : start + 1000]),),
+            )
+        cur.execute("SELECT tidings.advance_noted_lines_v1(100000)")
+    with db.connection.cursor() as cur:
+        cur.execute("ANALYZE tidings.messages")
+    return endpoint_id
+
+
+def test_a_fifo_backlog_costs_the_claim_its_heads_only(queue: Database) -> None:
+    endpoint_id = _fifo_backlog(queue, lines=40, per_line=150)
+    found: list[delivery.ClaimedMessage] = []
+    reads = reads_during(
+        queue, lambda cur: found.extend(delivery.claim_due(cur, batch_size=10, lease_s=60))
+    )
+    assert len(found) == 10
+    assert not scanned(reads) & QUEUE_TABLES, reads
+    # A probe per endpoint with queued rows, the rows picked (each endpoint's part and one past
+    # it) and the rows leased, by id: the 40 lines' 5,960 waiting messages are not in the
+    # claim's index at all.
+    endpoints = len(BUSY) + 1
+    assert reads["messages"].index_rows <= endpoints + (10 + endpoints) + 10, reads["messages"]
+    mine = [row for row in found if row.endpoint_id == endpoint_id]
+    assert mine and all(row.attempts == 0 for row in mine)
+
+
+def test_moving_a_line_on_reads_its_next_message_only(queue: Database) -> None:
+    endpoint_id = _fifo_backlog(queue, lines=1, per_line=3000)
+    with queue.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.messages SET status = 'delivered', delivered_at = now()"
+            " WHERE endpoint_id = %s AND status = 'pending'",
+            (endpoint_id,),
+        )
+    reads = reads_during(
+        queue,
+        lambda cur: delivery.advance_lines(cur, [delivery.Line(endpoint_id, "k0")], lease_s=60),
+    )
+    assert not scanned(reads) & QUEUE_TABLES, reads
+    assert reads["messages"].index_rows <= 5, reads["messages"]
