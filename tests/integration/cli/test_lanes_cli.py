@@ -87,7 +87,8 @@ def test_an_update_that_changes_nothing_exits_2(cli: Any, db: Database) -> None:
     assert (
         "give --url, --description, --event-type, --filter, --channel, --no-channels, "
         "--retry-schedule, --payload-format, "
-        "--max-in-flight, --rate-limit, --timeout-ms or a receiver credential option" in err
+        "--max-in-flight, --rate-limit, --timeout-ms, --ordering, --fifo-batch-size, "
+        "--fifo-on-dead-letter or a receiver credential option" in err
     )
 
 

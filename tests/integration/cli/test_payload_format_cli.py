@@ -82,6 +82,6 @@ def test_update_without_a_change_exits_2(cli: Any, db: Database) -> None:  # noq
     assert (
         "nothing to change: give --url, --description, --event-type, --filter, --channel, "
         "--no-channels, --retry-schedule, "
-        "--payload-format, --max-in-flight, --rate-limit, --timeout-ms or a receiver credential "
-        "option" in err
+        "--payload-format, --max-in-flight, --rate-limit, --timeout-ms, --ordering, "
+        "--fifo-batch-size, --fifo-on-dead-letter or a receiver credential option" in err
     )

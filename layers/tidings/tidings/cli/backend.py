@@ -37,10 +37,12 @@ if TYPE_CHECKING:
         EventType,
         EventTypeVersion,
         ImportResult,
+        Line,
         Message,
         MessageDetail,
         PortalLink,
         RecoverResult,
+        ResumedLines,
         RotatedSecret,
         SendResult,
         StatusReport,
@@ -108,13 +110,19 @@ class Backend(Protocol):
         batch_size: int | None,
         progress: Progress,
     ) -> RecoverResult: ...
+    def lines(self, app: str | None, endpoint_id: int, *, paused: bool) -> list[Line]: ...
+    def resume_lines(
+        self, app: str | None, endpoint_id: int, ordering_keys: Sequence[str | None] | None
+    ) -> ResumedLines: ...
     def send_event(
         self,
         app: str | None,
         event_type: str,
         payload: Any,
         event_id: str | None,
+        *,
         channels: Sequence[str] | None = None,
+        ordering_key: str | None = None,
     ) -> SendResult: ...
     def message(self, app: str | None, message_id: int) -> MessageDetail: ...
     def resend_message(self, app: str | None, message_id: int) -> Message: ...
@@ -314,15 +322,38 @@ class ApiBackend:
         assert first is not None
         return replace(done, matched=first.matched, requeued=requeued)
 
+    def lines(self, app: str | None, endpoint_id: int, *, paused: bool) -> list[Line]:
+        return list(self._in(app).iter_lines(endpoint_id, paused=paused))
+
+    def resume_lines(
+        self, app: str | None, endpoint_id: int, ordering_keys: Sequence[str | None] | None
+    ) -> ResumedLines:
+        target = self._in(app)
+        if ordering_keys is None:
+            return target.resume_lines(endpoint_id)
+        keys = list(ordering_keys)
+        if not keys:
+            raise UsageError("name the lines to resume, or none for every paused line")
+        # The API takes at most this many keys a request.
+        done = [
+            target.resume_lines(endpoint_id, ordering_keys=keys[at : at + RESUME_CHUNK])
+            for at in range(0, len(keys), RESUME_CHUNK)
+        ]
+        return replace(done[0], resumed=[key for answer in done for key in answer.resumed])
+
     def send_event(
         self,
         app: str | None,
         event_type: str,
         payload: Any,
         event_id: str | None,
+        *,
         channels: Sequence[str] | None = None,
+        ordering_key: str | None = None,
     ) -> SendResult:
-        return self._in(app).send_event(event_type, payload, event_id=event_id, channels=channels)
+        return self._in(app).send_event(
+            event_type, payload, event_id=event_id, channels=channels, ordering_key=ordering_key
+        )
 
     def message(self, app: str | None, message_id: int) -> MessageDetail:
         return self._in(app).get_message(message_id)
@@ -389,6 +420,8 @@ class ApiBackend:
 # Replays go through the use case (or the API) this many messages at a time: its limit for
 # listed ids.
 REPLAY_CHUNK = 1000
+# Lines are resumed over the API this many ordering keys at a time: its limit.
+RESUME_CHUNK = 100
 
 
 # -- on the database ---------------------------------------------------------------------------
@@ -621,13 +654,40 @@ class DatabaseBackend:
         )
         return as_api_answer(RecoverResult, result)
 
+    def lines(self, app: str | None, endpoint_id: int, *, paused: bool) -> list[Line]:
+        from tidings.client.models import Line
+        from tidings.logic import lines
+
+        app_id = self._app(app).id
+        return [
+            as_api_answer(Line, line)
+            for line in _every(
+                lambda c: lines.list_lines(
+                    self.where.db, endpoint_id, paused=paused, cursor=c, limit=100, app_id=app_id
+                )
+            )
+        ]
+
+    def resume_lines(
+        self, app: str | None, endpoint_id: int, ordering_keys: Sequence[str | None] | None
+    ) -> ResumedLines:
+        from tidings.client.models import ResumedLines
+        from tidings.logic import lines
+
+        resumed = lines.resume_lines(
+            self.where.db, endpoint_id, ordering_keys=ordering_keys, app_id=self._app(app).id
+        )
+        return as_api_answer(ResumedLines, resumed)
+
     def send_event(
         self,
         app: str | None,
         event_type: str,
         payload: Any,
         event_id: str | None,
+        *,
         channels: Sequence[str] | None = None,
+        ordering_key: str | None = None,
     ) -> SendResult:
         from tidings.client.models import SendResult
         from tidings.logic import events
@@ -640,6 +700,7 @@ class DatabaseBackend:
             payload=payload,
             event_id=event_id,
             channels=channels,
+            ordering_key=ordering_key,
             settings=self.where.settings,
         )
         return as_api_answer(SendResult, result)

@@ -1,5 +1,5 @@
-"""``tidings endpoints add|list|show|update|enable|disable|delete|rotate-secret|recover``:
-manage webhook endpoints, on the database or over the API."""
+"""``tidings endpoints add|list|show|update|enable|disable|delete|rotate-secret|recover|lines|
+resume``: manage webhook endpoints and their FIFO lines, on the database or over the API."""
 
 from __future__ import annotations
 
@@ -33,6 +33,12 @@ def endpoint_id(text: str) -> int:
 DEFAULT_SCHEDULE_WORD = "default"
 # An option ``update`` was not given (None is a value: back to the deployment's default).
 _KEEP: Any = object()
+# An endpoint's ordering and what a FIFO line does at a dead letter
+# (tidings.logic.lines.ORDERINGS and ON_DEAD_LETTER).
+ORDERINGS = ("none", "fifo")
+ON_DEAD_LETTER = ("continue", "pause")
+# How ``lines`` and ``resume`` name the line of events without an ordering key.
+NO_KEY = "(none)"
 
 
 def time_arg(text: str) -> datetime:
@@ -114,6 +120,54 @@ def max_in_flight_arg(text: str) -> int | None:
             f"{MIN_MAX_IN_FLIGHT}..{MAX_MAX_IN_FLIGHT} (or 'default': no cap of its own)"
         )
     return int(text)
+
+
+def fifo_batch_size_arg(text: str) -> int:
+    """``10``: up to 10 consecutive messages of a FIFO line in one request (1..100)."""
+    from tidings.logic.lines import MAX_BATCH_SIZE, MIN_BATCH_SIZE
+
+    if (
+        not text.isascii()
+        or not text.isdigit()
+        or not MIN_BATCH_SIZE <= int(text) <= MAX_BATCH_SIZE
+    ):
+        raise argparse.ArgumentTypeError(
+            f"fifo batch size {text!r} must be a whole number {MIN_BATCH_SIZE}..{MAX_BATCH_SIZE}"
+        )
+    return int(text)
+
+
+def describe_ordering(endpoint: Any) -> str:
+    """``none (concurrently, in no promised order)``, ``fifo (up to 10 messages a request; a
+    dead letter pauses its line; 2 lines paused)``."""
+    if endpoint.ordering != "fifo":
+        return f"{endpoint.ordering} (concurrently, in no promised order)"
+    return f"fifo ({'; '.join(_fifo_facts(endpoint))})"
+
+
+def _fifo_facts(endpoint: Any) -> list[str]:
+    size = endpoint.fifo_batch_size
+    facts = [
+        "one message a request" if size == 1 else f"up to {size} messages a request",
+        "a dead letter pauses its line"
+        if endpoint.fifo_on_dead_letter == "pause"
+        else "a dead letter lets its line go on",
+    ]
+    if endpoint.paused_lines:
+        facts.append(f"{_lines(endpoint.paused_lines)} paused")
+    return facts
+
+
+def _short_ordering(endpoint: Any) -> str:
+    """The ordering in a column of ``list``: ``none``, ``fifo (batch 10, pause; 2 paused)``."""
+    if endpoint.ordering != "fifo":
+        return str(endpoint.ordering)
+    paused = f"; {endpoint.paused_lines} paused" if endpoint.paused_lines else ""
+    return f"fifo (batch {endpoint.fifo_batch_size}, {endpoint.fifo_on_dead_letter}{paused})"
+
+
+def _lines(count: int) -> str:
+    return f"{count} line" if count == 1 else f"{count} lines"
 
 
 def describe_lane(endpoint: Any) -> str:
@@ -374,9 +428,44 @@ def add_routing_options(parser: argparse.ArgumentParser, *, update: bool) -> Non
         )
 
 
+def add_ordering_options(parser: argparse.ArgumentParser, *, update: bool) -> None:
+    """--ordering, --fifo-batch-size and --fifo-on-dead-letter: ordered delivery."""
+    keep = _KEEP if update else None
+    group = parser.add_argument_group(
+        "ordered delivery",
+        "fifo: each line of its messages (one per ordering key, see tidings send "
+        "--ordering-key; events without one share a line) is delivered one message at a time, "
+        "in the order the events were accepted"
+        + ("; a change of ordering applies to the messages not yet attempted" if update else ""),
+    )
+    group.add_argument(
+        "--ordering",
+        choices=ORDERINGS,
+        default=keep,
+        help="none (concurrently, in no promised order; the default) or fifo",
+    )
+    group.add_argument(
+        "--fifo-batch-size",
+        type=fifo_batch_size_arg,
+        default=keep,
+        metavar="N",
+        help="for fifo: up to N consecutive messages of a line in one request, a JSON array "
+        "signed once (1..100; default 1: one at a time)",
+    )
+    group.add_argument(
+        "--fifo-on-dead-letter",
+        choices=ON_DEAD_LETTER,
+        default=keep,
+        help="for fifo: continue (a dead letter lets its line go on; the default) or pause "
+        "(the line waits at it until resumed: tidings endpoints resume)",
+    )
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "endpoints", help="add, list, change, disable, delete endpoints; rotate secrets; recover"
+        "endpoints",
+        help="add, list, change, disable, delete endpoints; rotate secrets; recover; list and "
+        "resume FIFO lines",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -435,6 +524,7 @@ def register(subparsers: Any) -> None:
         help="its own cap on deliveries in flight at once, 1..1000, in either lane (default: "
         "none; in the slow lane, TIDINGS_SLOW_LANE_MAX_IN_FLIGHT)",
     )
+    add_ordering_options(add, update=False)
     add_routing_options(add, update=False)
     add_credential_options(add, update=False)
     _common(add, run_add)
@@ -473,6 +563,38 @@ def register(subparsers: Any) -> None:
     )
     _common(recover, run_recover)
 
+    lines = actions.add_parser(
+        "lines",
+        help="a FIFO endpoint's lines with a message on its way (or paused): each one's head "
+        "and how many messages wait behind it",
+    )
+    lines.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
+    lines.add_argument(
+        "--paused", action="store_true", help="only the lines paused at a dead letter"
+    )
+    _common(lines, run_lines)
+
+    resume = actions.add_parser(
+        "resume",
+        help="resume a FIFO endpoint's lines paused at a dead letter (every one, or those "
+        "named): each goes on with the message behind its dead letter",
+    )
+    resume.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
+    resume.add_argument(
+        "--ordering-key",
+        dest="ordering_keys",
+        action="append",
+        default=None,
+        metavar="KEY",
+        help="resume the line of this ordering key; repeat for more (default: every paused line)",
+    )
+    resume.add_argument(
+        "--no-key",
+        action="store_true",
+        help="resume the line of the events sent without an ordering key",
+    )
+    _common(resume, run_resume)
+
     enable = actions.add_parser(
         "enable",
         help="deliver to an endpoint again (then replay or recover what was dead-lettered)",
@@ -502,8 +624,8 @@ def _register_update(actions: Any) -> None:
     update = actions.add_parser(
         "update",
         help="change an endpoint's URL, description, event types, filter, channels, retry "
-        "schedule, payload format, cap on deliveries in flight, rate limit, timeout or receiver "
-        "credentials",
+        "schedule, payload format, cap on deliveries in flight, rate limit, timeout, ordering or "
+        "receiver credentials",
     )
     update.add_argument("endpoint_id", type=endpoint_id, metavar="ID", help="the endpoint's id")
     update.add_argument(
@@ -558,6 +680,7 @@ def _register_update(actions: Any) -> None:
         help="how long a delivery waits for the receiver, 100..60000 ('default': the "
         "deployment's HTTP timeout)",
     )
+    add_ordering_options(update, update=True)
     add_routing_options(update, update=True)
     add_credential_options(update, update=True)
     _common(update, run_update)
@@ -584,6 +707,9 @@ def run_add(args: argparse.Namespace) -> int:
         "max_in_flight": args.max_in_flight,
         "filter": args.filter,
         "channels": args.channels,
+        "ordering": args.ordering,
+        "fifo_batch_size": args.fifo_batch_size,
+        "fifo_on_dead_letter": args.fifo_on_dead_letter,
         **credential_fields(args),
     }
     with backend_for(args) as backend:
@@ -601,6 +727,8 @@ def run_add(args: argparse.Namespace) -> int:
     print(f"  retries:     {describe_schedule(created.retry_schedule)}")
     print(f"  body:        {created.payload_format}")
     print(f"  lane:        {describe_lane(created)}")
+    if created.ordering == "fifo":
+        print(f"  ordering:    {describe_ordering(created)}")
     print(f"  secret:      {created.secret}")
     print("  (the secret is shown this once; keep it to verify signatures)")
     if added.secrets_notice:
@@ -626,11 +754,12 @@ def run_list(args: argparse.Namespace) -> int:
             e.rate_limit_per_s,
             e.max_in_flight,
             e.lane,
+            _short_ordering(e),
             when(e.created_at),
         ]
         for e in found
     ]
-    headers = ("id", "url", "event types", "state", "rate/s", "max in flight", "lane")
+    headers = ("id", "url", "event types", "state", "rate/s", "max in flight", "lane", "ordering")
     print(table((*headers, "created (UTC)"), rows))
     return 0
 
@@ -660,6 +789,7 @@ def run_show(args: argparse.Namespace) -> int:
         ("body", found.payload_format),
         ("max in flight", found.max_in_flight or "- (none of its own)"),
         ("lane", describe_lane(found)),
+        *_ordering_facts(found),
         *describe_credentials(found),
         ("created", when(found.created_at)),
         ("updated", when(found.updated_at)),
@@ -668,6 +798,29 @@ def run_show(args: argparse.Namespace) -> int:
     for name, value in facts:
         print(f"{name.ljust(width)}  {value}")
     return 0
+
+
+def _ordering_facts(endpoint: Any) -> list[tuple[str, object]]:
+    """What ``show`` prints of the endpoint's ordering."""
+    if endpoint.ordering != "fifo":
+        return [("ordering", describe_ordering(endpoint))]
+    size = endpoint.fifo_batch_size
+    on_dead_letter = (
+        f"pause (its line waits at it: tidings endpoints resume {endpoint.id})"
+        if endpoint.fifo_on_dead_letter == "pause"
+        else "continue (its line goes on)"
+    )
+    paused = (
+        f"{endpoint.paused_lines} (see tidings endpoints lines {endpoint.id} --paused)"
+        if endpoint.paused_lines
+        else "0"
+    )
+    return [
+        ("ordering", "fifo (in the order accepted, one line per ordering key)"),
+        ("fifo batch size", "1 (one message a request)" if size == 1 else f"up to {size}"),
+        ("on dead letter", on_dead_letter),
+        ("paused lines", paused),
+    ]
 
 
 def run_update(args: argparse.Namespace) -> int:
@@ -684,6 +837,9 @@ def run_update(args: argparse.Namespace) -> int:
             ("timeout_ms", args.timeout_ms),
             ("filter", args.filter),
             ("channels", _channel_change(args)),
+            ("ordering", args.ordering),
+            ("fifo_batch_size", args.fifo_batch_size),
+            ("fifo_on_dead_letter", args.fifo_on_dead_letter),
         )
         if value is not _KEEP
     }
@@ -694,7 +850,8 @@ def run_update(args: argparse.Namespace) -> int:
         raise UsageError(
             "nothing to change: give --url, --description, --event-type, --filter, --channel, "
             "--no-channels, --retry-schedule, --payload-format, --max-in-flight, --rate-limit, "
-            "--timeout-ms or a receiver credential option"
+            "--timeout-ms, --ordering, --fifo-batch-size, --fifo-on-dead-letter or a receiver "
+            "credential option"
         )
     with backend_for(args) as backend:
         changed = backend.update_endpoint(args.app, args.endpoint_id, {**changes, **credentials})
@@ -731,10 +888,22 @@ def _print_update(changed: Any, changes: dict[str, Any], credentials: dict[str, 
     if "timeout_ms" in changes:
         timeout = "the deployment's" if changed.timeout_ms is None else f"{changed.timeout_ms} ms"
         print(f"endpoint {changed.id}: timeout {timeout}")
+    _print_ordering_update(changed, changes)
     for name, value in credentials.items():
         print(f"endpoint {changed.id}: {name} {'removed' if value is None else 'set'}")
     for name, value in describe_credentials(changed):
         print(f"  {name}: {value}")
+
+
+def _print_ordering_update(changed: Any, changes: dict[str, Any]) -> None:
+    if "ordering" in changes:
+        print(f"endpoint {changed.id}: ordering {describe_ordering(changed)}")
+    # A FIFO option of an endpoint without ordering waits for its ordering to be fifo.
+    unused = "" if changed.ordering == "fifo" else " (used once its ordering is fifo)"
+    if "fifo_batch_size" in changes:
+        print(f"endpoint {changed.id}: fifo batch size {changed.fifo_batch_size}{unused}")
+    if "fifo_on_dead_letter" in changes:
+        print(f"endpoint {changed.id}: fifo on dead letter {changed.fifo_on_dead_letter}{unused}")
 
 
 def _channel_change(args: argparse.Namespace) -> Any:
@@ -780,6 +949,64 @@ def run_recover(args: argparse.Namespace) -> int:
         f"message(s) created {when(result.since)} to {when(result.until)} UTC again"
     )
     return 0
+
+
+def run_lines(args: argparse.Namespace) -> int:
+    with backend_for(args) as backend:
+        found = backend.lines(args.app, args.endpoint_id, paused=args.paused)
+    if args.json:
+        print_json(found)
+        return 0
+    if not found:
+        what = "is paused" if args.paused else "has a message on its way"
+        print(
+            f"no line of endpoint {args.endpoint_id} {what} (only FIFO endpoints have lines; "
+            "see tidings endpoints show)"
+        )
+        return 0
+    rows: list[list[object]] = [
+        [
+            _key_name(line.ordering_key),
+            line.head_message_id,
+            line.head_status or "-",
+            line.head_attempts,
+            line.waiting,
+            when(line.paused_at),
+        ]
+        for line in found
+    ]
+    headers = ("ordering key", "head message", "head status", "attempts", "waiting")
+    print(table((*headers, "paused at (UTC)"), rows))
+    return 0
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    named: list[str | None] | None = None
+    if args.ordering_keys is not None or args.no_key:
+        given: list[str | None] = [*(args.ordering_keys or ()), *([None] if args.no_key else [])]
+        # Each line once, in the order given.
+        named = list(dict.fromkeys(given))
+    with backend_for(args) as backend:
+        result = backend.resume_lines(args.app, args.endpoint_id, named)
+    if args.json:
+        print_json(result)
+        return 0
+    if result.resumed:
+        keys = ", ".join(_key_name(key) for key in result.resumed)
+        print(f"endpoint {result.endpoint_id}: resumed {_lines(len(result.resumed))}: {keys}")
+    elif named is None:
+        print(f"endpoint {result.endpoint_id}: no line is paused; nothing to resume")
+    else:
+        print(f"endpoint {result.endpoint_id}: none of the lines named is paused; nothing resumed")
+    if result.resumed and named is not None:
+        left = [key for key in named if key not in result.resumed]
+        if left:
+            print(f"  not paused: {', '.join(_key_name(key) for key in left)}")
+    return 0
+
+
+def _key_name(key: str | None) -> str:
+    return NO_KEY if key is None else key
 
 
 def run_enable(args: argparse.Namespace) -> int:

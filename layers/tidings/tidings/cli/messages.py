@@ -15,7 +15,7 @@ from tidings.cli.support import add_app_option, app_name, parse_time, print_json
 from tidings.local.progress import table
 
 # The statuses a message can be in (tidings.logic.messages.MessageStatus).
-STATUSES = ("pending", "in_flight", "delivered", "failed", "dead_letter")
+STATUSES = ("pending", "waiting", "in_flight", "delivered", "failed", "dead_letter")
 MAX_LISTED = 10_000
 
 
@@ -158,6 +158,7 @@ def run_show(args: argparse.Namespace) -> int:
             f"{found.event_type} {found.event_id}"
             + (" (an example from the event catalog)" if found.example else ""),
         ),
+        *([] if found.ordering_key is None else [("ordering key", found.ordering_key)]),
         ("status", found.status),
         ("attempts", f"{found.attempts} of {found.max_attempts or 'the default'}"),
         ("created", when(found.created_at)),

@@ -33,6 +33,14 @@ def register(subparsers: Any) -> None:
         help="a channel the event carries (endpoints with channels receive it only if they "
         "share one); repeat for more, up to 10",
     )
+    parser.add_argument(
+        "--ordering-key",
+        default=None,
+        metavar="KEY",
+        help="for FIFO endpoints: the line the event joins (a customer id, an account; 1 to "
+        "200 characters): events of one key are delivered in the order they were accepted, "
+        "different keys side by side; events without one share a line",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     add_app_option(parser)
     add_remote_options(parser, after_command=True)
@@ -46,7 +54,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"JSON is not valid JSON: {exc}") from None
     with backend_for(args) as backend:
         result = backend.send_event(
-            args.app, args.event_type, payload, args.event_id, args.channels
+            args.app,
+            args.event_type,
+            payload,
+            args.event_id,
+            channels=args.channels,
+            ordering_key=args.ordering_key,
         )
     if args.json:
         print_json(result)

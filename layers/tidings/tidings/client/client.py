@@ -50,6 +50,8 @@ from tidings.client.models import (
     EventTypeVersion,
     FilterTestResult,
     ImportResult,
+    Line,
+    LinePage,
     Message,
     MessageDetail,
     MessagePage,
@@ -57,6 +59,7 @@ from tidings.client.models import (
     PortalSession,
     RecoverResult,
     ReplayResult,
+    ResumedLines,
     RevealedSecret,
     RotatedSecret,
     SendResult,
@@ -173,17 +176,21 @@ class Client:
         event_id: str | None = None,
         endpoint_ids: Sequence[int] | None = None,
         channels: Sequence[str] | None = None,
+        ordering_key: str | None = None,
     ) -> SendResult:
         """Record an event for the application's subscribed endpoints (or ``endpoint_ids``).
         With an ``event_id`` (your idempotency key) it is retried when that is safe, and the
         same id again returns the first call's messages (``created`` False). ``channels``: the
-        event's channels (subscribers with channels receive it only if they share one)."""
+        event's channels (subscribers with channels receive it only if they share one).
+        ``ordering_key``: for FIFO endpoints, the line it joins (events of one key are delivered
+        in the order they were accepted; events without one share a line)."""
         event = EventToSend(
             event_type,
             payload,
             event_id,
             _ids(endpoint_ids),
             None if channels is None else list(channels),
+            ordering_key,
         )
         body = _event_body(event)
         return self._call(
@@ -289,10 +296,16 @@ class Client:
         max_attempts: int | None = None,
         filter: Mapping[str, Any] | None = None,
         channels: Sequence[str] | None = None,
+        ordering: str | None = None,
+        fifo_batch_size: int | None = None,
+        fifo_on_dead_letter: str | None = None,
     ) -> CreatedEndpoint:
         """A new endpoint (``event_types`` default to every type, ``*``). Its signing secret is
         in this answer only. What is left None takes the API's default. ``filter``: a content
-        filter over the payload; ``channels``: those it subscribes to."""
+        filter over the payload; ``channels``: those it subscribes to. ``ordering``: none or
+        fifo (each line of its messages, one per ordering key, delivered in order);
+        ``fifo_batch_size`` (1 to 100) and ``fifo_on_dead_letter`` (continue or pause) go with
+        fifo."""
         given = {
             "url": url,
             "event_types": None if event_types is None else list(event_types),
@@ -311,6 +324,9 @@ class Client:
             "max_attempts": max_attempts,
             "filter": None if filter is None else dict(filter),
             "channels": None if channels is None else list(channels),
+            "ordering": ordering,
+            "fifo_batch_size": fifo_batch_size,
+            "fifo_on_dead_letter": fifo_on_dead_letter,
         }
         body = {name: value for name, value in given.items() if value is not None}
         return self._call(CreatedEndpoint, "POST", self._in_app("/endpoints"), body=body)
@@ -349,9 +365,14 @@ class Client:
         max_attempts: int | _Unset | None = UNSET,
         filter: Mapping[str, Any] | _Unset | None = UNSET,
         channels: Sequence[str] | _Unset | None = UNSET,
+        ordering: str | _Unset | None = UNSET,
+        fifo_batch_size: int | _Unset | None = UNSET,
+        fifo_on_dead_letter: str | _Unset | None = UNSET,
     ) -> Endpoint:
         """Change the fields given; None returns an override to the deployment's default (or
-        removes a credential, the filter or the channels)."""
+        removes a credential, the filter or the channels; sets an ordering option's default:
+        none, 1, continue). A change of ``ordering`` applies to the messages not yet
+        attempted."""
         given: dict[str, Any] = {
             "url": url,
             "description": description,
@@ -369,6 +390,9 @@ class Client:
             "max_attempts": max_attempts,
             "filter": filter,
             "channels": channels,
+            "ordering": ordering,
+            "fifo_batch_size": fifo_batch_size,
+            "fifo_on_dead_letter": fifo_on_dead_letter,
         }
         body = {name: _plain(value) for name, value in given.items() if value is not UNSET}
         path = self._in_app(f"/endpoints/{_id(endpoint_id)}")
@@ -414,6 +438,48 @@ class Client:
             if done.complete:
                 return
             until = done.until
+
+    # -- FIFO lines ----------------------------------------------------------------------------
+
+    def list_lines(
+        self,
+        endpoint_id: int,
+        *,
+        paused: bool = False,
+        cursor: str | None = None,
+        limit: int | None = 50,
+    ) -> LinePage:
+        """A page of a FIFO endpoint's lines with a message on its way, or paused (``paused``:
+        only those), by ordering key: each line's head and how many messages wait behind it."""
+        query = {"paused": "true" if paused else None, "cursor": cursor, "limit": limit}
+        path = self._in_app(f"/endpoints/{_id(endpoint_id)}/lines")
+        return self._call(LinePage, "GET", path, query=query)
+
+    def iter_lines(self, endpoint_id: int, *, paused: bool = False) -> Iterator[Line]:
+        """Every line ``list_lines`` finds, by ordering key, a page at a time."""
+        return _pages(
+            lambda cursor: self.list_lines(
+                endpoint_id, paused=paused, cursor=cursor, limit=PAGE_SIZE
+            )
+        )
+
+    def resume_lines(
+        self, endpoint_id: int, *, ordering_keys: Sequence[str | None] | None = None
+    ) -> ResumedLines:
+        """Resume a FIFO endpoint's lines paused at a dead letter: those of ``ordering_keys``
+        (at most 100; None in it names the line of events without a key), or, when it is None,
+        every paused line. Each goes on with the message behind its dead letter; a line that is
+        not paused is left alone. The answer names the lines resumed."""
+        body: dict[str, Any] = {}
+        if ordering_keys is not None:
+            if isinstance(ordering_keys, str):
+                raise TypeError("ordering_keys is a sequence of keys, not one key")
+            keys = list(ordering_keys)
+            if not keys:
+                raise ValueError("name at least one ordering key, or None for every paused line")
+            body["ordering_keys"] = keys
+        path = self._in_app(f"/endpoints/{_id(endpoint_id)}/lines/resume")
+        return self._call(ResumedLines, "POST", path, body=body)
 
     # -- dead letters --------------------------------------------------------------------------
 
@@ -799,6 +865,8 @@ def _event_body(event: EventToSend) -> dict[str, Any]:
         body["endpoint_ids"] = _ids(event.endpoint_ids)
     if event.channels is not None:
         body["channels"] = list(event.channels)
+    if event.ordering_key is not None:
+        body["ordering_key"] = event.ordering_key
     return body
 
 

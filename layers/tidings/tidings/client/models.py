@@ -35,6 +35,8 @@ __all__ = [
     "FilterTestResult",
     "HourOfAttempts",
     "ImportResult",
+    "Line",
+    "LinePage",
     "Message",
     "MessageDetail",
     "MessagePage",
@@ -43,6 +45,7 @@ __all__ = [
     "QueueSummary",
     "RecoverResult",
     "ReplayResult",
+    "ResumedLines",
     "RevealedSecret",
     "RotatedSecret",
     "SendResult",
@@ -63,6 +66,8 @@ class EventToSend:
     event_id: str | None = None
     endpoint_ids: list[int] | None = None
     channels: list[str] | None = None
+    # For FIFO endpoints: the line the event joins (None: the line of events without a key).
+    ordering_key: str | None = None
 
 
 # -- events ------------------------------------------------------------------------------------
@@ -91,7 +96,8 @@ class Message:
     endpoint_id: int
     event_type: str
     event_id: str
-    # pending, in_flight, delivered, failed (awaiting a retry) or dead_letter
+    # pending, waiting (behind the head of its FIFO line), in_flight, delivered, failed
+    # (awaiting a retry) or dead_letter
     status: str
     attempts: int
     max_attempts: int | None
@@ -130,6 +136,8 @@ class MessageDetail(Message):
     payload: Any
     # The event's channels.
     channels: list[str]
+    # The event's ordering key (FIFO endpoints keep order per key); None: it has none.
+    ordering_key: str | None = None
     attempt_history: list[Attempt]
     waiting_for: WaitingFor
 
@@ -174,6 +182,14 @@ class Endpoint:
     # The content filter (None: every event of its types) and the channels it subscribes to.
     filter: dict[str, Any] | None = None
     channels: list[str]
+    # none, or fifo: each line of its messages (one per ordering key) delivered in order.
+    ordering: str
+    # For fifo: up to this many consecutive messages of a line in one request.
+    fifo_batch_size: int
+    # For fifo: continue (a dead letter lets its line go on) or pause (the line waits at it).
+    fifo_on_dead_letter: str
+    # How many of its lines are paused at a dead letter.
+    paused_lines: int = 0
     created_at: datetime
     updated_at: datetime
 
@@ -255,6 +271,36 @@ class RecoverResult:
     requeued: int
     # False when the call ran out of time: call again with the same window.
     complete: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Line:
+    """A FIFO line of an endpoint that has a message on its way, or is paused."""
+
+    # None: the line of events without an ordering key.
+    ordering_key: str | None
+    # When it paused at its head, a dead letter (None: it is not paused).
+    paused_at: datetime | None
+    # The message at its front: the one being attempted, or the dead letter it paused at.
+    head_message_id: int | None
+    head_status: str | None
+    head_attempts: int | None
+    head_next_attempt_at: datetime | None
+    # Messages waiting behind the head (counted up to 10000).
+    waiting: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinePage:
+    items: list[Line]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumedLines:
+    endpoint_id: int
+    # The ordering keys of the lines resumed (None: the line of events without one).
+    resumed: list[str | None]
 
 
 # -- dead letters ------------------------------------------------------------------------------

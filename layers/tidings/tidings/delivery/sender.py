@@ -667,9 +667,9 @@ def _jobs(
     """The jobs to send, and those that cannot be sent (their row came without a payload)."""
     rows = {row.message_id: row for row in started if row.batch_of is None}
     members: dict[int, list[delivery.StartedAttempt]] = {}
-    for row in started:
-        if row.batch_of is not None:
-            members.setdefault(row.batch_of, []).append(row)
+    for member in started:
+        if member.batch_of is not None:
+            members.setdefault(member.batch_of, []).append(member)
     jobs: list[Job] = []
     unsendable: list[Job] = []
     for record_id, envelope in envelopes.items():
