@@ -20,10 +20,15 @@
   // How deep the catalog's schema view follows nested objects and arrays.
   var SCHEMA_DEPTH = 4;
   var MESSAGE_PAGE = 50;
+  var LINE_PAGE = 50;
+  var MAX_BATCH_SIZE = 100;
+  // A line's waiting messages are counted up to this many (the API's limit).
+  var WAITING_COUNT_LIMIT = 10000;
   var MAX_TIMER_MS = 2147483000;
   var SVG_NS = "http://www.w3.org/2000/svg";
   var STATUS_LABELS = {
     pending: "Pending",
+    waiting: "Waiting",
     in_flight: "In flight",
     delivered: "Delivered",
     failed: "Failed",
@@ -31,6 +36,7 @@
   };
   var STATUS_BADGES = {
     pending: "badge-neutral",
+    waiting: "badge-queue",
     in_flight: "badge-info",
     delivered: "badge-ok",
     failed: "badge-warn",
@@ -55,6 +61,8 @@
     endpoint: null,
     deliveries: { filter: {}, cursor: null, loaded: false },
     message: null,
+    // The open endpoint's FIFO lines: the page loaded so far, paused ones first.
+    lines: { items: [], cursor: null, pausedOnly: false },
     dead: { endpointId: "", cursor: null, items: [], selected: new Set() },
     // The deployment's event types (archived ones are never shown).
     catalog: { items: [], loaded: false, loading: null },
@@ -190,6 +198,40 @@
   }
 
   var ROUTING_FIELDS = ["channels", "filter"];
+  var ORDERING_FIELDS = ["ordering", "fifo-batch-size", "fifo-on-dead-letter"];
+  // Every field of the endpoint forms whose error is shown beside it.
+  var ENDPOINT_FIELDS = ["url", "description", "event-types", "payload-format"]
+    .concat(ROUTING_FIELDS)
+    .concat(ORDERING_FIELDS);
+
+  /** Shows a form's FIFO options only while FIFO is chosen. */
+  function syncOrdering(prefix) {
+    $(prefix + "-fifo").hidden = $(prefix + "-ordering").value !== "fifo";
+  }
+
+  /**
+   * The ordering options chosen in a form: {ordering} for none, with the batch size and what a
+   * dead letter does for FIFO; undefined (with the error shown) when the batch size is not a
+   * whole number from 1 to 100.
+   */
+  function typedOrdering(prefix) {
+    var ordering = $(prefix + "-ordering").value === "fifo" ? "fifo" : "none";
+    if (ordering === "none") return { ordering: "none" };
+    var typed = $(prefix + "-fifo-batch-size").value.trim();
+    var size = /^[0-9]{1,3}$/.test(typed) ? Number(typed) : NaN;
+    if (!(size >= 1 && size <= MAX_BATCH_SIZE)) {
+      showFieldError(prefix, {
+        field: "fifo_batch_size",
+        message: "The batch size is a whole number from 1 to " + MAX_BATCH_SIZE + ".",
+      });
+      return undefined;
+    }
+    return {
+      ordering: "fifo",
+      fifo_batch_size: size,
+      fifo_on_dead_letter: $(prefix + "-fifo-on-dead-letter").value === "pause" ? "pause" : "continue",
+    };
+  }
 
   /**
    * The filter typed into a form: null when empty, undefined (with the error shown) when it is
@@ -330,6 +372,76 @@
   function enabledBadge(endpoint) {
     if (endpoint.enabled) return h("span", { class: "badge badge-ok" }, "Enabled");
     return h("span", { class: "badge badge-bad" }, "Disabled");
+  }
+
+  function plural(count, one, many) {
+    return count + " " + (count === 1 ? one : many);
+  }
+
+  function isFifo(endpoint) {
+    return !!endpoint && endpoint.ordering === "fifo";
+  }
+
+  /** Beside the enabled badge in the list: FIFO, and how many of its lines are paused. */
+  function orderingBadges(endpoint) {
+    var paused = Number(endpoint.paused_lines) || 0;
+    return [
+      isFifo(endpoint) ? [" ", h("span", { class: "badge badge-neutral", testid: "fifo-badge" }, "FIFO")] : null,
+      paused
+        ? [
+            " ",
+            h(
+              "span",
+              { class: "badge badge-bad", testid: "paused-lines-badge" },
+              plural(paused, "line paused", "lines paused")
+            ),
+          ]
+        : null,
+    ];
+  }
+
+  function orderingFact(endpoint) {
+    if (!isFifo(endpoint)) return "none: its messages go concurrently, in no promised order";
+    return [
+      h("span", { class: "badge badge-neutral" }, "FIFO"),
+      " a line per ordering key, each delivered one message at a time in the order the events " +
+        "were accepted",
+    ];
+  }
+
+  function batchFact(endpoint) {
+    var size = Number(endpoint.fifo_batch_size) || 1;
+    if (size === 1) return "1: one message a request";
+    return "up to " + size + " messages of a line a request, as a JSON array";
+  }
+
+  function deadLetterFact(endpoint) {
+    if (endpoint.fifo_on_dead_letter === "pause") {
+      return "pause the line until it is resumed or the dead letter replayed";
+    }
+    return "continue: the line goes on with the next message";
+  }
+
+  function pausedFact(endpoint) {
+    var paused = Number(endpoint.paused_lines) || 0;
+    if (!paused) return "none";
+    return [
+      h("span", { class: "badge badge-bad" }, plural(paused, "line", "lines")),
+      " at a dead letter: ",
+      h(
+        "button",
+        {
+          type: "button",
+          class: "linkish",
+          testid: "show-paused-lines",
+          onclick: function () {
+            $("lines-section").scrollIntoView({ block: "start" });
+            $("lines-heading").focus();
+          },
+        },
+        paused === 1 ? "show it" : "show them"
+      ),
+    ];
   }
 
   // -- status line (aria-live) --------------------------------------------------------------
@@ -703,7 +815,7 @@
           ),
           h("td", { testid: "endpoint-description" }, text(endpoint.description)),
           h("td", { class: "break" }, (endpoint.event_types || []).join(", ")),
-          h("td", null, enabledBadge(endpoint)),
+          h("td", null, [enabledBadge(endpoint), orderingBadges(endpoint)]),
           h("td", { class: "nowrap" }, timeNode(endpoint.created_at)),
         ])
       );
@@ -761,10 +873,7 @@
     var form = $("new-endpoint-form");
     form.hidden = !show;
     $("add-endpoint").setAttribute("aria-expanded", show ? "true" : "false");
-    clearFieldErrors(
-      "new-endpoint",
-      ["url", "description", "event-types", "payload-format"].concat(ROUTING_FIELDS)
-    );
+    clearFieldErrors("new-endpoint", ENDPOINT_FIELDS);
     $("new-endpoint-preview-result").textContent = "";
     if (show) {
       $("created-secret").hidden = true;
@@ -774,14 +883,12 @@
       form.reset();
     }
     syncTypePicker("new-endpoint");
+    syncOrdering("new-endpoint");
   }
 
   async function createEndpoint(event) {
     event.preventDefault();
-    clearFieldErrors(
-      "new-endpoint",
-      ["url", "description", "event-types", "payload-format"].concat(ROUTING_FIELDS)
-    );
+    clearFieldErrors("new-endpoint", ENDPOINT_FIELDS);
     var url = $("new-endpoint-url").value.trim();
     if (!url) {
       showFieldError("new-endpoint", { field: "url", message: "Enter the endpoint's URL." });
@@ -800,6 +907,10 @@
     if (filter !== null) body.filter = filter;
     var channels = splitNames($("new-endpoint-channels").value);
     if (channels.length) body.channels = channels;
+    // Left out for none, the default; FIFO comes with its two options.
+    var ordering = typedOrdering("new-endpoint");
+    if (ordering === undefined) return;
+    if (ordering.ordering === "fifo") Object.assign(body, ordering);
     var button = $("new-endpoint-submit");
     button.disabled = true;
     try {
@@ -839,14 +950,18 @@
       $("endpoint-delete-confirm").hidden = true;
       $("rotate-confirm").hidden = true;
       $("recover-result").textContent = "";
-      clearFieldErrors("edit-endpoint", ["url", "description", "event-types", "payload-format"]);
+      clearFieldErrors("edit-endpoint", ENDPOINT_FIELDS);
       clearFieldErrors("recover", ["since", "until"]);
       clearFieldErrors("credentials", ["headers", "auth"]);
       resetCredentialsForm();
       hideSecret();
+      $("lines-filter").value = "";
+      state.lines = { items: [], cursor: null, pausedOnly: false };
+      clear($("lines-body"));
       renderEndpoint(endpoint, true);
       $("endpoint-title").focus();
       loadEndpointHealth(endpoint).catch(reportAs("Health"));
+      refreshLines(endpoint);
     } catch (error) {
       report(error, "The endpoint could not be opened");
     }
@@ -881,6 +996,10 @@
       ["Channels", (endpoint.channels || []).join(", ") || "none: every event of its types"],
       ["Filter", endpoint.filter ? JSON.stringify(endpoint.filter) : "none"],
       ["Body", endpoint.payload_format === "envelope" ? "envelope" : "raw"],
+      ["Ordering", orderingFact(endpoint)],
+      isFifo(endpoint) ? ["Batch size", batchFact(endpoint)] : null,
+      isFifo(endpoint) ? ["On a dead letter", deadLetterFact(endpoint)] : null,
+      isFifo(endpoint) || endpoint.paused_lines ? ["Paused lines", pausedFact(endpoint)] : null,
       ["Retry schedule", schedule ? schedule + source : "—"],
       ["Timeout", endpoint.timeout_ms ? formatMs(endpoint.timeout_ms) : "default"],
       ["Rate limit", endpoint.rate_limit_per_s ? endpoint.rate_limit_per_s + " per second" : "none"],
@@ -906,10 +1025,13 @@
       ["Updated", timeNode(endpoint.updated_at)],
     ];
     rows.forEach(function (row) {
+      if (!row) return;
       facts.appendChild(h("dt", null, row[0]));
       facts.appendChild(h("dd", { testid: "fact-" + row[0].toLowerCase().replace(/ /g, "-") }, row[1]));
     });
     $("endpoint-toggle").textContent = endpoint.enabled ? "Disable" : "Enable";
+    // Lines are shown for a FIFO endpoint, and for one switched away while some are paused.
+    $("lines-section").hidden = !(isFifo(endpoint) || endpoint.paused_lines);
     if (fillForm) {
       $("edit-endpoint-url").value = endpoint.url;
       $("edit-endpoint-description").value = endpoint.description || "";
@@ -918,6 +1040,11 @@
       $("edit-endpoint-channels").value = (endpoint.channels || []).join(", ");
       $("edit-endpoint-filter").value = endpoint.filter ? JSON.stringify(endpoint.filter, null, 2) : "";
       $("edit-endpoint-preview-result").textContent = "";
+      $("edit-endpoint-ordering").value = isFifo(endpoint) ? "fifo" : "none";
+      $("edit-endpoint-fifo-batch-size").value = String(endpoint.fifo_batch_size || 1);
+      $("edit-endpoint-fifo-on-dead-letter").value =
+        endpoint.fifo_on_dead_letter === "pause" ? "pause" : "continue";
+      syncOrdering("edit-endpoint");
       syncTypePicker("edit-endpoint");
     }
     $("send-example-result").textContent = "";
@@ -1063,10 +1190,7 @@
     event.preventDefault();
     var endpoint = state.endpoint;
     if (!endpoint) return;
-    clearFieldErrors(
-      "edit-endpoint",
-      ["url", "description", "event-types", "payload-format"].concat(ROUTING_FIELDS)
-    );
+    clearFieldErrors("edit-endpoint", ENDPOINT_FIELDS);
     var url = $("edit-endpoint-url").value.trim();
     if (!url) {
       showFieldError("edit-endpoint", { field: "url", message: "Enter the endpoint's URL." });
@@ -1083,12 +1207,26 @@
     var filter = typedFilter("edit-endpoint");
     if (filter === undefined) return;
     changes.filter = filter;
+    // Only the ordering options that changed: setting the ordering moves the messages not yet
+    // attempted into (or out of) lines; the FIFO options stay as they are while it is none.
+    var ordering = typedOrdering("edit-endpoint");
+    if (ordering === undefined) return;
+    if (ordering.ordering !== (isFifo(endpoint) ? "fifo" : "none")) changes.ordering = ordering.ordering;
+    if (ordering.ordering === "fifo") {
+      if (ordering.fifo_batch_size !== endpoint.fifo_batch_size) {
+        changes.fifo_batch_size = ordering.fifo_batch_size;
+      }
+      if (ordering.fifo_on_dead_letter !== endpoint.fifo_on_dead_letter) {
+        changes.fifo_on_dead_letter = ordering.fifo_on_dead_letter;
+      }
+    }
     var button = $("edit-endpoint-submit");
     button.disabled = true;
     try {
       var updated = await api("PATCH", "/endpoints/" + endpoint.id, changes);
       renderEndpoint(updated, true);
       say("Changes saved.", "ok");
+      if ("ordering" in changes) refreshLines(updated);
     } catch (error) {
       if (error instanceof ApiError && error.status === 422) {
         showFieldError("edit-endpoint", error);
@@ -1240,6 +1378,201 @@
       else report(error, "Nothing was recovered");
     } finally {
       button.disabled = false;
+    }
+  }
+
+  // -- FIFO lines ---------------------------------------------------------------------------
+
+  // Each load of lines takes a number: only the latest one's answer is drawn.
+  var lineLoads = 0;
+
+  /** The open endpoint's lines, loaded again when it has any to show. */
+  function refreshLines(endpoint) {
+    if (!(isFifo(endpoint) || endpoint.paused_lines)) {
+      lineLoads += 1;
+      state.lines = { items: [], cursor: null, pausedOnly: false };
+      clear($("lines-body"));
+      return;
+    }
+    loadLines(endpoint.id, true).catch(reportAs("FIFO lines"));
+  }
+
+  async function loadLines(endpointId, reset) {
+    var pausedOnly = $("lines-filter").value === "paused";
+    var query = new URLSearchParams({ limit: String(LINE_PAGE) });
+    if (pausedOnly) query.set("paused", "true");
+    if (!reset && state.lines.cursor) query.set("cursor", state.lines.cursor);
+    var ticket = ++lineLoads;
+    var page = await api("GET", "/endpoints/" + encodeURIComponent(endpointId) + "/lines?" + query.toString());
+    // Another endpoint opened, or a later load begun, meanwhile: that one is drawn.
+    if (ticket !== lineLoads || !state.endpoint || state.endpoint.id !== endpointId) return;
+    var items = reset ? [] : state.lines.items;
+    state.lines = {
+      items: items.concat(page.items || []),
+      cursor: page.next_cursor || null,
+      pausedOnly: pausedOnly,
+    };
+    renderLines();
+    // Which load the table shows: a reader can tell a refresh has been drawn.
+    $("lines-section").setAttribute("data-loads", String(ticket));
+  }
+
+  function renderLines() {
+    var lines = state.lines;
+    // Paused lines first; otherwise in the API's order, by ordering key.
+    var sorted = lines.items.slice().sort(function (a, b) {
+      return (b.paused_at ? 1 : 0) - (a.paused_at ? 1 : 0);
+    });
+    var body = $("lines-body");
+    clear(body);
+    sorted.forEach(function (line) {
+      body.appendChild(lineRow(line));
+    });
+    var shown = sorted.filter(function (line) {
+      return !!line.paused_at;
+    }).length;
+    // The endpoint counts every paused line, also those not loaded yet.
+    var paused = Math.max(Number(state.endpoint && state.endpoint.paused_lines) || 0, shown);
+    var empty = $("lines-empty");
+    empty.textContent = lines.pausedOnly ? "No line is paused." : "No line has a message on its way.";
+    empty.hidden = sorted.length > 0;
+    $("lines-more").hidden = !lines.cursor;
+    var all = $("lines-resume-all");
+    all.hidden = paused === 0;
+    all.textContent = paused > 1 ? "Resume all paused lines (" + paused + ")" : "Resume the paused line";
+    var note = $("lines-paused-note");
+    note.hidden = paused === 0;
+    note.textContent = !paused
+      ? ""
+      : paused === 1
+        ? "1 line is paused at a dead letter: nothing more of it is sent until it is resumed or " +
+          "its dead letter replayed."
+        : paused +
+          " lines are paused at a dead letter: nothing more of them is sent until they are " +
+          "resumed or their dead letters replayed.";
+  }
+
+  function lineName(key) {
+    return key === null || key === undefined
+      ? "the line of events without an ordering key"
+      : 'the line of ordering key "' + key + '"';
+  }
+
+  function waitingCount(count) {
+    var n = Number(count) || 0;
+    return n >= WAITING_COUNT_LIMIT ? WAITING_COUNT_LIMIT + " or more" : String(n);
+  }
+
+  function lineRow(line) {
+    var key = line.ordering_key === undefined ? null : line.ordering_key;
+    var paused = !!line.paused_at;
+    var retrying =
+      !paused &&
+      line.head_next_attempt_at &&
+      (line.head_status === "failed" || line.head_status === "pending");
+    var cells = [
+      h(
+        "td",
+        { class: "break", testid: "line-key" },
+        key === null
+          ? h("span", { class: "no-key", title: "Events sent without an ordering key share this line" }, "no key")
+          : h("span", { class: "mono" }, key)
+      ),
+      h(
+        "td",
+        { class: "nowrap", testid: "line-head" },
+        line.head_message_id ? messageButton({ id: line.head_message_id }) : "—"
+      ),
+      h("td", { testid: "line-status" }, [
+        line.head_status ? statusBadge(line.head_status) : "—",
+        paused ? [" ", h("span", { class: "badge badge-bad", testid: "line-paused-badge" }, "Line paused")] : null,
+        retrying
+          ? h("span", { class: "line-next hint" }, ["next attempt ", timeNode(line.head_next_attempt_at)])
+          : null,
+      ]),
+      h("td", { testid: "line-attempts" }, text(line.head_attempts)),
+      h("td", { testid: "line-waiting" }, waitingCount(line.waiting)),
+      h("td", { class: "nowrap", testid: "line-paused-at" }, paused ? timeNode(line.paused_at) : "—"),
+    ];
+    if (!state.readOnly) {
+      cells.push(
+        h(
+          "td",
+          null,
+          paused
+            ? h(
+                "button",
+                {
+                  type: "button",
+                  class: "btn btn-small",
+                  testid: "line-resume",
+                  "aria-label": "Resume " + lineName(key),
+                  onclick: function (event) {
+                    resumeLines([key], event.currentTarget);
+                  },
+                },
+                "Resume"
+              )
+            : null
+        )
+      );
+    }
+    return h(
+      "tr",
+      {
+        class: paused ? "is-paused" : null,
+        testid: "line-row",
+        "data-ordering-key": key,
+        "data-keyless": key === null ? "true" : null,
+        "data-paused": paused ? "true" : "false",
+      },
+      cells
+    );
+  }
+
+  function resumedMessage(keys, resumed) {
+    if (!resumed.length) {
+      return keys && keys.length === 1
+        ? "Nothing to resume: " + lineName(keys[0]) + " is not paused."
+        : "Nothing to resume: no line is paused.";
+    }
+    if (resumed.length === 1) {
+      var name = lineName(resumed[0]);
+      return name.charAt(0).toUpperCase() + name.slice(1) + " is resumed.";
+    }
+    return resumed.length + " lines are resumed.";
+  }
+
+  /** Resumes the open endpoint's paused lines (keys: their ordering keys; null: all of them),
+   * then shows the endpoint and its lines as they are now. */
+  async function resumeLines(keys, button) {
+    var endpoint = state.endpoint;
+    if (!endpoint) return;
+    var body = keys === null ? {} : { ordering_keys: keys };
+    if (button) button.disabled = true;
+    try {
+      var answer = await api("POST", "/endpoints/" + endpoint.id + "/lines/resume", body);
+      var resumed = answer.resumed || [];
+      say(resumedMessage(keys, resumed), resumed.length ? "ok" : "info");
+      await reloadEndpoint(endpoint.id);
+      var next = $("lines-resume-all");
+      (next.hidden ? $("lines-refresh") : next).focus();
+    } catch (error) {
+      report(error, "Nothing was resumed");
+    } finally {
+      if (button) button.disabled = false;
+    }
+  }
+
+  /** The open endpoint's facts and lines, read again (the form keeps what is typed). */
+  async function reloadEndpoint(id) {
+    var fresh = await api("GET", "/endpoints/" + encodeURIComponent(id));
+    if (!state.endpoint || state.endpoint.id !== id) return;
+    renderEndpoint(fresh, false);
+    if (isFifo(fresh) || fresh.paused_lines) {
+      await loadLines(id, true);
+    } else {
+      refreshLines(fresh);
     }
   }
 
@@ -1549,7 +1882,7 @@
         class: "linkish",
         testid: "message-open",
         "data-message-id": message.id,
-        "aria-label": "Message " + message.id + ", " + message.event_type,
+        "aria-label": "Message " + message.id + (message.event_type ? ", " + message.event_type : ""),
         onclick: function () {
           openMessage(message.id);
         },
@@ -1617,22 +1950,28 @@
       ["Event ID", message.event_id],
       ["Sent as", message.example ? "An example from the event catalog" : "An event"],
       ["Endpoint", endpointLabel(message.endpoint_id)],
+      orderingKeyFact(message),
       [
         "Attempts",
         String(message.attempts) + (message.max_attempts ? " of " + message.max_attempts : ""),
       ],
       ["Created", timeNode(message.created_at)],
-      ["Next attempt", message.status === "delivered" || message.status === "dead_letter" ? "—" : timeNode(message.next_attempt_at)],
+      ["Next attempt", nextAttemptFact(message)],
       ["Delivered", timeNode(message.delivered_at)],
       ["Dead-lettered", timeNode(message.dead_lettered_at)],
       ["Last error", text(message.last_error)],
     ];
     rows.forEach(function (row) {
+      if (!row) return;
       facts.appendChild(h("dt", null, row[0]));
       facts.appendChild(h("dd", { testid: "fact-" + row[0].toLowerCase().replace(/[ -]/g, "-") }, row[1]));
     });
     var waiting = message.waiting_for;
-    $("message-waiting").textContent = waiting && waiting.explanation ? waiting.explanation : "";
+    var box = $("message-waiting");
+    box.textContent = waiting && waiting.explanation ? sentence(waiting.explanation) : "";
+    if (waiting && waiting.reason) box.setAttribute("data-reason", waiting.reason);
+    else box.removeAttribute("data-reason");
+    $("message-resume-line").hidden = !(waiting && waiting.reason === "line_paused");
 
     var body = $("attempts-body");
     clear(body);
@@ -1656,6 +1995,55 @@
       payload = String(message.payload);
     }
     $("message-payload").textContent = payload === undefined ? "" : payload;
+  }
+
+  /** The event's ordering key: shown when it has one, or when its endpoint keeps lines. */
+  function orderingKeyFact(message) {
+    var key = message.ordering_key;
+    var hasKey = key !== null && key !== undefined;
+    if (!hasKey && !isFifo(state.endpointById.get(message.endpoint_id))) return null;
+    return [
+      "Ordering key",
+      hasKey
+        ? h("span", { class: "mono" }, key)
+        : h("span", { class: "no-key" }, "no key (the line of events without one)"),
+    ];
+  }
+
+  function nextAttemptFact(message) {
+    if (message.status === "delivered" || message.status === "dead_letter") return "—";
+    if (message.status === "waiting") return "once the messages before it in its line are done";
+    return timeNode(message.next_attempt_at);
+  }
+
+  /** An explanation as a sentence: its first letter capitalised, a full stop at its end. */
+  function sentence(value) {
+    var words = String(value).trim();
+    if (!words) return "";
+    words = words.charAt(0).toUpperCase() + words.slice(1);
+    return /[.!?]$/.test(words) ? words : words + ".";
+  }
+
+  /** Resumes the paused line a waiting message is in, and shows the message again. */
+  async function resumeMessageLine() {
+    var message = state.message;
+    if (!message) return;
+    var key = message.ordering_key === undefined ? null : message.ordering_key;
+    var button = $("message-resume-line");
+    button.disabled = true;
+    try {
+      var answer = await api("POST", "/endpoints/" + message.endpoint_id + "/lines/resume", {
+        ordering_keys: [key],
+      });
+      var resumed = answer.resumed || [];
+      say(resumedMessage([key], resumed), resumed.length ? "ok" : "info");
+      renderMessage(await api("GET", "/messages/" + message.id));
+      $("message-refresh").focus();
+    } catch (error) {
+      report(error, "The line was not resumed");
+    } finally {
+      button.disabled = false;
+    }
   }
 
   async function resendMessage() {
@@ -2036,6 +2424,30 @@
     });
     $("edit-endpoint-form").addEventListener("submit", saveEndpoint);
     ["new-endpoint", "edit-endpoint"].forEach(function (prefix) {
+      $(prefix + "-ordering").addEventListener("change", function () {
+        syncOrdering(prefix);
+      });
+      // A batch size being corrected is no longer shown as refused.
+      $(prefix + "-fifo-batch-size").addEventListener("input", function (event) {
+        var box = $(prefix + "-fifo-batch-size-error");
+        box.textContent = "";
+        box.hidden = true;
+        event.target.removeAttribute("aria-invalid");
+      });
+    });
+    $("lines-filter").addEventListener("change", function () {
+      if (state.endpoint) loadLines(state.endpoint.id, true).catch(reportAs("FIFO lines"));
+    });
+    $("lines-refresh").addEventListener("click", function () {
+      if (state.endpoint) reloadEndpoint(state.endpoint.id).catch(reportAs("FIFO lines"));
+    });
+    $("lines-more").addEventListener("click", function () {
+      if (state.endpoint) loadLines(state.endpoint.id, false).catch(reportAs("FIFO lines"));
+    });
+    $("lines-resume-all").addEventListener("click", function (event) {
+      resumeLines(null, event.currentTarget);
+    });
+    ["new-endpoint", "edit-endpoint"].forEach(function (prefix) {
       $(prefix + "-preview-run").addEventListener("click", function () {
         previewFilter(prefix);
       });
@@ -2079,6 +2491,7 @@
         .catch(reportAs("The message could not be refreshed"));
     });
     $("message-resend").addEventListener("click", resendMessage);
+    $("message-resume-line").addEventListener("click", resumeMessageLine);
 
     $("dead-filter").addEventListener("submit", function (event) {
       event.preventDefault();
