@@ -2180,7 +2180,9 @@ BEGIN
     ),
     target AS (
         SELECT m.id, m.line_seq AS old_seq, ln.endpoint_id, ln.ordering_key, ln.head_seq,
-               coalesce(ln.paused_at IS NOT NULL AND m.line_key = ln.ordering_key
+               -- The line's head (and what its batch carries) keeps its place: a dead letter
+               -- that paused the line, or a retrying head recovered.
+               coalesce(m.line_key = ln.ordering_key
                         AND m.line_seq BETWEEN ln.head_seq AND ln.paused_through, false)
                    AS in_place
         FROM tidings.messages m
@@ -2277,7 +2279,7 @@ BEGIN
           -- Only in-flight and failed rows carry a lease token, so this means "in flight".
           AND m.status <> 'failed'
         RETURNING m.id, m.status, m.attempts, m.endpoint_id, m.event_type, m.dead_lettered_at,
-                  m.line_key, m.line_seq
+                  m.line_key, m.line_seq, m.line_batch_through
     ),
     -- The messages a FIFO head's batch carried (begin_attempts_v4) share its outcome: delivered
     -- or dead-lettered with it, or waiting with it for its retry. Guarded by the head's write
@@ -2300,7 +2302,7 @@ BEGIN
           AND m.id = carried.id
           AND m.status = 'waiting'
           AND m.endpoint_id = h.endpoint_id AND m.line_key = h.line_key
-          AND m.line_seq > h.line_seq
+          AND m.line_seq > h.line_seq AND m.line_seq <= h.line_batch_through
         RETURNING m.id, m.status, m.attempts, m.endpoint_id, m.event_type, m.dead_lettered_at,
                   h.id AS head_id
     ),
@@ -2624,10 +2626,15 @@ BEGIN
     PERFORM 1 FROM tidings.fifo_lines f WHERE f.endpoint_id = p_endpoint_id
     ORDER BY f.ordering_key FOR UPDATE;
     IF v_ordering IS DISTINCT FROM 'fifo' THEN
+        -- Every unsettled message leaves its line (a head on its way too, so that it never
+        -- heads a line again should the endpoint return to fifo); the waiting ones are due.
         UPDATE tidings.messages m
-        SET status = 'pending', next_attempt_at = now(), line_key = NULL, line_seq = NULL,
-            line_batch_through = NULL
-        WHERE m.endpoint_id = p_endpoint_id AND m.status = 'waiting';
+        SET status = CASE WHEN m.status = 'waiting' THEN 'pending' ELSE m.status END,
+            next_attempt_at = CASE WHEN m.status = 'waiting' THEN now()
+                                   ELSE m.next_attempt_at END,
+            line_key = NULL, line_seq = NULL, line_batch_through = NULL
+        WHERE m.endpoint_id = p_endpoint_id AND m.line_key IS NOT NULL
+          AND m.status IN ('waiting', 'pending', 'failed', 'in_flight');
         GET DIAGNOSTICS v_count = ROW_COUNT;
         DELETE FROM tidings.fifo_lines f WHERE f.endpoint_id = p_endpoint_id;
         DELETE FROM tidings.fifo_line_moves mv WHERE mv.endpoint_id = p_endpoint_id;

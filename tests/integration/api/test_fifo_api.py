@@ -215,6 +215,11 @@ def test_replay_and_resend_go_to_the_end_of_their_line_in_their_order(
             "UPDATE tidings.messages SET status = 'delivered', delivered_at = now() WHERE id = %s",
             (ids[2],),
         )
+        cur.execute(
+            "SELECT count(*) FROM tidings.advance_lines_v1(ARRAY[%s]::bigint[], ARRAY['k'],"
+            " NULL, false, true)",
+            (endpoint,),
+        )
     resent = api.post(f"/v1/messages/{ids[2]}/resend")
     assert resent.status == 202, resent.raw
     assert resent.body["status"] == "waiting"
@@ -249,3 +254,48 @@ def test_another_applications_token_finds_no_line(api: Api, db: Database) -> Non
     reader = api.as_(Principal(Scope.APP_READ, app_id=1, token_id=10))
     assert reader.post(f"/v1/endpoints/{endpoint}/lines/resume", {}).status == 403
     assert _statuses(db, ids) == ["dead_letter", "waiting"]
+
+
+def test_recovering_a_retrying_head_keeps_it_at_the_head(api: Api, db: Database) -> None:
+    endpoint = api.create_endpoint(ordering="fifo")["id"]
+    ids = _send(api, ["k", "k", "k"])
+    _claimer_moves_lines(db)
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.messages SET status = 'failed', attempts = 1,"
+            " next_attempt_at = now() + interval '1 hour' WHERE id = %s",
+            (ids[0],),
+        )
+    reply = api.post(f"/v1/endpoints/{endpoint}/recover", {"since": "2000-01-01T00:00:00Z"})
+    assert reply.status == 200, reply.raw
+    assert _statuses(db, ids) == ["pending", "waiting", "waiting"]
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT id FROM tidings.messages WHERE endpoint_id = %s ORDER BY line_seq", (endpoint,)
+        )
+        assert [row[0] for row in cur.fetchall()] == ids
+
+
+def test_a_head_on_its_way_through_a_switch_to_none_and_back_heads_no_line(
+    api: Api, db: Database
+) -> None:
+    endpoint = api.create_endpoint(ordering="fifo", fifo_batch_size=10)["id"]
+    ids = _send(api, ["k", "k"])
+    _claimer_moves_lines(db)
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE tidings.messages SET attempts = 1, status = 'failed' WHERE id = %s", (ids[0],)
+        )
+    assert api.patch(f"/v1/endpoints/{endpoint}", {"ordering": "none"}).status == 200
+    assert api.patch(f"/v1/endpoints/{endpoint}", {"ordering": "fifo"}).status == 200
+    later = _send(api, ["k", "k"], prefix="f")
+    _claimer_moves_lines(db)
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT id, line_key FROM tidings.messages WHERE id = ANY (%s) ORDER BY id",
+            (ids + later,),
+        )
+        lines = dict(cur.fetchall())
+    # The attempted head left its line; the other joined it again, and heads it.
+    assert lines[ids[0]] is None
+    assert _statuses(db, [ids[1], *later]) == ["pending", "waiting", "waiting"]

@@ -98,7 +98,7 @@ class Claimer:
 
     def claim_once(self) -> ClaimRound:
         """Lease one batch, send it; rows the queue refused are released at once."""
-        self.db.run(lambda cur: delivery.advance_noted_lines(cur, limit=LINE_NOTES_PER_ROUND))
+        self._move_lines_on()
         rows = self.db.run(
             lambda cur: delivery.claim_due(
                 cur,
@@ -137,6 +137,14 @@ class Claimer:
                 extra={"message_ids": sorted(lease.message_id for lease in failed)},
             )
         return ClaimRound(claimed=len(rows), sent=sent, released=released)
+
+    def _move_lines_on(self) -> None:
+        """Move noted FIFO lines on; should that fail, the claim goes on without it (the notes
+        stay for the next round), so FIFO lines never hold up other endpoints' deliveries."""
+        try:
+            self.db.run(lambda cur: delivery.advance_noted_lines(cur, limit=LINE_NOTES_PER_ROUND))
+        except Exception:
+            logger.exception("could not move FIFO lines on; claiming without them")
 
     def run(self, remaining_ms: Callable[[], int]) -> ClaimSummary:
         """Claim until ``remaining_ms()`` falls below the configured stop margin.

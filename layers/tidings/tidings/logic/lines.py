@@ -24,7 +24,7 @@ from tidings.dal import lines as dal
 from tidings.dal.applications import DEFAULT_APP_ID
 from tidings.dal.connection import Cursor, Database
 from tidings.logic.errors import InvalidInput, NotFound
-from tidings.logic.validation import check_id, check_limit, clean_text
+from tidings.logic.validation import check_id, check_limit, clean_text, text_problem
 
 Ordering = Literal["none", "fifo"]
 OnDeadLetter = Literal["continue", "pause"]
@@ -185,6 +185,6 @@ def _decode_key_cursor(cursor: str) -> str:
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raw = ""
     prefix, _, key = raw.partition(":")
-    if prefix != "key":
+    if prefix != "key" or text_problem(key):
         raise InvalidInput("invalid_cursor", "the cursor is not one this API returned", "cursor")
     return key

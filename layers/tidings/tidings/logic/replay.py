@@ -74,7 +74,9 @@ def replay_dead_letters(
                 endpoint_id=endpoint_id,
                 since=since,
                 until=until,
-            )
+            ),
+            # With the batch's places in their FIFO lines, or not at all.
+            transaction=True,
         )
         requeued += len(batch)
         if not batch:

@@ -120,7 +120,11 @@ def recover_endpoint(
                 complete=False,
             )
         chunk = ids[start : start + batch_size]
-        requeued += len(db.run(partial(dal.recover_messages, endpoint_id=endpoint_id, ids=chunk)))
+        # In a transaction: the chunk with its places in its FIFO lines, or not at all.
+        recovered = db.run(
+            partial(dal.recover_messages, endpoint_id=endpoint_id, ids=chunk), transaction=True
+        )
+        requeued += len(recovered)
         if progress is not None:
             progress(start + len(chunk), len(ids))
     return RecoverResult(
