@@ -196,7 +196,7 @@ def test_eight_claimers_and_senders_keep_every_line_in_order_across_retries(
         for message_id in failing:
             receiver.fail_times[message_id] = 2
 
-        _run(database_url, endpoint_id, workers=8, timeout_s=120)
+        _run(database_url, endpoint_id, workers=8, timeout_s=240)
 
         assert set(statuses(db, endpoint_id).values()) == {"delivered"}
         delivered_at: dict[int, float] = {}
