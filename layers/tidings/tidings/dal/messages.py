@@ -100,9 +100,8 @@ def resend_message(cur: Cursor, app_id: int, message_id: int) -> dict[str, Any] 
     row = rows[0]
     if row["resent"]:
         # On a FIFO endpoint it takes its place in its line (run in the same transaction).
-        for placed_id, status in lines.place_in_lines(cur, [row["id"]]):
-            if placed_id == row["id"]:
-                row["status"] = status
+        placed = dict(lines.place_in_lines(cur, [row["id"]]))
+        row["status"] = placed.get(row["id"], row["status"])
     return row
 
 

@@ -160,9 +160,7 @@ def resume_lines(
     check_id(endpoint_id, "endpoint_id")
     keys = None
     if ordering_keys is not None:
-        keys = [
-            "" if k is None else check_ordering_key(k, "ordering_keys") or "" for k in ordering_keys
-        ]
+        keys = [check_ordering_key(k, "ordering_keys") or "" for k in ordering_keys]
 
     def resume(cur: Cursor) -> list[str] | None:
         if endpoints_dal.get_endpoint(cur, app_id, endpoint_id) is None:

@@ -107,18 +107,16 @@ def get_message(
     if row is None:
         raise NotFound("message", message_id)
     row["payload"] = json.loads(row["payload"])
-    line = (
-        waiting.LineFacts(
-            ordering_key=row["ordering_key"],
-            head_id=row.pop("line_head_id"),
-            head_status=row.pop("line_head_status"),
-            paused_at=row.pop("line_paused_at"),
-        )
-        if row.pop("in_line") and row.pop("ordering") == "fifo"
-        else None
+    # The message's FIFO line, while its endpoint is FIFO.
+    in_a_fifo_line = bool(row.pop("in_line")) and row.pop("ordering") == "fifo"
+    line_facts = waiting.LineFacts(
+        ordering_key=row["ordering_key"],
+        head_id=row.pop("line_head_id"),
+        head_status=row.pop("line_head_status"),
+        paused_at=row.pop("line_paused_at"),
     )
-    for unused in ("in_line", "ordering", "line_head_id", "line_head_status", "line_paused_at"):
-        row.pop(unused, None)
+    row.pop("ordering", None)
+    line = line_facts if in_a_fifo_line else None
     wait = waiting.explain(
         waiting.WaitFacts(
             status=row["status"],
