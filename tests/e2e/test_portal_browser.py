@@ -563,19 +563,21 @@ def test_rotating_then_revealing_shows_the_same_secret(system: System, page: Por
 
     # Back in the list, the description is text there too.
     page.click("endpoint-back")
-    row = page.wait(
-        lambda: next(
+
+    def row() -> Any:
+        # Found again at every look: the list may be drawn again while the test reads it.
+        return next(
             (
                 r
                 for r in page.all_by_testid("endpoint-row")
                 if r.get_attribute("data-endpoint-id") == str(system.ids["ok_endpoint"])
             ),
             None,
-        ),
-        "the endpoint's row",
-    )
+        )
+
+    page.wait(row, "the endpoint's row")
     page.wait(
-        lambda: page.by_testid("endpoint-description", row).text == XSS_DESCRIPTION,
+        lambda: page.by_testid("endpoint-description", row()).text == XSS_DESCRIPTION,
         "the new description in the list",
     )
     assert page.driver.find_elements(By.CSS_SELECTOR, "main b") == []
