@@ -1,4 +1,4 @@
-"""Sender throughput: the sender Lambda handler in batches of ten against a naive worker.
+"""Sender throughput: the sender Lambda handler, ten queue messages a batch, against a naive worker.
 
 A receiver in its own process answers every POST after ``--latency-ms`` (100 ms). In one run:
 - the baseline, a naive worker, delivers ``--baseline`` rows one at a time, each in its own
@@ -6,14 +6,18 @@ A receiver in its own process answers every POST after ``--latency-ms`` (100 ms)
   the row, update the endpoint's health, COMMIT (seven round trips per delivery);
 - then the sender handler (``tidings.handlers.sender``, one process standing for one Lambda
   execution environment, so batches run one after another) delivers ``--messages`` rows that the
-  claimer leases in batches of ``--claim-batch`` onto a local queue with the SQS contract.
+  claimer leases in batches of ``--claim-batch`` onto a local queue with the SQS contract, with
+  the deployment's settings otherwise (``deliveries_per_message`` rows to a queue message,
+  ``sender_concurrency`` requests at once).
 
 Round trips to PostgreSQL are counted at the client (every ``execute``; BEGIN and COMMIT count,
-and so do the claimer's statements). CPU time is this process's: the receiver runs elsewhere.
+and so do the claimer's statements). SQS requests are counted as AWS bills them (every call
+that moved messages, each 64 KiB of its payload one request). CPU time is this process's
+(claimer and sender): the receiver runs elsewhere.
 The last line is JSON: sender_per_s, baseline_per_s, ratio, db_statements_per_delivery,
-cpu_ms_per_delivery (and the baseline's round trips); the line before it prices the sender
-path on Lambda and SQS. Run: ``python bench/sender.py`` (embedded PostgreSQL) or with
-``DATABASE_URL`` set.
+sqs_requests_per_delivery, deliveries_per_invocation, cpu_ms_per_delivery (and the baseline's
+round trips); the line before it prices the sender path on Lambda and SQS. Run:
+``python bench/sender.py`` (embedded PostgreSQL) or with ``DATABASE_URL`` set.
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -45,6 +50,8 @@ from tidings.delivery import signing
 from tidings.delivery.claimer import Claimer
 from tidings.local.event_source import consume_once
 from tidings.local.queue import LocalQueue
+from tidings.queue import OutgoingMessage, ReceivedMessage
+from tidings.queue.base import MAX_BATCH_ENTRIES, send_chunks
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 QUEUE_ARN = "arn:aws:sqs:local:000000000000:tidings-delivery"
@@ -57,9 +64,8 @@ SQS_REQUEST_USD = 0.40 / 1_000_000
 LAMBDA_MEMORY_GB = 0.25
 # Lambda gives a function CPU in proportion to memory: one full vCPU at 1,769 MB.
 FULL_VCPU_MB = 1769
-# SQS requests per delivery: the claimer's SendMessageBatch, the event source mapping's
-# ReceiveMessage and its DeleteMessageBatch, each carrying ten messages.
-SQS_REQUESTS_PER_DELIVERY = 3 / 10
+# SQS bills every 64 KiB of a request's payload as one request.
+SQS_BILLED_CHUNK_BYTES = 65_536
 
 
 # ---------------------------------------------------------------- receiver (its own process)
@@ -142,6 +148,37 @@ def counting_connections() -> Iterator[None]:
     finally:
         psycopg2.connect = real_connect
         connection_module.BoundedCursor = real_bounded  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------- counting SQS requests
+
+
+class CountingQueue(LocalQueue):
+    """A local queue that counts the SQS requests the same calls would be billed on AWS: each
+    SendMessageBatch (ten entries, 256 KiB at most), each ReceiveMessage that returned messages
+    (the event source mapping's; its empty long polls cost the same whatever the load), each
+    DeleteMessageBatch; every 64 KiB of payload one request."""
+
+    billed_requests = 0
+
+    def send_batch(self, messages: Sequence[OutgoingMessage]) -> list[str]:
+        for chunk in send_chunks(messages):
+            self.billed_requests += _billed(sum(len(m.body.encode()) for m in chunk))
+        return super().send_batch(messages)
+
+    def receive(self, max_messages: int = 10, wait_s: float = 0) -> list[ReceivedMessage]:
+        received = super().receive(max_messages, wait_s)
+        if received:
+            self.billed_requests += _billed(sum(len(m.body.encode()) for m in received))
+        return received
+
+    def delete(self, receipt_handles: Sequence[str]) -> None:
+        self.billed_requests += math.ceil(len(receipt_handles) / MAX_BATCH_ENTRIES)
+        super().delete(receipt_handles)
+
+
+def _billed(payload_bytes: int) -> int:
+    return max(1, math.ceil(payload_bytes / SQS_BILLED_CHUNK_BYTES))
 
 
 # ---------------------------------------------------------------- seeding
@@ -275,28 +312,36 @@ def stdout_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-def sender_run(url: str, count: int, claim_batch: int) -> tuple[int, float, float, int, int]:
-    """Deliver ``count`` rows through the claimer and the sender handler.
+@dataclass
+class SenderRun:
+    delivered: int
+    wall_s: float
+    cpu_s: float
+    round_trips: int
+    invocations: int
+    sqs_requests: int
 
-    Returns delivered, wall s, CPU s, round trips, and handler invocations.
-    """
+
+def sender_run(url: str, count: int, claim_batch: int) -> SenderRun:
+    """Deliver ``count`` rows through the claimer and the sender handler, with the deployment's
+    settings (deliveries per queue message, sender concurrency) but for the claim's batch."""
     from tidings.handlers import sender as sender_app
 
-    settings = Settings(
-        allowed_networks=("127.0.0.0/8",), claim_batch_size=claim_batch, sender_concurrency=10
-    )
-    queue = LocalQueue(visibility_timeout_s=60)
+    settings = Settings(allowed_networks=("127.0.0.0/8",), claim_batch_size=claim_batch)
+    queue = CountingQueue(visibility_timeout_s=60)
     claimer_db = Database(url)
     claimer = Claimer(claimer_db, queue, settings)
     wiring.override(settings=settings, queue=queue, database_factory=lambda: Database(url))
     context = LambdaContext()
+    already = delivered_rows(url)
     before = _Counter.executes
-    delivered = invocations = 0
+    invocations = 0
     try:
         with Stopwatch() as watch:
-            while delivered < count:
-                # The claimer keeps the queue stocked a little ahead of the sender.
-                if queue.approximate_depth() < claim_batch // 2:
+            while True:
+                # The claimer keeps the queue stocked a little ahead of the sender: half a claim.
+                queued = queue.approximate_depth() * settings.deliveries_per_message
+                if queued < claim_batch // 2:
                     claimer.claim_once()
                 result = consume_once(
                     queue, sender_app.handler, queue_arn=QUEUE_ARN, context=context
@@ -308,11 +353,18 @@ def sender_run(url: str, count: int, claim_batch: int) -> tuple[int, float, floa
                 invocations += 1
                 if result.failed:
                     raise RuntimeError(f"the sender failed records: {result.failed}")
-                delivered += len(result.deleted)
     finally:
         wiring.reset()
         claimer_db.close()
-    return delivered, watch.wall, watch.cpu, _Counter.executes - before, invocations
+    round_trips = _Counter.executes - before
+    return SenderRun(
+        delivered_rows(url) - already,
+        watch.wall,
+        watch.cpu,
+        round_trips,
+        invocations,
+        queue.billed_requests,
+    )
 
 
 def delivered_rows(url: str) -> int:
@@ -324,7 +376,9 @@ def delivered_rows(url: str) -> int:
     return int(count)
 
 
-def cost_per_million(per_s: float, cpu_ms: float, deliveries_per_invocation: float) -> str:
+def cost_per_million(
+    per_s: float, cpu_ms: float, deliveries_per_invocation: float, sqs_per_delivery: float
+) -> str:
     # Billed duration is wall time; at 256 MB the function has a fraction of a vCPU, so CPU
     # time stretches by FULL_VCPU_MB / 256 when it, not the receivers, is the bottleneck.
     wall_s = 1 / per_s
@@ -332,11 +386,11 @@ def cost_per_million(per_s: float, cpu_ms: float, deliveries_per_invocation: flo
     billed_s = max(wall_s, cpu_bound_s)
     duration = billed_s * LAMBDA_MEMORY_GB * LAMBDA_ARM_GB_S_USD * 1e6
     invocations = LAMBDA_REQUEST_USD / deliveries_per_invocation * 1e6
-    sqs = SQS_REQUESTS_PER_DELIVERY * SQS_REQUEST_USD * 1e6
+    sqs = sqs_per_delivery * SQS_REQUEST_USD * 1e6
     total = duration + invocations + sqs
     return (
         f"cost per million deliveries (sender on arm64 256 MB at ${LAMBDA_ARM_GB_S_USD}/GB-s and "
-        f"$0.20/M requests, SQS at $0.40/M requests, {SQS_REQUESTS_PER_DELIVERY} per delivery): "
+        f"$0.20/M requests, SQS at $0.40/M requests, {sqs_per_delivery:.3f} per delivery): "
         f"duration ${duration:.4f} ({billed_s * 1000:.1f} ms billed per delivery) + "
         f"invocations ${invocations:.4f} + SQS ${sqs:.4f} = ${total:.4f}; the claimer adds a "
         f"fixed ~${60 * 24 * 30 * 50 * LAMBDA_MEMORY_GB * LAMBDA_ARM_GB_S_USD:.2f}/month "
@@ -358,8 +412,12 @@ def main() -> None:
         with counting_connections():
             base_n, base_wall, _, base_trips = naive_worker(url, args.baseline)
             with stdout_silenced():
-                sent_n, sent_wall, sent_cpu, sent_trips, invocations = sender_run(
-                    url, args.messages, args.claim_batch
+                run = sender_run(url, args.messages, args.claim_batch)
+                sent_n, sent_wall, sent_cpu, sent_trips = (
+                    run.delivered,
+                    run.wall_s,
+                    run.cpu_s,
+                    run.round_trips,
                 )
         total_delivered = delivered_rows(url)
 
@@ -373,10 +431,12 @@ def main() -> None:
     print(
         f"baseline: {base_n} in {base_wall:.1f} s ({baseline_per_s:.1f}/s), "
         f"{base_trips / base_n:.2f} round trips each; sender: {sent_n} in {sent_wall:.1f} s "
-        f"({sender_per_s:.1f}/s) over {invocations} invocations, "
+        f"({sender_per_s:.1f}/s) over {run.invocations} invocations, "
         f"{sent_trips / sent_n:.3f} round trips and {cpu_ms:.2f} ms CPU each"
     )
-    print(cost_per_million(sender_per_s, cpu_ms, sent_n / invocations))
+    print(
+        cost_per_million(sender_per_s, cpu_ms, sent_n / run.invocations, run.sqs_requests / sent_n)
+    )
     print(
         json.dumps(
             {
@@ -384,6 +444,8 @@ def main() -> None:
                 "baseline_per_s": round(baseline_per_s, 1),
                 "ratio": round(sender_per_s / baseline_per_s, 2),
                 "db_statements_per_delivery": round(sent_trips / sent_n, 3),
+                "sqs_requests_per_delivery": round(run.sqs_requests / sent_n, 3),
+                "deliveries_per_invocation": round(sent_n / run.invocations, 1),
                 "cpu_ms_per_delivery": round(cpu_ms, 2),
                 "baseline_db_statements_per_delivery": round(base_trips / base_n, 2),
             }

@@ -324,7 +324,7 @@ CREATE TABLE tidings.messages (
     CONSTRAINT messages_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
     CONSTRAINT messages_pkey PRIMARY KEY (id),
     CONSTRAINT messages_waiting_in_a_line_check CHECK (((status <> 'waiting'::tidings.message_status) OR (line_key IS NOT NULL))) NOT VALID
-);
+) WITH (fillfactor=80);
 
 CREATE TABLE tidings.migration_lock (
     singleton boolean DEFAULT true NOT NULL,
@@ -412,7 +412,6 @@ CREATE INDEX fifo_line_moves_by_line ON tidings.fifo_line_moves USING btree (end
 CREATE INDEX messages_claimable ON tidings.messages USING btree (endpoint_id, next_attempt_at) WHERE (status = ANY (ARRAY['pending'::tidings.message_status, 'failed'::tidings.message_status, 'in_flight'::tidings.message_status]));
 CREATE INDEX messages_dead_letters ON tidings.messages USING btree (endpoint_id, dead_lettered_at) WHERE (status = 'dead_letter'::tidings.message_status);
 CREATE INDEX messages_delivered ON tidings.messages USING btree (delivered_at) WHERE (status = 'delivered'::tidings.message_status);
-CREATE INDEX messages_in_flight ON tidings.messages USING btree (next_attempt_at) WHERE (status = 'in_flight'::tidings.message_status);
 CREATE INDEX messages_in_flight_by_endpoint ON tidings.messages USING btree (endpoint_id, next_attempt_at) WHERE (status = 'in_flight'::tidings.message_status);
 CREATE UNIQUE INDEX messages_line_place ON tidings.messages USING btree (endpoint_id, line_key, line_seq) WHERE (line_key IS NOT NULL);
 CREATE INDEX messages_line_waiting ON tidings.messages USING btree (endpoint_id, line_key, line_seq) WHERE (status = 'waiting'::tidings.message_status);

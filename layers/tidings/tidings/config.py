@@ -22,6 +22,9 @@ from typing import Any
 
 ENV_PREFIX = "TIDINGS_"
 
+# The most deliveries one delivery-queue message may carry (deliveries_per_message).
+MAX_DELIVERIES_PER_MESSAGE = 100
+
 # The waits between attempts of a message whose endpoint has no schedule of its own: 5 s, 5 min,
 # 30 min, 2 h, 5 h, 10 h, 10 h (Svix's default). Eight attempts over 27.6 hours (99,305 s): the
 # last comes no sooner than that after the first, so a receiver may be down for a day and lose
@@ -121,6 +124,11 @@ class Settings:
     # At most this many rows leased and not yet answered: the queue never holds more than
     # the senders can work through before the leases expire.
     claim_max_in_flight: int = 5000
+    # The fast lane's rows travel this many to a queue message (1..100; the slow lane's one to a
+    # message): SQS bills requests, not deliveries, and a sender batch of ten messages then
+    # carries up to ten times as many deliveries for the same two statements. The senders send a
+    # batch's deliveries all at once (sender_concurrency), so packing adds no wait.
+    deliveries_per_message: int = 10
 
     # Speed lanes: an attempt that takes at least slow_lane_threshold_ms (or times out) puts its
     # endpoint in the slow lane for slow_lane_hold_s; there, an endpoint has at most
@@ -146,7 +154,9 @@ class Settings:
     backoff_max_s: float | None = None
     sqs_max_delay_s: int = 900
     response_excerpt_bytes: int = 1024
-    sender_concurrency: int = 10
+    # Requests a sender has open at once: enough for a whole batch (ten queue messages of
+    # deliveries_per_message each), so that no delivery of a batch waits for another's answer.
+    sender_concurrency: int = 100
 
     # Circuit breaker
     circuit_failure_threshold: int = 10
@@ -280,6 +290,15 @@ class Settings:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"{_env_name(f.name)} must be a finite number, got {value}")
 
+    def _validate_delivery_queue(self) -> None:
+        if not 1 <= self.deliveries_per_message <= MAX_DELIVERIES_PER_MESSAGE:
+            raise ConfigError(
+                f"{_env_name('deliveries_per_message')} must be within "
+                f"1..{MAX_DELIVERIES_PER_MESSAGE}, got {self.deliveries_per_message}"
+            )
+        if not 0 <= self.sqs_max_delay_s <= 900:
+            raise ConfigError(f"{_env_name('sqs_max_delay_s')} must be within 0..900 (SQS limit)")
+
     def validate(self) -> None:
         positive = (
             "claim_batch_size",
@@ -333,8 +352,7 @@ class Settings:
                 f"{_env_name('payload_format')} must be one of {', '.join(PAYLOAD_FORMATS)}, "
                 f"got {self.payload_format!r}"
             )
-        if not 0 <= self.sqs_max_delay_s <= 900:
-            raise ConfigError(f"{_env_name('sqs_max_delay_s')} must be within 0..900 (SQS limit)")
+        self._validate_delivery_queue()
         if not 0 < self.dead_letter_pattern_share <= 1:
             raise ConfigError(f"{_env_name('dead_letter_pattern_share')} must be within (0, 1]")
         if not 1 <= self.max_signing_secrets <= 20:

@@ -11,7 +11,7 @@ from tests.support.secrets import secrets_keyring
 from tidings.config import Settings
 from tidings.dal.connection import Database, fetch_dicts
 from tidings.delivery.claimer import Claimer
-from tidings.delivery.envelope import DeliveryEnvelope
+from tidings.delivery.envelope import DeliveryEnvelope, envelopes_of
 from tidings.delivery.http_transport import HttpTransport
 from tidings.delivery.sender import BatchReport, QueueRecord, Sender
 from tidings.delivery.ssrf import parse_allowed_networks
@@ -107,7 +107,8 @@ def make_pipeline(db: Database, **settings_changes: Any) -> Pipeline:
 
 
 def envelopes(messages: Sequence[OutgoingMessage]) -> list[DeliveryEnvelope]:
-    return [DeliveryEnvelope.from_body(m.body) for m in messages]
+    """Every envelope the messages carry, in order (a message may carry several)."""
+    return [envelope for m in messages for envelope in envelopes_of(m.body)]
 
 
 def message_row(db: Database, message_id: int) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from tests.integration.delivery.delivery_harness import (
     message_row,
     pipeline_settings,
 )
-from tests.support.seed import make_endpoint, seed_messages
+from tests.support.seed import make_endpoint, mark_answered, seed_messages
 from tidings.dal.connection import Database
 from tidings.delivery.claimer import Claimer
 from tidings.delivery.envelope import INLINE_PAYLOAD_BYTES, DeliveryEnvelope
@@ -25,15 +25,19 @@ from tidings.queue import MAX_BODY_BYTES
 def test_a_claimed_row_travels_as_an_envelope_with_its_lease_and_payload(db: Database) -> None:
     with db.cursor() as cur:
         endpoint_id = make_endpoint(cur)
+        # Answered before: its rows travel the fast lane, several to a message.
+        mark_answered(cur, endpoint_id)
         seed_messages(cur, endpoint_id, 3)
     queue = RecordingQueue()
 
     result = Claimer(db, queue, pipeline_settings()).claim_once()
 
     assert (result.claimed, result.sent, result.released) == (3, 3, 0)
-    for message, envelope in zip(queue.sent, envelopes(queue.sent), strict=True):
-        assert message.id == str(envelope.message_id)
-        assert message.delay_s == 0
+    # One queue message carries the three (deliveries_per_message), named after its first row.
+    [message] = queue.sent
+    assert message.delay_s == 0
+    assert message.id == str(envelopes(queue.sent)[0].message_id)
+    for envelope in envelopes(queue.sent):
         row = message_row(db, envelope.message_id)
         assert row["status"] == "in_flight"
         assert row["lease_token"] == envelope.lease_token
@@ -91,7 +95,8 @@ def test_rows_the_queue_refused_are_released_at_once(db: Database) -> None:
     queue = RecordingQueue()
     queue.refuse = {str(ids[0]), str(ids[2])}
 
-    result = Claimer(db, queue, pipeline_settings()).claim_once()
+    # One row to a message, so that the queue refuses some rows and takes others.
+    result = Claimer(db, queue, pipeline_settings(deliveries_per_message=1)).claim_once()
 
     assert (result.claimed, result.sent, result.released) == (4, 2, 2)
     for message_id in (ids[0], ids[2]):
@@ -144,7 +149,7 @@ def test_the_loop_claims_again_at_once_after_work_and_pauses_when_idle(db: Datab
     summary = Claimer(db, queue, settings, sleep=clock.sleep).run(clock.remaining_ms)
 
     assert summary.claimed == 25
-    assert len(queue.sent) == 25
+    assert len(envelopes(queue.sent)) == 25
     # Three full-or-partial rounds with no pause between, then idle polls of a second each until
     # 10 s remain; the last pause is cut short so the loop ends on time.
     assert clock.sleeps == [1.0, 1.0, 1.0, 0.5]
@@ -230,3 +235,24 @@ def test_a_payload_with_characters_sqs_refuses_is_still_queued_intact(db: Databa
     assert (result.claimed, result.sent) == (1, 1)
     assert "\ufffe" in stored
     assert envelopes(queue.sent)[0].payload == stored
+
+
+def test_a_refused_packed_message_releases_every_row_it_carried(db: Database) -> None:
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur)
+        mark_answered(cur, endpoint_id)
+        seed_messages(cur, endpoint_id, 13)
+    queue = RecordingQueue()
+    settings = pipeline_settings(deliveries_per_message=5)
+    # Three messages of 5, 5 and 3 rows, named after their first rows; the second is refused.
+    with db.cursor() as cur:
+        cur.execute("SELECT id FROM tidings.messages ORDER BY id")
+        ids = [row[0] for row in cur.fetchall()]
+    queue.refuse = {str(ids[5])}
+
+    result = Claimer(db, queue, settings).claim_once()
+
+    assert [len(envelopes([m])) for m in queue.sent] == [5, 5, 3]
+    assert (result.claimed, result.sent, result.released) == (13, 8, 5)
+    statuses = [message_row(db, message_id)["status"] for message_id in ids]
+    assert statuses == ["in_flight"] * 5 + ["pending"] * 5 + ["in_flight"] * 3

@@ -673,3 +673,54 @@ def test_a_secret_that_cannot_sign_dead_letters_at_once_without_counting_against
     )
     health = health_row(db, endpoint_id)
     assert (health["state"], health["consecutive_failures"]) == ("closed", 0)
+
+
+def test_a_packed_message_delivers_each_of_its_rows_once_however_often_it_comes(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur, receiver.url("ok"))
+        mark_answered(cur, endpoint_id)
+        seed_messages(cur, endpoint_id, 7)
+    pipeline.claimer.claim_once()
+    [message] = pipeline.queue.receive(max_messages=10)
+    assert len(envelopes(pipeline.queue.sent)) == 7
+
+    first = pipeline.sender.process([QueueRecord(message.message_id, message.body)])
+    # SQS delivers at least once: the same message again (a lost acknowledgement) sends nothing.
+    again = pipeline.sender.process([QueueRecord(message.message_id, message.body)])
+
+    assert (first.delivered, first.failed_record_ids) == (7, frozenset())
+    assert (again.delivered, again.skipped, again.failed_record_ids) == (0, 7, frozenset())
+    assert len(receiver.requests_to("ok")) == 7
+    with db.cursor() as cur:
+        cur.execute("SELECT status::text, attempts, count(*) FROM tidings.messages GROUP BY 1, 2")
+        assert cur.fetchall() == [("delivered", 1, 7)]
+
+
+def test_a_packed_message_whose_outcomes_cannot_be_recorded_comes_back_whole(
+    db: Database, pipeline: Pipeline, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg2
+
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur, receiver.url("ok"))
+        mark_answered(cur, endpoint_id)
+        seed_messages(cur, endpoint_id, 4)
+    pipeline.claimer.claim_once()
+    [message] = pipeline.queue.receive(max_messages=10)
+    sender = pipeline.sender
+
+    def unavailable(*args: object, **kwargs: object) -> None:
+        raise psycopg2.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(sender, "_record", unavailable)
+    report = sender.process([QueueRecord(message.message_id, message.body)])
+
+    # The one record carrying the four comes back from SQS; the rows keep their leases until
+    # then (a second receive begins none again: their attempt has begun), and the claimer
+    # takes them back when those run out.
+    assert report.failed_record_ids == frozenset({message.message_id})
+    with db.cursor() as cur:
+        cur.execute("SELECT status::text, attempts, count(*) FROM tidings.messages GROUP BY 1, 2")
+        assert cur.fetchall() == [("in_flight", 0, 4)]

@@ -4,7 +4,9 @@ One invocation loops for most of its time budget, so rows due now reach the queu
 a second even though the function is scheduled once a minute. Overlapping invocations are safe:
 ``claim_due`` skips rows another claimer holds. Each row goes to its lane's queue
 (``tidings.delivery.lanes``): the slow lane's when the claim says its endpoint is slow or has
-never answered and the deployment has one, the delivery queue otherwise.
+never answered and the deployment has one, the delivery queue otherwise. The fast lane's rows
+travel ``deliveries_per_message`` to a queue message (``envelope.pack``), the slow lane's one to a
+message, so that a slow endpoint's message holds no other row.
 
 Before each claim it moves FIFO lines on (``advance_noted_lines``): the lines producers added
 waiting messages to, and those whose settled head no sender moved on, so that their new heads
@@ -22,10 +24,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from tidings.dal import delivery
 from tidings.dal.connection import Database
-from tidings.delivery.envelope import INLINE_PAYLOAD_BYTES, DeliveryEnvelope
+from tidings.delivery.envelope import INLINE_PAYLOAD_BYTES, DeliveryEnvelope, send_envelopes
 from tidings.delivery.lanes import Lane, lane_of
 from tidings.observability import logger, metrics
-from tidings.queue import DeliveryQueue, OutgoingMessage
+from tidings.queue import DeliveryQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,8 @@ class ClaimerSettings(Protocol):
     def claim_max_in_flight(self) -> int: ...
     @property
     def claim_stop_before_timeout_s(self) -> float: ...
+    @property
+    def deliveries_per_message(self) -> int: ...
     @property
     def lease_queue_allowance_s(self) -> float: ...
     @property
@@ -121,7 +125,7 @@ class Claimer:
         error: Exception | None = None
         for lane, lane_rows in by_lane.items():
             try:
-                failed += self._send(self.queues[lane], lane_rows, lane)
+                failed += self._send(self.queues[lane], lane_rows, lane, self._per_message(lane))
             except Exception as exc:
                 # Nothing of this lane is known to have been sent: give its rows back rather
                 # than wait for their leases to expire (the other lane's went out).
@@ -172,26 +176,28 @@ class Claimer:
         logger.info("claimer finished", extra=summary.as_dict())
         return summary
 
+    def _per_message(self, lane: Lane) -> int:
+        return 1 if lane is Lane.SLOW else self.settings.deliveries_per_message
+
     @staticmethod
     def _send(
-        queue: DeliveryQueue, rows: list[delivery.ClaimedMessage], lane: Lane
+        queue: DeliveryQueue, rows: list[delivery.ClaimedMessage], lane: Lane, per_message: int
     ) -> list[delivery.Lease]:
         """Send the rows as queue messages; the leases of those the queue refused."""
-        outgoing = [
-            OutgoingMessage(
-                id=str(row.message_id),
-                body=DeliveryEnvelope(
+        return send_envelopes(
+            queue,
+            [
+                DeliveryEnvelope(
                     row.message_id,
                     row.lease_token,
                     row.attempts + 1,
                     row.payload,
                     slow=lane is Lane.SLOW,
-                ).to_body(),
-            )
-            for row in rows
-        ]
-        failed_ids = set(queue.send_batch(outgoing))
-        return [row.lease for row in rows if str(row.message_id) in failed_ids]
+                )
+                for row in rows
+            ],
+            per_message,
+        )
 
     def _release(self, leases: list[delivery.Lease]) -> int:
         if not leases:

@@ -45,7 +45,12 @@ from tidings.delivery.attempt import (
     webhook_id,
 )
 from tidings.delivery.credentials import Credentials, CredentialsUnusable
-from tidings.delivery.envelope import DeliveryEnvelope, MalformedEnvelope
+from tidings.delivery.envelope import (
+    DeliveryEnvelope,
+    MalformedEnvelope,
+    envelopes_of,
+    send_envelopes,
+)
 from tidings.delivery.http_transport import HttpResult, HttpTransport
 from tidings.delivery.lanes import Timing, slow_endpoints
 from tidings.delivery.request_body import EVENT_TYPE_HEADER, event_type_header, request_body
@@ -113,6 +118,8 @@ class SenderSettings(RetrySettings, retry_schedule.ScheduleSettings, Protocol):
     def slow_lane_hold_s(self) -> float: ...
     @property
     def lease_queue_allowance_s(self) -> float: ...
+    @property
+    def deliveries_per_message(self) -> int: ...
 
 
 def record_reserve_s(settings: SenderSettings) -> float:
@@ -154,7 +161,7 @@ class Sender:
             return BatchReport(failed_record_ids=frozenset(poison))
         requests = [
             delivery.AttemptRequest(env.lease, env.attempt, want_payload=env.payload is None)
-            for env in envelopes.values()
+            for _, env in envelopes
         ]
         try:
             started = self.db.run(
@@ -163,9 +170,11 @@ class Sender:
         except _UNAVAILABLE:
             logger.exception(
                 "database unavailable before sending; the batch returns to the queue",
-                extra={"message_ids": sorted(env.message_id for env in envelopes.values())},
+                extra={"message_ids": sorted(env.message_id for _, env in envelopes)},
             )
-            return BatchReport(failed_record_ids=frozenset(poison | set(envelopes)))
+            return BatchReport(
+                failed_record_ids=frozenset(poison | {record_id for record_id, _ in envelopes})
+            )
         jobs, unsendable = _jobs(envelopes, started)
         skipped = len(envelopes) - len(jobs) - len(unsendable)
         if not jobs and not unsendable:
@@ -493,22 +502,15 @@ class Sender:
             return
         if not heads:
             return
-        outgoing = [
-            OutgoingMessage(
-                id=str(head.message_id),
-                body=DeliveryEnvelope(
-                    head.message_id, head.lease_token, head.attempts + 1
-                ).to_body(),
-            )
-            for head in heads
+        envelopes = [
+            DeliveryEnvelope(head.message_id, head.lease_token, head.attempts + 1) for head in heads
         ]
         try:
-            refused = set(self.queue.send_batch(outgoing))
+            unsent = send_envelopes(self.queue, envelopes, self.settings.deliveries_per_message)
         except Exception:
             logger.exception("queueing the next heads of FIFO lines failed; releasing them")
-            refused = {m.id for m in outgoing}
-        if refused:
-            unsent = [head.lease for head in heads if str(head.message_id) in refused]
+            unsent = [envelope.lease for envelope in envelopes]
+        if unsent:
             try:
                 self.db.run(lambda cur: delivery.release_leases(cur, unsent))
             except Exception:
@@ -637,13 +639,16 @@ def _log_internal_error(what: str, job: Job, exc: BaseException) -> None:
     )
 
 
-def _parse(records: Sequence[QueueRecord]) -> tuple[dict[str, DeliveryEnvelope], set[str]]:
-    """Envelopes by record id (one per row), and the ids of records that are not envelopes."""
+def _parse(
+    records: Sequence[QueueRecord],
+) -> tuple[list[tuple[str, DeliveryEnvelope]], set[str]]:
+    """The envelopes with the ids of the records that carry them (one per row; a record may
+    carry several), and the ids of records that are not envelopes."""
     latest: dict[int, tuple[str, DeliveryEnvelope]] = {}
     poison: set[str] = set()
     for record in records:
         try:
-            envelope = DeliveryEnvelope.from_body(record.body)
+            carried = envelopes_of(record.body)
         except MalformedEnvelope as exc:
             # Reported failed, so SQS's maxReceiveCount moves it to the dead-letter queue.
             logger.error(
@@ -652,17 +657,17 @@ def _parse(records: Sequence[QueueRecord]) -> tuple[dict[str, DeliveryEnvelope],
             )
             poison.add(record.record_id)
             continue
-        # Queues deliver at least once: the same row twice in a batch is sent once, for the
-        # latest of its attempts (an earlier one is stale and would be refused).
-        kept = latest.get(envelope.message_id)
-        if kept is None or envelope.attempt > kept[1].attempt:
-            latest[envelope.message_id] = (record.record_id, envelope)
-    envelopes = dict(latest.values())
-    return envelopes, poison
+        for envelope in carried:
+            # Queues deliver at least once: the same row twice in a batch is sent once, for the
+            # latest of its attempts (an earlier one is stale and would be refused).
+            kept = latest.get(envelope.message_id)
+            if kept is None or envelope.attempt > kept[1].attempt:
+                latest[envelope.message_id] = (record.record_id, envelope)
+    return list(latest.values()), poison
 
 
 def _jobs(
-    envelopes: Mapping[str, DeliveryEnvelope], started: Sequence[delivery.StartedAttempt]
+    envelopes: Sequence[tuple[str, DeliveryEnvelope]], started: Sequence[delivery.StartedAttempt]
 ) -> tuple[list[Job], list[Job]]:
     """The jobs to send, and those that cannot be sent (their row came without a payload)."""
     rows = {row.message_id: row for row in started if row.batch_of is None}
@@ -672,7 +677,7 @@ def _jobs(
             members.setdefault(member.batch_of, []).append(member)
     jobs: list[Job] = []
     unsendable: list[Job] = []
-    for record_id, envelope in envelopes.items():
+    for record_id, envelope in envelopes:
         row = rows.get(envelope.message_id)
         if row is None:
             logger.info("lease lost; not sending", extra={"message_id": envelope.message_id})
