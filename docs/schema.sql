@@ -905,7 +905,7 @@ BEGIN
         FROM tidings.messages m
         JOIN request r ON r.id = m.id AND m.lease_token = r.token AND m.attempts = r.attempt - 1
         JOIN tidings.endpoints e ON e.id = m.endpoint_id
-        WHERE m.status IN ('in_flight', 'failed')
+        WHERE m.id = ANY (p_ids) AND m.status IN ('in_flight', 'failed')
     ),
     probe AS (
         UPDATE tidings.endpoint_health h

@@ -17,6 +17,7 @@ cannot be built leaves its row to the database; observations are reported record
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import time
 import traceback
@@ -727,8 +728,26 @@ def _report_observations(decisions: Sequence[Decision], recorded: delivery.Recor
 
 
 def _observe(d: Decision, written: bool) -> None:
+    # A delivery recorded as delivered is in the attempts table and in the invocation's counts
+    # (the sender handler's metrics and its summary line): logged only at DEBUG. A line per
+    # success cost the sender more CPU than the request itself, and CloudWatch more than the
+    # delivery. Every other attempt (a retry, a dead letter, an outcome not written) is logged.
+    quiet = written and d.outcome.status is delivery.MessageStatus.DELIVERED
+    if quiet and not logger.isEnabledFor(logging.DEBUG):
+        log = None
+    else:
+        log = logger.debug if quiet else logger.info
+    if log is not None:
+        _log_attempt(log, d, written)
+    if d.outcome.status_code is not None and d.outcome.response_ms is not None:
+        metrics.add_metric(
+            name="DeliveryLatency", unit=MetricUnit.Milliseconds, value=d.outcome.response_ms
+        )
+
+
+def _log_attempt(log: Callable[..., None], d: Decision, written: bool) -> None:
     result = d.attempt.result
-    logger.info(
+    log(
         "delivery attempt",
         extra={
             "message_id": d.outcome.lease.message_id,
@@ -744,10 +763,6 @@ def _observe(d: Decision, written: bool) -> None:
             "recorded": written,
         },
     )
-    if d.outcome.status_code is not None and d.outcome.response_ms is not None:
-        metrics.add_metric(
-            name="DeliveryLatency", unit=MetricUnit.Milliseconds, value=d.outcome.response_ms
-        )
 
 
 @functools.cache

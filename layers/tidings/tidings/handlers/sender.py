@@ -59,6 +59,18 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="Delivered", unit=MetricUnit.Count, value=report.delivered)
     metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=report.retried)
     metrics.add_metric(name="DeadLettered", unit=MetricUnit.Count, value=report.dead_lettered)
+    # One line per invocation: a delivered attempt has no line of its own above DEBUG.
+    logger.info(
+        "batch done",
+        extra={
+            "records": len(raw_records),
+            "delivered": report.delivered,
+            "retried": report.retried,
+            "dead_lettered": report.dead_lettered,
+            "skipped": report.skipped,
+            "failed_records": len(report.failed_record_ids),
+        },
+    )
 
     def record_handler(record: SQSRecord) -> None:
         if record.message_id in report.failed_record_ids:
