@@ -126,8 +126,7 @@ class Settings:
     claim_max_in_flight: int = 5000
     # The fast lane's rows travel this many to a queue message (1..100; the slow lane's one to a
     # message): SQS bills requests, not deliveries, and a sender batch of ten messages then
-    # carries up to ten times as many deliveries for the same two statements. The senders send a
-    # batch's deliveries all at once (sender_concurrency), so packing adds no wait.
+    # carries up to ten times as many deliveries for the same two statements.
     deliveries_per_message: int = 10
 
     # Speed lanes: an attempt that takes at least slow_lane_threshold_ms (or times out) puts its
@@ -154,9 +153,11 @@ class Settings:
     backoff_max_s: float | None = None
     sqs_max_delay_s: int = 900
     response_excerpt_bytes: int = 1024
-    # Requests a sender has open at once: enough for a whole batch (ten queue messages of
-    # deliveries_per_message each), so that no delivery of a batch waits for another's answer.
-    sender_concurrency: int = 100
+    # Requests a sender has open at once; a batch's further deliveries wait for a free one. More
+    # at once shortens a batch of fast receivers, but each answer needs the function's CPU (256 MB
+    # has a seventh of a vCPU): a hundred answers at once stretch each request's measured time,
+    # and a stretched one can put its endpoint in the slow lane.
+    sender_concurrency: int = 10
 
     # Circuit breaker
     circuit_failure_threshold: int = 10

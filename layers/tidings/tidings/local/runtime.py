@@ -63,11 +63,11 @@ TOPIC_NAME = "tidings-alerts"
 SENDER_TIMEOUT_S = float(SENDER.timeout_s)
 _IDLE_WAIT_S = 0.05
 # The simulated environments share one process, and so one interpreter lock, where each Lambda
-# environment has its own: past about ten sending threads an environment, the runtime spends
-# its CPU handing the lock between threads (bench/e2e.py: 445 deliveries/s with ten an
-# environment, 58/s with a hundred). Each environment's share of the pool is capped here; a
-# batch's requests then go out ten at a time.
-LOCAL_SENDING_THREADS_PER_ENVIRONMENT = 10
+# environment has its own. With many sending threads the answers wait for the lock: with ten an
+# environment (eighty in all) bench/e2e.py's 20 ms receiver measured answers of up to a second,
+# which put its endpoints in the slow lane (54 deliveries/s); with four an environment, 518/s
+# and no answer above half a second. Each environment's share of the pool is capped here.
+LOCAL_SENDING_THREADS_PER_ENVIRONMENT = 4
 _FAILURE_WAIT_S = 1.0
 
 
