@@ -118,5 +118,6 @@ def test_a_pack_with_one_malformed_part_is_malformed_whole(body: str, problem: s
 
 @pytest.mark.parametrize("value", [0, MAX_DELIVERIES_PER_MESSAGE + 1])
 def test_deliveries_per_message_outside_its_bounds_is_a_configuration_error(value: int) -> None:
-    with pytest.raises(ConfigError, match="TIDINGS_DELIVERIES_PER_MESSAGE must be within 1..100"):
+    refusal = r"TIDINGS_DELIVERIES_PER_MESSAGE must be within 1\.\.100"
+    with pytest.raises(ConfigError, match=refusal):
         Settings(deliveries_per_message=value).validate()
