@@ -60,6 +60,7 @@ from support import fresh_database, give_secret, server_dsn
 
 from tidings.dal.connection import Database
 from tidings.dal.operator import DemoEvent, enqueue_events
+from tidings.delivery.envelope import MalformedEnvelope, envelopes_of
 from tidings.deployment import SENDER
 from tidings.local import runtime as runtime_module
 from tidings.local.receivers import Kind, Receivers
@@ -121,7 +122,7 @@ class Ledger:
             records = event.get("Records") if isinstance(event, dict) else None
             if not isinstance(records, list):
                 return handler(event, context)
-            ids = [_message_id(record) for record in records]
+            ids = [message_id for record in records for message_id in _message_ids(record)]
             started = time.perf_counter()
             try:
                 return handler(event, context)
@@ -133,11 +134,12 @@ class Ledger:
         return invoke
 
 
-def _message_id(record: Any) -> int:
+def _message_ids(record: Any) -> list[int]:
+    """The rows a record carries (a fast lane's message carries several)."""
     try:
-        return int(json.loads(record["body"])["message_id"])
-    except (KeyError, TypeError, ValueError):
-        return -1
+        return [envelope.message_id for envelope in envelopes_of(record["body"])]
+    except (KeyError, TypeError, MalformedEnvelope):
+        return []
 
 
 def runtime_process(url: str, senders: int | None, ready: Any, stop: Any, ledger_out: Any) -> None:
