@@ -14,7 +14,7 @@ from typing import Any
 
 from constructs import Node
 
-from tidings.config import FRAME_ANCESTOR, PORTAL_URL
+from tidings.config import FRAME_ANCESTOR, MAX_DELIVERIES_PER_MESSAGE, PORTAL_URL, Settings
 from tidings.deployment import (
     DEFAULT_SCHEDULES,
     MAX_RECEIVE_COUNT,
@@ -29,6 +29,8 @@ _SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
 # What an application's uid may be (migration 0040).
 _UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
 MAX_METRICS_APPLICATIONS = 20
+
+DEFAULT_DELIVERIES_PER_MESSAGE = Settings().deliveries_per_message
 
 
 class StageConfigError(ValueError):
@@ -64,6 +66,9 @@ class StageConfig:
     # The slow lane's senders (one message each), beside the fast lane's: tidings.delivery.lanes.
     slow_sender_max_concurrency: int
     dlq_max_receive_count: int
+    # Fast-lane rows per delivery-queue message (TIDINGS_DELIVERIES_PER_MESSAGE of the claimer
+    # and the sender); 1 sends one row a message, as releases before packing did.
+    deliveries_per_message: int
     http_timeout_s: int
     # TCP ports the sender may open to webhook endpoints on public addresses.
     endpoint_ports: tuple[int, ...]
@@ -147,6 +152,12 @@ def stage_config(lookup: Callable[[str], Any]) -> StageConfig:
         ),
         dlq_max_receive_count=_integer(
             lambda name: setting(name, MAX_RECEIVE_COUNT), "dlqMaxReceiveCount", 1, 1000
+        ),
+        deliveries_per_message=_integer(
+            lambda name: setting(name, DEFAULT_DELIVERIES_PER_MESSAGE),
+            "deliveriesPerMessage",
+            1,
+            MAX_DELIVERIES_PER_MESSAGE,
         ),
         http_timeout_s=_integer(setting, "httpTimeoutS", minimum=1, maximum=60),
         endpoint_ports=_ports(setting, "endpointPorts"),

@@ -300,6 +300,7 @@ class Functions(Construct):
             environment["TIDINGS_SECRETS_KMS_KEY_ID"] = self._signing_key.key.key_arn
         if spec.sends_to_queue:
             environment["TIDINGS_DELIVERY_QUEUE_URL"] = self._queue.queue_url
+            environment["TIDINGS_DELIVERIES_PER_MESSAGE"] = str(self._config.deliveries_per_message)
         if spec.fills_slow_lane:
             environment["TIDINGS_SLOW_DELIVERY_QUEUE_URL"] = self._slow_queue.queue_url
         if spec.publishes_alerts:

@@ -228,6 +228,10 @@ def test_environment_follows_the_contract(dev: Synthesized) -> None:
         assert environment.get("TIDINGS_DELIVERY_QUEUE_URL") == (
             {"Ref": queue_id} if spec.sends_to_queue else None
         ), spec.name
+        # The claimer packs, and the sender packs the FIFO heads it moves on: the same setting.
+        assert environment.get("TIDINGS_DELIVERIES_PER_MESSAGE") == (
+            "10" if spec.sends_to_queue else None
+        ), spec.name
         assert environment.get("TIDINGS_SLOW_DELIVERY_QUEUE_URL") == (
             {"Ref": slow_queue_id} if spec is CLAIMER else None
         ), spec.name
