@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import psycopg2
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
@@ -30,6 +31,7 @@ from tidings.delivery.retry_schedule import wait_s
 from tidings.delivery.sender import BatchReport, QueueRecord, Sender, record_reserve_s
 from tidings.delivery.signing import generate_secret
 from tidings.local.queue import LocalQueue
+from tidings.queue import ReceivedMessage
 
 LEASE_S = 120.0
 
@@ -675,16 +677,24 @@ def test_a_secret_that_cannot_sign_dead_letters_at_once_without_counting_against
     assert (health["state"], health["consecutive_failures"]) == ("closed", 0)
 
 
-def test_a_packed_message_delivers_each_of_its_rows_once_however_often_it_comes(
-    db: Database, pipeline: Pipeline, receiver: Receiver
-) -> None:
+def _one_packed_message(
+    db: Database, pipeline: Pipeline, receiver: Receiver, *, rows: int
+) -> ReceivedMessage:
+    """``rows`` due rows of an endpoint of the fast lane, claimed into one queue message."""
     with db.cursor() as cur:
         endpoint_id = make_endpoint(cur, receiver.url("ok"))
         mark_answered(cur, endpoint_id)
-        seed_messages(cur, endpoint_id, 7)
+        seed_messages(cur, endpoint_id, rows)
     pipeline.claimer.claim_once()
     [message] = pipeline.queue.receive(max_messages=10)
-    assert len(envelopes(pipeline.queue.sent)) == 7
+    assert len(envelopes(pipeline.queue.sent)) == rows
+    return message
+
+
+def test_a_packed_message_delivers_each_of_its_rows_once_however_often_it_comes(
+    db: Database, pipeline: Pipeline, receiver: Receiver
+) -> None:
+    message = _one_packed_message(db, pipeline, receiver, rows=7)
 
     first = pipeline.sender.process([QueueRecord(message.message_id, message.body)])
     # SQS delivers at least once: the same message again (a lost acknowledgement) sends nothing.
@@ -701,14 +711,8 @@ def test_a_packed_message_delivers_each_of_its_rows_once_however_often_it_comes(
 def test_a_packed_message_whose_outcomes_cannot_be_recorded_comes_back_whole(
     db: Database, pipeline: Pipeline, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import psycopg2
 
-    with db.cursor() as cur:
-        endpoint_id = make_endpoint(cur, receiver.url("ok"))
-        mark_answered(cur, endpoint_id)
-        seed_messages(cur, endpoint_id, 4)
-    pipeline.claimer.claim_once()
-    [message] = pipeline.queue.receive(max_messages=10)
+    message = _one_packed_message(db, pipeline, receiver, rows=4)
     sender = pipeline.sender
 
     def unavailable(*args: object, **kwargs: object) -> None:

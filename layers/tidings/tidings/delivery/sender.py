@@ -733,7 +733,7 @@ def _observe(d: Decision, written: bool) -> None:
     # success cost the sender more CPU than the request itself, and CloudWatch more than the
     # delivery. Every other attempt (a retry, a dead letter, an outcome not written) is logged.
     quiet = written and d.outcome.status is delivery.MessageStatus.DELIVERED
-    if quiet and not logger.isEnabledFor(logging.DEBUG):
+    if quiet and logger.log_level > logging.DEBUG:
         log = None
     else:
         log = logger.debug if quiet else logger.info
