@@ -728,3 +728,21 @@ def test_a_packed_message_whose_outcomes_cannot_be_recorded_comes_back_whole(
     with db.cursor() as cur:
         cur.execute("SELECT status::text, attempts, count(*) FROM tidings.messages GROUP BY 1, 2")
         assert cur.fetchall() == [("in_flight", 0, 4)]
+
+
+def test_a_delivered_attempt_is_logged_at_debug_and_a_failed_one_at_info(
+    db: Database, pipeline: Pipeline, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    one_message_to(db, receiver.url("ok"))
+    one_message_to(db, receiver.url("status/500"))
+
+    with caplog.at_level("DEBUG", logger="tidings"):
+        report = pipeline.claim_and_deliver()
+
+    assert (report.delivered, report.retried) == (1, 1)
+    attempts = {
+        record.status_code: record.levelname  # type: ignore[attr-defined]
+        for record in caplog.records
+        if record.getMessage() == "delivery attempt"
+    }
+    assert attempts == {200: "DEBUG", 500: "INFO"}
