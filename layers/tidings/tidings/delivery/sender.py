@@ -732,13 +732,10 @@ def _observe(d: Decision, written: bool) -> None:
     # (the sender handler's metrics and its summary line): logged only at DEBUG. A line per
     # success cost the sender more CPU than the request itself, and CloudWatch more than the
     # delivery. Every other attempt (a retry, a dead letter, an outcome not written) is logged.
-    quiet = written and d.outcome.status is delivery.MessageStatus.DELIVERED
-    if quiet and logger.log_level > logging.DEBUG:
-        log = None
-    else:
-        log = logger.debug if quiet else logger.info
-    if log is not None:
-        _log_attempt(log, d, written)
+    if not written or d.outcome.status is not delivery.MessageStatus.DELIVERED:
+        _log_attempt(logger.info, d, written)
+    elif logger.log_level <= logging.DEBUG:
+        _log_attempt(logger.debug, d, written)
     if d.outcome.status_code is not None and d.outcome.response_ms is not None:
         metrics.add_metric(
             name="DeliveryLatency", unit=MetricUnit.Milliseconds, value=d.outcome.response_ms
