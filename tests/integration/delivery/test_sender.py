@@ -27,6 +27,7 @@ from tests.support.seed import TEST_SECRET, add_secret, make_endpoint, mark_answ
 from tidings.config import DEFAULT_RETRY_SCHEDULE
 from tidings.dal.connection import Database
 from tidings.delivery.attempt import webhook_id
+from tidings.delivery.envelope import envelopes_of
 from tidings.delivery.retry_schedule import wait_s
 from tidings.delivery.sender import BatchReport, QueueRecord, Sender, record_reserve_s
 from tidings.delivery.signing import generate_secret
@@ -746,3 +747,40 @@ def test_a_delivered_attempt_is_logged_at_debug_and_a_failed_one_at_info(
         if record.getMessage() == "delivery attempt"
     }
     assert attempts == {200: "DEBUG", 500: "INFO"}
+
+
+def test_a_batch_is_sent_and_recorded_a_part_at_a_time_and_stops_where_the_database_fails(
+    db: Database, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three messages of two rows, sent two at a time: three parts of one message each.
+    pipeline = make_pipeline(db, lease_s=LEASE_S, deliveries_per_message=2, sender_concurrency=2)
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur, receiver.url("ok"))
+        mark_answered(cur, endpoint_id)
+        seed_messages(cur, endpoint_id, 6)
+        cur.execute("SELECT id FROM tidings.messages ORDER BY id")
+        ids = [row[0] for row in cur.fetchall()]
+    pipeline.claimer.claim_once()
+    received = pipeline.queue.receive(max_messages=10)
+    assert [len(envelopes_of(m.body)) for m in received] == [2, 2, 2]
+    sender = pipeline.sender
+    real_record = sender._record_together
+    calls: list[int] = []
+
+    def lost_on_the_second_part(decisions):  # type: ignore[no-untyped-def]
+        calls.append(len(decisions))
+        if len(calls) == 2:
+            raise psycopg2.OperationalError("server closed the connection unexpectedly")
+        return real_record(decisions)
+
+    monkeypatch.setattr(sender, "_record_together", lost_on_the_second_part)
+    report = sender.process([QueueRecord(m.message_id, m.body) for m in received])
+
+    # The first part is recorded; the second comes back from the queue (its rows keep their
+    # leases, and were sent once); the third was never sent and went back to the database.
+    assert calls == [2, 2]
+    assert report.delivered == 2
+    assert report.failed_record_ids == frozenset({received[1].message_id})
+    assert len(receiver.requests_to("ok")) == 4
+    statuses = [message_row(db, message_id)["status"] for message_id in ids]
+    assert statuses == ["delivered"] * 2 + ["in_flight"] * 2 + ["pending"] * 2

@@ -1,8 +1,9 @@
 """The sender: deliver one SQS batch of leased rows concurrently and record what happened.
 
-Per batch the database sees two statements: ``begin_attempts`` (leases renewed, circuit gate)
-before any request leaves, and ``record_outcomes`` (every outcome, attempt, circuit update and
-disabled endpoint, atomically) after the last one returns. Retries with a short delay travel back
+Per batch the database sees ``begin_attempts`` (leases renewed, circuit gate) once, before any
+request leaves; then the rows go out a part at a time (``sender_concurrency`` of them), each part
+followed by ``record_outcomes`` (every outcome, attempt, circuit update and disabled endpoint,
+atomically) once its last request returns. Retries with a short delay travel back
 through the queue with ``DelaySeconds`` while the row keeps its lease; longer ones wait in the
 database for the claimer. The database is the source of truth: an SQS record is acknowledged once
 its row's outcome is written, and only what must come back from SQS is reported as failed.
@@ -181,14 +182,48 @@ class Sender:
         if not jobs and not unsendable:
             return BatchReport(failed_record_ids=frozenset(poison), skipped=skipped)
         keys = self._data_keys(jobs)
-        budget_s = self._send_budget_s(remaining_ms)
-        delay_s = self._not_now([*jobs, *unsendable], keys, budget_s)
-        if keys is None or delay_s is not None:
-            unsent = self._give_back([*jobs, *unsendable], delay_s=delay_s or 0)
+        if keys is None:
+            unsent = self._give_back([*jobs, *unsendable], delay_s=KEYS_UNAVAILABLE_DELAY_S)
             return BatchReport(
                 failed_record_ids=frozenset(poison | unsent),
                 skipped=skipped + len(jobs) + len(unsendable),
             )
+        # A batch of packed messages carries many rows: they go out and are recorded a part at a
+        # time (sender_concurrency rows), so that a database lost mid-batch costs only the part
+        # in flight a second delivery (its rows come back when their leases end), not the whole.
+        parts = _parts(jobs, self.settings.sender_concurrency)
+        report = BatchReport(failed_record_ids=frozenset(poison), skipped=skipped)
+        for index, part in enumerate(parts):
+            part_report, go_on = self._deliver(
+                part, unsendable if index == 0 else [], keys, remaining_ms
+            )
+            report = _combined(report, part_report)
+            if not go_on:
+                rest = [job for later in parts[index + 1 :] for job in later]
+                if rest:
+                    unsent = self._give_back(rest, delay_s=0)
+                    report = _combined(
+                        report, BatchReport(failed_record_ids=frozenset(unsent), skipped=len(rest))
+                    )
+                break
+        return report
+
+    def _deliver(
+        self,
+        jobs: Sequence[Job],
+        unsendable: Sequence[Job],
+        keys: Mapping[int, DataKey],
+        remaining_ms: Callable[[], int] | None,
+    ) -> tuple[BatchReport, bool]:
+        """Send and record one part of a batch; whether the next part may follow (not when the
+        database was unreachable or the invocation is out of time)."""
+        budget_s = self._send_budget_s(remaining_ms)
+        delay_s = self._not_now([*jobs, *unsendable], keys, budget_s)
+        if delay_s is not None:
+            unsent = self._give_back([*jobs, *unsendable], delay_s=delay_s)
+            return BatchReport(
+                failed_record_ids=frozenset(unsent), skipped=len(jobs) + len(unsendable)
+            ), False
         sent = self._send_all(jobs, budget_s, keys)
         attempts = sent + [Attempt(job, datetime.now(UTC), _NOT_SENT) for job in unsendable]
         # Before deciding and recording: a recorded answer takes an untried endpoint out of its
@@ -205,22 +240,19 @@ class Sender:
                 extra={"message_ids": sorted(a.job.row.message_id for a in attempts)},
             )
             return BatchReport(
-                failed_record_ids=frozenset(poison | {a.job.record_id for a in attempts}),
-                skipped=skipped,
-            )
+                failed_record_ids=frozenset(a.job.record_id for a in attempts)
+            ), False
         written = [d for d in decisions if d.outcome.lease.message_id in recorded.written_ids]
         self._requeue([d for d in written if d.step.action is NextAction.RETRY_VIA_QUEUE])
         self._move_lines_on(written)
         _report_observations(decisions, recorded)
         return BatchReport(
-            failed_record_ids=frozenset(poison),
             delivered=sum(d.outcome.status is delivery.MessageStatus.DELIVERED for d in written),
             retried=sum(d.outcome.status is delivery.MessageStatus.FAILED for d in written),
             dead_lettered=sum(
                 d.outcome.status is delivery.MessageStatus.DEAD_LETTER for d in written
             ),
-            skipped=skipped,
-        )
+        ), True
 
     def _mark_slow(self, attempts: Sequence[Attempt]) -> set[int]:
         """Put the endpoints of slow (or timed-out) attempts in the slow lane; returns them.
@@ -607,6 +639,21 @@ def _request_of(job: Job) -> tuple[bytes, str, str | None]:
         fifo.batch_body(elements),
         fifo.batch_webhook_id([e.message_id for e in elements]),
         fifo.batch_event_type(e.event_type for e in elements),
+    )
+
+
+def _parts(jobs: Sequence[Job], size: int) -> list[list[Job]]:
+    """The jobs in parts of ``size``, in their order; one empty part when there are none."""
+    return [list(jobs[start : start + size]) for start in range(0, len(jobs), size)] or [[]]
+
+
+def _combined(first: BatchReport, second: BatchReport) -> BatchReport:
+    return BatchReport(
+        failed_record_ids=first.failed_record_ids | second.failed_record_ids,
+        delivered=first.delivered + second.delivered,
+        retried=first.retried + second.retried,
+        dead_lettered=first.dead_lettered + second.dead_lettered,
+        skipped=first.skipped + second.skipped,
     )
 
 
