@@ -126,7 +126,7 @@ class Settings:
     claim_max_in_flight: int = 5000
     # The fast lane's rows travel this many to a queue message (1..100; the slow lane's one to a
     # message): SQS bills requests, not deliveries, and a sender batch of ten messages then
-    # carries up to ten times as many deliveries for the same two statements.
+    # carries up to ten times as many deliveries for the same begin statement.
     deliveries_per_message: int = 10
 
     # Speed lanes: an attempt that takes at least slow_lane_threshold_ms (or times out) puts its
