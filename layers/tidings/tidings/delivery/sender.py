@@ -218,7 +218,7 @@ class Sender:
         """Send and record one part of a batch; whether the next part may follow (not when the
         database was unreachable or the invocation is out of time)."""
         budget_s = self._send_budget_s(remaining_ms)
-        delay_s = self._not_now([*jobs, *unsendable], keys, budget_s)
+        delay_s = self._not_now([*jobs, *unsendable], budget_s)
         if delay_s is not None:
             unsent = self._give_back([*jobs, *unsendable], delay_s=delay_s)
             return BatchReport(
@@ -286,13 +286,9 @@ class Sender:
             )
             return None
 
-    def _not_now(
-        self, jobs: Sequence[Job], keys: Mapping[int, DataKey] | None, budget_s: float | None
-    ) -> float | None:
-        """After how long the rows should be due again when they cannot be sent now (the keys
-        are unavailable, or the invocation has too little time left); None to send them."""
-        if keys is None:
-            return KEYS_UNAVAILABLE_DELAY_S
+    def _not_now(self, jobs: Sequence[Job], budget_s: float | None) -> float | None:
+        """After how long the rows should be due again when the invocation has too little time
+        left to send them; None to send them."""
         if budget_s is not None and budget_s < MIN_SEND_BUDGET_S:
             logger.warning(
                 "too little of the invocation left to send; the rows return to the database",
