@@ -13,9 +13,11 @@ A receiver in its own process answers every POST after ``--latency-ms`` (100 ms)
 Round trips to PostgreSQL are counted at the client (every ``execute``; BEGIN and COMMIT count,
 and so do the claimer's statements). SQS requests are counted as AWS bills them (every call
 that moved messages, each 64 KiB of its payload one request). CPU time is this process's
-(claimer and sender): the receiver runs elsewhere.
+less the claimer's (counted apart: it is a function of its own); the receiver runs elsewhere.
+The share of it spent in the kernel (sockets, locks, thread switches) is printed beside it.
 The last line is JSON: sender_per_s, baseline_per_s, ratio, db_statements_per_delivery,
-sqs_requests_per_delivery, deliveries_per_invocation, cpu_ms_per_delivery (and the baseline's
+sqs_requests_per_delivery, deliveries_per_invocation, cpu_ms_per_delivery,
+claimer_cpu_ms_per_delivery, system_cpu_share (and the baseline's
 round trips); the line before it prices the sender path on Lambda and SQS. Run:
 ``python bench/sender.py`` (embedded PostgreSQL) or with ``DATABASE_URL`` set.
 """
@@ -317,6 +319,8 @@ class SenderRun:
     delivered: int
     wall_s: float
     cpu_s: float
+    system_cpu_s: float
+    claimer_cpu_s: float
     round_trips: int
     invocations: int
     sqs_requests: int
@@ -336,18 +340,28 @@ def sender_run(url: str, count: int, claim_batch: int) -> SenderRun:
     already = delivered_rows(url)
     before = _Counter.executes
     invocations = 0
+    claimer_cpu = 0.0
+
+    def claim() -> int:
+        # The claimer runs on this thread alone, so this thread's CPU time is the claim's.
+        nonlocal claimer_cpu
+        started = time.thread_time()
+        claimed = claimer.claim_once().claimed
+        claimer_cpu += time.thread_time() - started
+        return claimed
+
     try:
         with Stopwatch() as watch:
             while True:
                 # The claimer keeps the queue stocked a little ahead of the sender: half a claim.
                 queued = queue.approximate_depth() * settings.deliveries_per_message
                 if queued < claim_batch // 2:
-                    claimer.claim_once()
+                    claim()
                 result = consume_once(
                     queue, sender_app.handler, queue_arn=QUEUE_ARN, context=context
                 )
                 if not result.received:
-                    if claimer.claim_once().claimed == 0:
+                    if claim() == 0:
                         break
                     continue
                 invocations += 1
@@ -361,6 +375,8 @@ def sender_run(url: str, count: int, claim_batch: int) -> SenderRun:
         delivered_rows(url) - already,
         watch.wall,
         watch.cpu,
+        watch.system,
+        claimer_cpu,
         round_trips,
         invocations,
         queue.billed_requests,
@@ -427,12 +443,17 @@ def main() -> None:
         raise SystemExit(f"the database shows {total_delivered} delivered rows")
     sender_per_s = sent_n / sent_wall
     baseline_per_s = base_n / base_wall
-    cpu_ms = sent_cpu * 1000 / sent_n
+    # The claimer shares this process but is a Lambda function of its own (priced apart below).
+    claimer_cpu_ms = run.claimer_cpu_s * 1000 / sent_n
+    cpu_ms = sent_cpu * 1000 / sent_n - claimer_cpu_ms
+    system_share = run.system_cpu_s / sent_cpu if sent_cpu else 0.0
     print(
         f"baseline: {base_n} in {base_wall:.1f} s ({baseline_per_s:.1f}/s), "
         f"{base_trips / base_n:.2f} round trips each; sender: {sent_n} in {sent_wall:.1f} s "
         f"({sender_per_s:.1f}/s) over {run.invocations} invocations, "
-        f"{sent_trips / sent_n:.3f} round trips and {cpu_ms:.2f} ms CPU each"
+        f"{sent_trips / sent_n:.3f} round trips and {cpu_ms:.2f} ms of sender CPU each "
+        f"(the claimer's {claimer_cpu_ms:.2f} ms apart; {system_share:.0%} of the process's CPU "
+        "in the kernel)"
     )
     print(
         cost_per_million(sender_per_s, cpu_ms, sent_n / run.invocations, run.sqs_requests / sent_n)
@@ -447,6 +468,8 @@ def main() -> None:
                 "sqs_requests_per_delivery": round(run.sqs_requests / sent_n, 3),
                 "deliveries_per_invocation": round(sent_n / run.invocations, 1),
                 "cpu_ms_per_delivery": round(cpu_ms, 2),
+                "claimer_cpu_ms_per_delivery": round(claimer_cpu_ms, 3),
+                "system_cpu_share": round(system_share, 2),
                 "baseline_db_statements_per_delivery": round(base_trips / base_n, 2),
             }
         )
