@@ -94,22 +94,19 @@ def fresh_database(dsn: str) -> Iterator[str]:
 
 
 class Stopwatch:
-    """Wall time and this process's CPU time of a block, the CPU also split into the time spent
-    in the process itself (``user``) and in the kernel on its behalf (``system``: sockets, locks,
-    thread switches)."""
+    """Wall time and this process's CPU time of a block, and the part of that CPU time the kernel
+    spent on its behalf (``system``: sockets, locks, thread switches)."""
 
     def __enter__(self) -> Stopwatch:
         self.wall = time.perf_counter()
         self.cpu = time.process_time()
-        started = os.times()
-        self.user, self.system = started.user, started.system
+        self.system = os.times().system
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self.wall
         self.cpu = time.process_time() - self.cpu
-        ended = os.times()
-        self.user, self.system = ended.user - self.user, ended.system - self.system
+        self.system = os.times().system - self.system
 
 
 class ServerCpu:
