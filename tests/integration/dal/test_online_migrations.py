@@ -22,6 +22,8 @@ LOCK_TIMEOUT_MS = 300
 # A claim normally takes milliseconds; this much on top of the lock timeout absorbs a busy machine.
 MARGIN_S = 0.6
 BLOCKER_HOLDS_S = 2.5
+# Claims made before a test's lock and migration, and again after them.
+CLAIMS_AROUND = 10
 T = TypeVar("T")
 FAST = LockPolicy(lock_timeout_ms=LOCK_TIMEOUT_MS, attempts=40, first_wait_s=0.2, max_wait_s=0.4)
 
@@ -48,6 +50,7 @@ class ClaimTraffic:
     claims: int = 0
     errors: list[BaseException] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    counted: threading.Condition = field(default_factory=threading.Condition)
 
     def run(self) -> None:
         db = Database(self.database_url)
@@ -58,7 +61,9 @@ class ClaimTraffic:
                 rows = self.timed(
                     db, lambda cur: delivery.claim_due(cur, batch_size=20, lease_s=60)
                 )
-                self.claims += 1
+                with self.counted:
+                    self.claims += 1
+                    self.counted.notify_all()
                 leases = [row.lease for row in rows]
                 self.timed(db, lambda cur, leases=leases: delivery.release_leases(cur, leases))
                 time.sleep(0.01)
@@ -66,6 +71,13 @@ class ClaimTraffic:
             self.errors.append(exc)
         finally:
             db.close()
+
+    def await_claims(self, count: int, timeout_s: float = 20.0) -> bool:
+        """Whether the claimers reach ``count`` claims (or fail) within ``timeout_s``."""
+        with self.counted:
+            return self.counted.wait_for(
+                lambda: self.claims >= count or bool(self.errors), timeout_s
+            )
 
     def timed(self, db: Database, statement: Callable[[Cursor], T]) -> T:
         started = time.monotonic()
@@ -76,18 +88,21 @@ class ClaimTraffic:
 
 @contextmanager
 def claim_traffic(database_url: str, claimers: int = 2) -> Iterator[ClaimTraffic]:
+    """Claimers at work before the block of the ``with`` begins and still after it ends: the
+    claims are counted, not timed, so a busy machine slows the test without failing it."""
     traffic = ClaimTraffic(database_url)
     threads = [threading.Thread(target=traffic.run) for _ in range(claimers)]
     for thread in threads:
         thread.start()
     try:
+        assert traffic.await_claims(CLAIMS_AROUND), "the claimers did not start"
         yield traffic
+        assert traffic.await_claims(traffic.claims + CLAIMS_AROUND), "the claimers did not go on"
     finally:
         traffic.stop.set()
         for thread in threads:
             thread.join(30)
     assert not traffic.errors, traffic.errors
-    assert traffic.claims > 20, "the claimers hardly ran"
 
 
 def hold_messages_lock(database_url: str, mode: str, seconds: float) -> threading.Thread:
@@ -156,7 +171,6 @@ def test_an_index_migration_never_blocks_a_claim_longer_than_the_lock_timeout(
     database_url: str, queued: Database
 ) -> None:
     with claim_traffic(database_url) as traffic:
-        time.sleep(0.3)
         # A long transaction writes messages: the index build's lock waits for it, and every
         # claim that comes after queues behind that wait.
         blocker = hold_messages_lock(database_url, "ROW EXCLUSIVE", BLOCKER_HOLDS_S)
@@ -180,7 +194,6 @@ def test_without_a_lock_timeout_the_claims_wait_for_the_whole_long_transaction(
     # and the claimer with it.
     unbounded = LockPolicy(lock_timeout_ms=0, attempts=1)
     with claim_traffic(database_url) as traffic:
-        time.sleep(0.3)
         blocker = hold_messages_lock(database_url, "ROW EXCLUSIVE", BLOCKER_HOLDS_S)
         migrate_extra(database_url, INDEX_IN_TRANSACTION, unbounded)
         blocker.join()
@@ -192,7 +205,6 @@ def test_an_index_built_concurrently_outside_a_transaction_leaves_the_claims_alo
 ) -> None:
     assert not INDEX_CONCURRENTLY.transactional
     with claim_traffic(database_url) as traffic:
-        time.sleep(0.3)
         # CREATE INDEX CONCURRENTLY waits for this transaction to end, past its lock timeout:
         # the first tries fail (leaving an invalid index), a later one drops it and succeeds.
         blocker = hold_messages_lock(database_url, "ROW EXCLUSIVE", 1.5)
