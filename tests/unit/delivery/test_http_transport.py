@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import http.client
 import socket
+import ssl
 from typing import Any
 
 import pytest
-import requests
 import urllib3.exceptions
 
 from tidings.delivery.http_transport import (
     HttpTransport,
-    PinnedAddressAdapter,
+    TlsProfile,
     classify_exception,
-    host_name_of,
+    pool_key,
 )
 from tidings.delivery.retry_policy import AttemptError
+from tidings.delivery.ssrf import validate_url
 
 
 def _resolver_to(ip: str) -> Any:
@@ -26,65 +27,61 @@ def _resolver_to(ip: str) -> Any:
     return resolve
 
 
-@pytest.mark.parametrize(
-    ("header", "name"),
-    [
-        ("hooks.example.com", "hooks.example.com"),
-        ("hooks.example.com:8443", "hooks.example.com"),
-        ("[2001:db8::1]:8443", "2001:db8::1"),
-        ("[2001:db8::1]", "2001:db8::1"),
-        (b"hooks.example.com", "hooks.example.com"),
-        (None, None),
-    ],
-)
-def test_host_name_of_a_host_header(header: str | bytes | None, name: str | None) -> None:
-    assert host_name_of(header) == name
-
-
 def test_a_tls_pool_to_a_pinned_address_verifies_the_host_name() -> None:
-    request = requests.Request(
-        "POST", "https://93.184.216.34:443/hook", headers={"Host": "hooks.example.com"}
-    ).prepare()
-    host_params, pool_kwargs = PinnedAddressAdapter().build_connection_pool_key_attributes(
-        request, True
-    )
-    assert host_params["host"] == "93.184.216.34"
-    assert pool_kwargs["server_hostname"] == "hooks.example.com"
-    assert pool_kwargs["assert_hostname"] == "hooks.example.com"
+    target = validate_url("https://hooks.example.com/hook")
+    key = pool_key(target, "93.184.216.34", None)
+    assert (key["scheme"], key["host"], key["port"]) == ("https", "93.184.216.34", 443)
+    assert key["pool_kwargs"]["server_hostname"] == "hooks.example.com"
+    assert key["pool_kwargs"]["assert_hostname"] == "hooks.example.com"
+    assert key["pool_kwargs"]["cert_reqs"] == "CERT_REQUIRED"
+    assert key["pool_kwargs"]["ca_certs"]
+
+
+def test_an_endpoints_tls_profile_alone_decides_what_its_pool_trusts() -> None:
+    profile = TlsProfile(ssl.create_default_context())
+    key = pool_key(validate_url("https://[2001:db8::1]:8443/hook"), "2001:db8::1", profile)
+    assert key["port"] == 8443
+    assert key["pool_kwargs"]["ssl_context"] is profile.context
+    assert "ca_certs" not in key["pool_kwargs"]
+    # The IPv6 literal is the name checked, without its brackets.
+    assert key["pool_kwargs"]["server_hostname"] == "2001:db8::1"
 
 
 def test_a_plain_http_pool_carries_no_tls_names() -> None:
-    request = requests.Request(
-        "POST", "http://93.184.216.34:80/hook", headers={"Host": "hooks.example.com"}
-    ).prepare()
-    _, pool_kwargs = PinnedAddressAdapter().build_connection_pool_key_attributes(request, True)
-    assert "server_hostname" not in pool_kwargs
+    key = pool_key(validate_url("http://hooks.example.com/hook"), "93.184.216.34", None)
+    assert key == {"scheme": "http", "host": "93.184.216.34", "port": 80}
 
 
-def _wrapped(reason: BaseException) -> requests.ConnectionError:
-    inner = urllib3.exceptions.MaxRetryError(None, "/hook", reason)  # type: ignore[arg-type]
-    return requests.ConnectionError(inner)
+def _unconnected(reason: OSError) -> urllib3.exceptions.NewConnectionError:
+    """What urlopen raises for a connection that could not be made, chained to its reason."""
+    try:
+        raise urllib3.exceptions.NewConnectionError(None, "could not connect") from reason  # type: ignore[arg-type]
+    except urllib3.exceptions.NewConnectionError as exc:
+        return exc
 
 
 @pytest.mark.parametrize(
     ("exc", "kind"),
     [
-        (requests.ReadTimeout("read timed out"), AttemptError.TIMEOUT),
-        (requests.ConnectTimeout("connect timed out"), AttemptError.TIMEOUT),
-        (requests.exceptions.SSLError("bad certificate"), AttemptError.TLS),
-        (_wrapped(ConnectionRefusedError(111, "refused")), AttemptError.CONNECTION_REFUSED),
-        (_wrapped(ConnectionResetError(104, "reset")), AttemptError.CONNECTION_RESET),
         (
-            requests.ConnectionError(
-                urllib3.exceptions.ProtocolError(
-                    "aborted", http.client.RemoteDisconnected("closed")
-                )
-            ),
+            urllib3.exceptions.ReadTimeoutError(None, "/hook", "read timed out"),  # type: ignore[arg-type]
+            AttemptError.TIMEOUT,
+        ),
+        (urllib3.exceptions.ConnectTimeoutError(None, "connect timed out"), AttemptError.TIMEOUT),
+        (urllib3.exceptions.SSLError(ssl.SSLError(1, "bad certificate")), AttemptError.TLS),
+        (_unconnected(ConnectionRefusedError(111, "refused")), AttemptError.CONNECTION_REFUSED),
+        (
+            urllib3.exceptions.ProtocolError("aborted", ConnectionResetError(104, "reset")),
             AttemptError.CONNECTION_RESET,
         ),
-        (requests.exceptions.ChunkedEncodingError("broken"), AttemptError.CONNECTION_RESET),
-        (_wrapped(socket.gaierror(-2, "unknown name")), AttemptError.DNS),
-        (requests.exceptions.InvalidHeader("bad"), AttemptError.OTHER),
+        # A connection that could not be made for another reason (no route) waited it out.
+        (_unconnected(OSError(113, "no route to host")), AttemptError.TIMEOUT),
+        (
+            urllib3.exceptions.ProtocolError("aborted", http.client.RemoteDisconnected("closed")),
+            AttemptError.CONNECTION_RESET,
+        ),
+        (socket.gaierror(-2, "unknown name"), AttemptError.DNS),
+        (urllib3.exceptions.LocationValueError("bad"), AttemptError.OTHER),
     ],
 )
 def test_network_failures_are_classified(exc: BaseException, kind: AttemptError) -> None:

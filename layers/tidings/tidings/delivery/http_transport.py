@@ -2,14 +2,13 @@
 
 The target's host is resolved once by ``ssrf.resolve_target``; the request then goes to that very
 address while the ``Host`` header, TLS SNI and certificate check keep the host name, so a DNS
-answer that changes after the check (rebinding) cannot steer the connection elsewhere. One pooled
-``requests`` transport adapter serves every attempt of an execution environment, across
-invocations.
+answer that changes after the check (rebinding) cannot steer the connection elsewhere. One
+urllib3 pool manager serves every attempt of an execution environment, across invocations.
 
-Requests go to the adapter directly rather than through a ``requests.Session``: everything a
-session adds on top (cookie jars, proxies from the environment, redirects, merged default
-headers) is something a webhook sender must not do, and skipping it costs about a third less CPU
-per delivery.
+Requests go to urllib3's connection pools directly rather than through ``requests``: everything
+requests adds on top (cookie jars, proxies from the environment, redirects, header merging and
+re-validation, a second response object) is something a webhook sender must not do or does
+already, and skipping it halves the CPU a POST costs (``bench/sender.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import contextlib
 import functools
 import heapq
 import http.client
-import ipaddress
 import itertools
 import socket
 import ssl
@@ -28,12 +26,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import requests
+import urllib3
 import urllib3.connection
 import urllib3.connectionpool
 import urllib3.exceptions
-from requests.adapters import HTTPAdapter
-from requests.utils import requote_uri
+from requests.utils import DEFAULT_CA_BUNDLE_PATH, requote_uri
 
 from tidings import __version__
 from tidings.delivery.retry_policy import AttemptError
@@ -42,6 +39,7 @@ from tidings.delivery.ssrf import (
     InvalidTargetUrl,
     IPNetwork,
     Resolver,
+    TargetUrl,
     parse_allowed_networks,
     resolve_target,
 )
@@ -195,55 +193,27 @@ class _HTTPSPool(urllib3.connectionpool.HTTPSConnectionPool):
         super()._put_conn(conn)
 
 
-class PinnedAddressAdapter(HTTPAdapter):
-    """Connects to the address in the request URL and verifies TLS for the ``Host`` header's name.
+def pool_key(target: TargetUrl, address: str, tls: TlsProfile | None) -> dict[str, Any]:
+    """The connection pool a request to ``target`` pinned to ``address`` goes through.
 
-    Requests reach this adapter with the resolved IP address as their URL host; the pool for a
-    TLS connection is keyed on the real host name too, so connections to two names behind one
-    address are never mixed up.
+    The pool connects to the address; for TLS it verifies the certificate of the target's host
+    name (SNI and hostname check), so pools to two names behind one address are never shared.
+    An endpoint's own TLS profile decides alone what is trusted, and its context is part of the
+    pool's key; every other TLS pool trusts the CA bundle ``requests`` ships (certifi's).
     """
-
-    def build_connection_pool_key_attributes(
-        self, request: requests.PreparedRequest, verify: Any, cert: Any = None
-    ) -> Any:
-        profile = cert if isinstance(cert, TlsProfile) else None
-        host_params, pool_kwargs = super().build_connection_pool_key_attributes(
-            request, verify, None if profile is not None else cert
-        )
-        tls_kwargs: dict[str, Any] = dict(pool_kwargs)
-        if host_params.get("scheme") == "https":
-            name = host_name_of(request.headers.get("Host"))
-            if name is not None:
-                tls_kwargs["server_hostname"] = name
-                tls_kwargs["assert_hostname"] = name
-            if profile is not None:
-                # Its context alone decides what is trusted: no bundle is added to it.
-                tls_kwargs["ssl_context"] = profile.context
-                tls_kwargs.pop("ca_certs", None)
-                tls_kwargs.pop("ca_cert_dir", None)
-        return host_params, tls_kwargs
-
-    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
-        if isinstance(cert, TlsProfile):
-            conn.cert_reqs = "CERT_REQUIRED"
-            conn.ca_certs = None
-            conn.ca_cert_dir = None
-            return
-        super().cert_verify(conn, url, verify, cert)  # type: ignore[no-untyped-call]
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
-
-
-def host_name_of(host_header: str | bytes | None) -> str | None:
-    """The host name of a ``Host`` header value, without port or IPv6 brackets."""
-    if host_header is None:
-        return None
-    text = host_header.decode("ascii") if isinstance(host_header, bytes) else host_header
-    if text.startswith("["):
-        return text[1 : text.index("]")]
-    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+    key: dict[str, Any] = {"scheme": target.scheme, "host": address, "port": target.port}
+    if target.scheme != "https":
+        return key
+    tls_kwargs: dict[str, Any] = {
+        "cert_reqs": "CERT_REQUIRED",
+        "server_hostname": target.host,
+        "assert_hostname": target.host,
+    }
+    if tls is None:
+        tls_kwargs["ca_certs"] = DEFAULT_CA_BUNDLE_PATH
+    else:
+        tls_kwargs["ssl_context"] = tls.context
+    return {**key, "pool_kwargs": tls_kwargs}
 
 
 class HttpTransport:
@@ -263,10 +233,13 @@ class HttpTransport:
         self.excerpt_bytes = excerpt_bytes
         self._resolver = resolver
         # No proxies (they would connect somewhere other than the checked address), no cookies
-        # (endpoints may share an address), no redirects (to an address nobody checked).
-        self.adapter = PinnedAddressAdapter(
-            pool_connections=max(pool_size, 16), pool_maxsize=pool_size, max_retries=0
+        # (endpoints may share an address), no redirects (to an address nobody checked), no
+        # retries (the retry schedule decides when to try again). Beyond ``pool_size`` idle
+        # connections to one address, the rest are closed after use; never waited for.
+        self.pools = urllib3.PoolManager(
+            num_pools=max(pool_size, 16), maxsize=pool_size, block=False, retries=False
         )
+        self.pools.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
 
     def post(
         self,
@@ -312,50 +285,44 @@ class HttpTransport:
             return HttpResult(None, AttemptError.BLOCKED_ADDRESS, 0, detail=str(exc)), b""
         except OSError as exc:
             return HttpResult(None, AttemptError.DNS, 0, detail=str(exc)), b""
-        address = target.ip
-        host = f"[{address}]" if isinstance(address, ipaddress.IPv6Address) else str(address)
-        request = requests.PreparedRequest()
-        request.prepare_method("POST")
-        # The parts were validated by resolve_target; only characters unsafe in a request line
-        # (non-ASCII in the path or query) still need escaping, as requests would escape them.
-        request.url = requote_uri(
-            f"{target.url.scheme}://{host}:{target.url.port}{target.url.path_and_query}"
-        )
-        request.prepare_headers(
-            {
-                **headers,
-                "Host": target.url.host_header,
-                "User-Agent": USER_AGENT,
-                "Content-Type": content_type,
-                "Accept": "*/*" if content_type is _JSON else "application/json",
-                # Compressed answers could inflate past any read limit.
-                "Accept-Encoding": "identity",
-            }
-        )
-        request.prepare_body(body, None)
+        pool = self.pools.connection_from_host(**pool_key(target.url, str(target.ip), tls))
+        sent_headers = {
+            **headers,
+            "Host": target.url.host_header,
+            "User-Agent": USER_AGENT,
+            "Content-Type": content_type,
+            "Accept": "*/*" if content_type is _JSON else "application/json",
+            # Compressed answers could inflate past any read limit.
+            "Accept-Encoding": "identity",
+            "Content-Length": str(len(body)),
+        }
         deadline = _Deadline()
         _current.deadline = deadline
         started = time.perf_counter()
         _watchdog.arm(deadline, time.monotonic() + timeout_s)
         try:
-            response = self.adapter.send(
-                request,
-                stream=True,
-                timeout=(timeout_s, timeout_s),
-                verify=True,
-                proxies={},
-                cert=tls,  # type: ignore[arg-type]  # the adapter reads a TlsProfile
+            response = pool.urlopen(
+                "POST",
+                _request_target(target.url.path_and_query),
+                body=body,
+                headers=sent_headers,
+                retries=False,
+                redirect=False,
+                assert_same_host=False,
+                timeout=urllib3.Timeout(connect=timeout_s, read=timeout_s),
+                preload_content=False,
+                decode_content=False,
             )
             elapsed_ms = _ms_since(started)
             if deadline.expired:
                 # Cut off mid-headers, http.client takes what arrived as a complete answer.
-                response.close()
+                _discard(response)
                 return HttpResult(None, AttemptError.TIMEOUT, elapsed_ms, detail="deadline"), b""
             try:
                 kept = self._read_body(response, keep)
             finally:
-                response.close()
-        except requests.RequestException as exc:
+                _discard(response)
+        except _NETWORK_FAILURES as exc:
             elapsed_ms = _ms_since(started)
             kind = AttemptError.TIMEOUT if deadline.expired else classify_exception(exc)
             return HttpResult(None, kind, elapsed_ms, detail=_describe(exc)), b""
@@ -367,7 +334,7 @@ class HttpTransport:
             # A delivery's answer is kept as an excerpt; PostgreSQL text cannot hold NULs.
             excerpt = kept.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
         result = HttpResult(
-            status_code=response.status_code,
+            status_code=response.status,
             error=None,
             elapsed_ms=elapsed_ms,
             retry_after=response.headers.get("Retry-After"),
@@ -376,12 +343,12 @@ class HttpTransport:
         return result, kept
 
     @staticmethod
-    def _read_body(response: requests.Response, keep_bytes: int) -> bytes:
+    def _read_body(response: urllib3.BaseHTTPResponse, keep_bytes: int) -> bytes:
         """Up to ``keep_bytes`` of the body, reading at most ``DRAIN_LIMIT_BYTES`` beyond."""
         kept = bytearray()
         read = 0
         try:
-            for chunk in response.raw.stream(_CHUNK_BYTES, decode_content=False):
+            for chunk in response.stream(_CHUNK_BYTES, decode_content=False):
                 if len(kept) < keep_bytes:
                     kept.extend(chunk[: keep_bytes - len(kept)])
                 read += len(chunk)
@@ -393,13 +360,31 @@ class HttpTransport:
         return bytes(kept)
 
     def close(self) -> None:
-        self.adapter.close()
+        self.pools.clear()
+
+
+def _discard(response: urllib3.BaseHTTPResponse) -> None:
+    """Done with ``response``: a body read to its end has already given its connection back to
+    the pool; one cut short closes its connection, which goes back as a free slot."""
+    response.close()
+    response.release_conn()
+
+
+# Characters unsafe in a request line (non-ASCII in the path or query) escaped as requests
+# escapes them; the rest of the path was validated by ``resolve_target``. An endpoint's path
+# is the same on every attempt, hence the cache.
+_request_target = functools.lru_cache(maxsize=4096)(requote_uri)
+
+# What urlopen raises for anything the network or the receiver does (it wraps socket and
+# http.client errors in its own, but is not relied on to).
+_NETWORK_FAILURES = (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException)
 
 
 # Checked in order against a failure and everything it wraps; the first match names it.
+# urllib3 counts a connection that could not be made (refused, unreachable) as a connect
+# timeout (NewConnectionError is a ConnectTimeoutError): the reasons behind it go first.
 _FAILURE_KINDS: tuple[tuple[tuple[type[BaseException], ...], AttemptError], ...] = (
-    ((requests.Timeout,), AttemptError.TIMEOUT),
-    ((requests.exceptions.SSLError,), AttemptError.TLS),
+    ((urllib3.exceptions.SSLError, ssl.SSLError, ssl.CertificateError), AttemptError.TLS),
     ((ConnectionRefusedError,), AttemptError.CONNECTION_REFUSED),
     ((socket.timeout, urllib3.exceptions.TimeoutError), AttemptError.TIMEOUT),
     # Before the malformed answers: a closed connection (RemoteDisconnected) is also a
@@ -410,16 +395,13 @@ _FAILURE_KINDS: tuple[tuple[tuple[type[BaseException], ...], AttemptError], ...]
     ),
     # Garbage instead of a status line, a header line over 64 KiB, more than 100 headers.
     ((http.client.HTTPException,), AttemptError.INVALID_RESPONSE),
-    (
-        (urllib3.exceptions.ProtocolError, requests.exceptions.ChunkedEncodingError),
-        AttemptError.CONNECTION_RESET,
-    ),
+    ((urllib3.exceptions.ProtocolError,), AttemptError.CONNECTION_RESET),
     ((socket.gaierror, urllib3.exceptions.NameResolutionError), AttemptError.DNS),
 )
 
 
 def classify_exception(exc: BaseException) -> AttemptError:
-    """The kind of network failure behind a ``requests`` exception."""
+    """The kind of network failure behind an exception of urllib3 (or of what it wraps)."""
     causes = list(_causes(exc))
     for types, kind in _FAILURE_KINDS:
         if any(isinstance(cause, types) for cause in causes):
