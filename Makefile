@@ -140,6 +140,7 @@ synth: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/claim.py
 	$(BIN)/python bench/sender.py
+	$(BIN)/python bench/transport.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/percentiles.py
 	$(BIN)/python bench/e2e.py

@@ -138,6 +138,7 @@ def test_runtime_requirements_leave_out_what_lambda_provides_and_the_cli_alone_u
     assert names == {
         "psycopg2-binary",
         "requests",
+        "urllib3",  # the sender's transport, pinned since it is used directly
         "aws-lambda-powertools",
         "pydantic",
         "cryptography",
