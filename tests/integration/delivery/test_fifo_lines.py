@@ -196,7 +196,10 @@ def test_eight_claimers_and_senders_keep_every_line_in_order_across_retries(
         for message_id in failing:
             receiver.fail_times[message_id] = 2
 
-        _run(database_url, endpoint_id, workers=8, timeout_s=240)
+        # When the lines that never fail are done first, the failing heads' attempts come one
+        # after another and open the endpoint's circuit, as ten failures in a row should: its
+        # cooldown is a second here, so the lines go on through its probes within the test.
+        _run(database_url, endpoint_id, workers=8, timeout_s=240, circuit_cooldown_s=1.0)
 
         assert set(statuses(db, endpoint_id).values()) == {"delivered"}
         delivered_at: dict[int, float] = {}
