@@ -177,42 +177,60 @@ def wal_since(url: str, position: str) -> int:
         return int(cur.fetchone()[0])
 
 
-def runtime_process(url: str, senders: int, stop: Any) -> None:
+def runtime_process(
+    url: str, senders: int, sender_processes: bool, log_path: Path, ready: Any, stop: Any
+) -> None:
     """One dev runtime (claimer, local queue, senders) until ``stop`` is set."""
     from tidings.observability import logger
 
     logger.setLevel("WARNING")
-    # The handlers print their EMF metrics, as on Lambda; keep them off the result.
-    sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    # The handlers print their EMF metrics, as on Lambda (sender processes, on standard error):
+    # keep them and the runtime's warnings off the result, in a log of their own.
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
     runtime = DevRuntime(
         dev_settings(database_url=url),
         RuntimeConfig(
-            data_dir=Path(tempfile.mkdtemp(prefix="tidings-bench-")),
+            data_dir=log_path.parent,
             serve_api=False,
             sender_environments=senders,
+            sender_processes=sender_processes,
             intervals_s={},
             alerts_stream=None,
         ),
     )
     runtime.start()
+    ready.set()
     stop.wait()
     runtime.stop()
 
 
-def run_e2e(url: str, events: int, senders: int, timeout_s: float) -> float:
-    """Rows delivered per second by a dev runtime in its own process, timed from its start to
-    the last row delivered."""
+def run_e2e(
+    url: str, events: int, senders: int, sender_processes: bool, timeout_s: float
+) -> float:
+    """Rows delivered per second by a dev runtime in its own process, timed from the end of
+    its start (every sender environment ready; the claimer has begun) to the last row
+    delivered."""
     context = multiprocessing.get_context("fork")
+    ready = context.Event()
     stop = context.Event()
     db = Database(url)
-    started = time.perf_counter()
-    runtime = context.Process(target=runtime_process, args=(url, senders, stop))
+    log_path = Path(tempfile.mkdtemp(prefix="tidings-bench-")) / "runtime.log"
+    runtime = context.Process(
+        target=runtime_process, args=(url, senders, sender_processes, log_path, ready, stop)
+    )
     runtime.start()
+    if not ready.wait(timeout_s):
+        raise RuntimeError(f"e2e: the runtime did not start; see {log_path}")
+    started = time.perf_counter()
     try:
         deadline = started + timeout_s
         while unfinished(db):
             if time.perf_counter() > deadline:
-                raise RuntimeError(f"e2e: only {delivered(db)} of {events} delivered in time")
+                raise RuntimeError(
+                    f"e2e: only {delivered(db)} of {events} delivered in time; see {log_path}"
+                )
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
     finally:
@@ -284,6 +302,11 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--endpoints", type=int, default=4)
     parser.add_argument("--senders", type=int, default=8, help="sender environments")
+    parser.add_argument(
+        "--sender-threads",
+        action="store_true",
+        help="run the sender environments as threads of the runtime (default: processes)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument(
         "--receiver-latency-ms",
@@ -324,7 +347,9 @@ def main() -> None:
                     url,
                     receiver_pid,
                     args.events,
-                    lambda: run_e2e(url, args.events, args.senders, args.timeout),
+                    lambda: run_e2e(
+                        url, args.events, args.senders, not args.sender_threads, args.timeout
+                    ),
                 )
                 cpu |= e2e_cpu
     finally:
@@ -333,6 +358,7 @@ def main() -> None:
     result: dict[str, Any] = {
         "events": args.events,
         "senders": args.senders,
+        "sender_processes": not args.sender_threads,
         "receiver_latency_ms": args.receiver_latency_ms,
         "cores": os.cpu_count(),
         **cpu,

@@ -2,9 +2,11 @@
 
 One process plays every part AWS plays: EventBridge (the claimer, invoked again and again with a
 short deadline, and the scheduled handlers on their intervals), the SQS event source mapping
-(sender "execution environments" as threads, each with its own database connection, consuming the
-queue in batches), API Gateway (HTTP requests turned into proxy events) and SNS (alerts printed and
-appended to a file). Collaborators reach the handlers only through ``tidings.wiring``.
+(sender "execution environments", each with its own database connection, consuming the queue in
+batches: threads of this process, or with ``sender_processes`` processes of their own, as on
+Lambda; see ``tidings.local.sender_environments``), API Gateway (HTTP requests turned into proxy
+events) and SNS (alerts printed and appended to a file). Collaborators reach the handlers only
+through ``tidings.wiring``.
 """
 
 from __future__ import annotations
@@ -22,30 +24,45 @@ from typing import Any, TextIO
 from tidings import migrations, wiring
 from tidings.aws_clients import sns_client, sqs_client
 from tidings.config import Settings
-from tidings.dal.connection import Database, connect
+from tidings.dal.connection import connect
 from tidings.dal.tokens import any_token
 from tidings.deployment import (
     DELIVERY_LANES,
     FAST_LANE,
     MAX_RECEIVE_COUNT,
     QUEUE_VISIBILITY_TIMEOUT_S,
-    SENDER,
     SLOW_LANE,
     DeliveryLane,
 )
 from tidings.local.api_server import ApiServer
 from tidings.local.embedded import EmbeddedPostgres
-from tidings.local.event_source import consume_once
-from tidings.local.lambda_env import Handler, LambdaContext, load_handler, scheduled_event
+from tidings.local.lambda_env import (
+    Handler,
+    LambdaContext,
+    handler_path,
+    load_handler,
+    scheduled_event,
+)
 from tidings.local.notifier import LocalNotifier
+from tidings.local.processes import SPAWN
 from tidings.local.queue import LocalQueue
+from tidings.local.queue_server import DEAD_LETTER, QueueServer
 from tidings.local.scheduler import DEFAULT_INTERVALS_S, Job, Scheduler
+from tidings.local.sender_environments import (
+    FAILURE_WAIT_S,
+    SENDER_TIMEOUT_S,
+    Counters,
+    EnvironmentSpec,
+    SenderProcess,
+    database_factory,
+    local_keyring,
+    serve_lane,
+)
 from tidings.logic import schema
 from tidings.notify import Notifier, SnsNotifier
 from tidings.observability import logger
 from tidings.queue import DeliveryQueue, SqsQueue
 from tidings.secrets.keyring import Keyring
-from tidings.secrets.master_keys import configured_master_key
 
 # Local delivery targets: loopback and nothing else, on any port (local receivers listen on
 # whatever port they were given; no security group stands between them and the sender).
@@ -59,16 +76,16 @@ QUEUE_NAME = "tidings-delivery"
 SLOW_QUEUE_NAME = "tidings-delivery-slow"
 LOCAL_SLOW_QUEUE_ARN = f"arn:aws:sqs:local:000000000000:{SLOW_QUEUE_NAME}"
 TOPIC_NAME = "tidings-alerts"
-# What the deployed sender may run for; the queue's visibility and redrive are the deployment's.
-SENDER_TIMEOUT_S = float(SENDER.timeout_s)
-_IDLE_WAIT_S = 0.05
 # The simulated environments share one process, and so one interpreter lock, where each Lambda
 # environment has its own. With many sending threads the answers wait for the lock: with ten an
 # environment (eighty in all) bench/e2e.py's 20 ms receiver measured answers of up to a second,
 # which put its endpoints in the slow lane (54 deliveries/s); with four an environment, 518/s
 # and no answer above half a second. Each environment's share of the pool is capped here.
 LOCAL_SENDING_THREADS_PER_ENVIRONMENT = 4
-_FAILURE_WAIT_S = 1.0
+# How often the runtime looks for sender processes that died, to start them again.
+_ENVIRONMENT_CHECK_S = 1.0
+# What a sender process may take to import its handler and connect to its queue.
+_ENVIRONMENT_START_TIMEOUT_S = 120.0
 
 
 def dev_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -103,6 +120,10 @@ class RuntimeConfig:
     functions_dir: Path | None = None
     # On shutdown, senders keep consuming what is already visible in the queue for this long.
     drain_timeout_s: float = 20.0
+    # Sender environments as processes of their own (each with its interpreter and its pool
+    # of sending threads, as on Lambda) instead of threads sharing this process's interpreter
+    # lock; they start more slowly, and send more per second on a machine of several cores.
+    sender_processes: bool = False
 
     def __post_init__(self) -> None:
         if self.sender_environments < 1:
@@ -122,13 +143,6 @@ class RuntimeConfig:
     @property
     def alerts_path(self) -> Path:
         return self.data_dir / "alerts.jsonl"
-
-
-def local_keyring(settings: Settings, data_dir: Path) -> Keyring:
-    """The keyring of signing secrets: the KMS key when configured, else the local key
-    (``TIDINGS_SECRETS_KEY``, else ``<data_dir>/secrets.key``, made on first use)."""
-    master = configured_master_key(settings, data_dir=data_dir)
-    return Keyring(master, data_key_max_age_s=settings.secrets_data_key_max_age_s)
 
 
 def prepare_database(settings: Settings, keyring: Keyring) -> list[str]:
@@ -186,7 +200,9 @@ class DevRuntime:
         self.embedded: EmbeddedPostgres | None = None
         self.queue: DeliveryQueue | None = None
         self.slow_queue: DeliveryQueue | None = None
-        self.dead_letter_queue: LocalQueue | None = None
+        self.dead_letter_queue: DeliveryQueue | None = None
+        # With sender_processes and no real SQS: the process the local queues live in.
+        self.queue_server: QueueServer | None = None
         self.queue_arn = LOCAL_QUEUE_ARN
         self.slow_queue_arn = LOCAL_SLOW_QUEUE_ARN
         self.notifier: Notifier | None = None
@@ -198,10 +214,13 @@ class DevRuntime:
         self._stopping = threading.Event()
         self._draining = threading.Event()
         self._threads: list[threading.Thread] = []
+        # Sender processes (with sender_processes): what each was started with, and the process.
+        self._environments: dict[str, SenderProcess] = {}
+        self._environments_lock = threading.Lock()
+        self._processes_draining = SPAWN.Event()
         self._claimer_context: LambdaContext | None = None
         self._counter_lock = threading.Lock()
-        self.sender_invocations = 0
-        self.sender_failures = 0
+        self._sender_counters = Counters.shared()
         self.claimer_invocations = 0
         self.claimer_failures = 0
 
@@ -219,14 +238,17 @@ class DevRuntime:
         applied = prepare_database(settings, self.keyring)
         if applied:
             logger.info("migrations applied", extra={"migrations": applied})
-        # Every simulated environment here shares the process's pool of sending threads, so the
-        # pool gets each environment's share, as each Lambda environment has a pool of its own
-        # (a slow lane's environment sends one message at a time).
-        per_environment = min(settings.sender_concurrency, LOCAL_SENDING_THREADS_PER_ENVIRONMENT)
-        settings = settings.replace(
-            sender_concurrency=per_environment * config.sender_environments
-            + config.slow_sender_environments * SLOW_LANE.batch_size
-        )
+        # Environments on threads share the process's pool of sending threads, so the pool gets
+        # each environment's share, as each Lambda environment has a pool of its own (a slow
+        # lane's environment sends one message at a time). A process has a pool of its own.
+        if not config.sender_processes:
+            per_environment = min(
+                settings.sender_concurrency, LOCAL_SENDING_THREADS_PER_ENVIRONMENT
+            )
+            settings = settings.replace(
+                sender_concurrency=per_environment * config.sender_environments
+                + config.slow_sender_environments * SLOW_LANE.batch_size
+            )
         self.settings = settings
         handlers = {
             name: load_handler(name, config.functions_dir)
@@ -255,43 +277,112 @@ class DevRuntime:
                 for name, interval in config.intervals_s.items()
             ]
         )
-        lanes = (
-            (FAST_LANE, config.sender_environments, self.queue, self.queue_arn),
-            (SLOW_LANE, config.slow_sender_environments, self.slow_queue, self.slow_queue_arn),
-        )
-        environment = 0
-        for lane, environments, queue, arn in lanes:
-            assert queue is not None
-            for index in range(environments):
-                sender = load_handler("sender", config.functions_dir, environment=environment)
-                environment += 1
-                name = "sender" if lane is FAST_LANE else f"{lane.name}-sender"
-                self._spawn(
-                    f"{name}-{index + 1}",
-                    partial(self._sender_loop, lane=lane, queue=queue, queue_arn=arn),
-                    sender,
-                )
+        if config.sender_processes:
+            self._start_sender_processes(settings)
+        else:
+            self._start_sender_threads()
         self._spawn("claimer", self._claimer_loop, handlers["claimer"])
         self.scheduler.start()
         if self.api is not None:
             self.api.start()
 
+    def _lanes(self) -> list[tuple[DeliveryLane, int, DeliveryQueue, str]]:
+        """Each lane, its number of environments, its queue and the queue's ARN."""
+        assert self.queue is not None and self.slow_queue is not None
+        return [
+            (FAST_LANE, self.config.sender_environments, self.queue, self.queue_arn),
+            (SLOW_LANE, self.config.slow_sender_environments, self.slow_queue, self.slow_queue_arn),
+        ]
+
+    def _environment_names(self) -> list[tuple[DeliveryLane, str, int]]:
+        """Each sender environment's lane, name and number (which gives its handler module)."""
+        named = []
+        environment = 0
+        for lane, environments, _, _ in self._lanes():
+            prefix = "sender" if lane is FAST_LANE else f"{lane.name}-sender"
+            for index in range(environments):
+                named.append((lane, f"{prefix}-{index + 1}", environment))
+                environment += 1
+        return named
+
+    def _start_sender_threads(self) -> None:
+        queues = {lane.name: (queue, arn) for lane, _, queue, arn in self._lanes()}
+        for lane, name, environment in self._environment_names():
+            queue, arn = queues[lane.name]
+            sender = load_handler("sender", self.config.functions_dir, environment=environment)
+            self._spawn(
+                name, partial(self._sender_loop, lane=lane, queue=queue, queue_arn=arn), sender
+            )
+
+    def _start_sender_processes(self, settings: Settings) -> None:
+        # Found here, so that a missing handler stops the start with its message, as it does
+        # when the environments are threads.
+        handler_path("sender", self.config.functions_dir)
+        arns = {lane.name: arn for lane, _, _, arn in self._lanes()}
+        sqs_urls = None
+        if isinstance(self.queue, SqsQueue) and isinstance(self.slow_queue, SqsQueue):
+            sqs_urls = (self.queue.queue_url, self.slow_queue.queue_url)
+        for lane, name, environment in self._environment_names():
+            spec = EnvironmentSpec(
+                name=name,
+                lane=lane,
+                environment=environment,
+                queue_arn=arns[lane.name],
+                settings=settings,
+                data_dir=self.config.data_dir,
+                functions_dir=self.config.functions_dir,
+                drain_timeout_s=self.config.drain_timeout_s,
+                log_level=logger.log_level,
+                queues=self.queue_server.address if self.queue_server is not None else None,
+                sqs_urls=sqs_urls,
+            )
+            self._environments[name] = self._start_process(spec)
+        for environment_process in self._environments.values():
+            environment_process.wait_ready(_ENVIRONMENT_START_TIMEOUT_S)
+        watch = threading.Thread(
+            target=self._keep_environments, name="sender-processes-watch", daemon=True
+        )
+        watch.start()
+        self._threads.append(watch)
+
+    def _start_process(self, spec: EnvironmentSpec) -> SenderProcess:
+        return SenderProcess(spec, self._processes_draining, self._sender_counters).start()
+
+    def _keep_environments(self) -> None:
+        """Start again an environment process that ended before the runtime stopped, as Lambda
+        starts a new execution environment for one that crashed."""
+        while not self._stopping.wait(_ENVIRONMENT_CHECK_S):
+            with self._environments_lock:
+                for name, environment_process in list(self._environments.items()):
+                    if environment_process.is_alive() or self._stopping.is_set():
+                        continue
+                    logger.error(
+                        "a sender process ended; starting it again",
+                        extra={"environment": name, "exit_code": environment_process.exit_code},
+                    )
+                    self._environments[name] = self._start_process(environment_process.spec)
+
     def _wire(self, settings: Settings) -> None:
-        dsn = settings.database_url
         if settings.aws_endpoint_url:
             queue, self.queue_arn, notifier = aws_collaborators(settings)
             slow_queue, self.slow_queue_arn = aws_slow_queue(settings)
             self.queue, self.slow_queue, self.notifier = queue, slow_queue, notifier
         else:
-            self.dead_letter_queue = LocalQueue(visibility_timeout_s=30)
-            self.queue, self.slow_queue = (
-                LocalQueue(
-                    visibility_timeout_s=QUEUE_VISIBILITY_TIMEOUT_S,
-                    max_receive_count=MAX_RECEIVE_COUNT,
-                    dead_letter=self.dead_letter_queue,
+            if self.config.sender_processes:
+                self.queue_server = QueueServer().start()
+                served = self.queue_server.connect()
+                self.queue, self.slow_queue = served[FAST_LANE.name], served[SLOW_LANE.name]
+                self.dead_letter_queue = served[DEAD_LETTER]
+            else:
+                self.dead_letter_queue = LocalQueue(visibility_timeout_s=30)
+                self.queue, self.slow_queue = (
+                    LocalQueue(
+                        visibility_timeout_s=QUEUE_VISIBILITY_TIMEOUT_S,
+                        max_receive_count=MAX_RECEIVE_COUNT,
+                        dead_letter=self.dead_letter_queue,
+                    )
+                    for _ in DELIVERY_LANES
                 )
-                for _ in DELIVERY_LANES
-            )
             stream = self.config.alerts_stream
             self.notifier = LocalNotifier(
                 self.config.alerts_path, stream if stream is not None else _discard()
@@ -302,9 +393,7 @@ class DevRuntime:
             slow_queue=self.slow_queue,
             notifier=self.notifier,
             keyring=self.keyring,
-            database_factory=(lambda: Database(dsn))
-            if dsn
-            else (lambda: Database.from_settings(settings)),
+            database_factory=database_factory(settings),
         )
 
     def stop(self) -> None:
@@ -326,15 +415,43 @@ class DevRuntime:
         if self.scheduler is not None:
             self.scheduler.stop()
         self._draining.set()
+        self._processes_draining.set()
         for thread in self._threads:
             thread.join(self.config.drain_timeout_s + SENDER_TIMEOUT_S)
+        self._stop_sender_processes()
+        if self.queue_server is not None:
+            self.queue_server.stop()
         wiring.reset()
         if self.embedded is not None:
             self.embedded.stop()
 
+    def _stop_sender_processes(self) -> None:
+        """Wait for the draining environment processes; end those that outlive the drain."""
+        with self._environments_lock:
+            processes = list(self._environments.values())
+        deadline = time.monotonic() + self.config.drain_timeout_s + SENDER_TIMEOUT_S
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in processes:
+            if process.is_alive():
+                logger.warning(
+                    "a sender process did not finish draining; ending it",
+                    extra={"environment": process.spec.name},
+                )
+                process.kill()
+
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
+
+    @property
+    def sender_invocations(self) -> int:
+        """Sender invocations that ran, in every environment (threads or processes)."""
+        return int(self._sender_counters.invocations.value)
+
+    @property
+    def sender_failures(self) -> int:
+        return int(self._sender_counters.failures.value)
 
     def _spawn(self, name: str, target: Any, handler: Handler) -> None:
         thread = threading.Thread(target=target, args=(handler,), name=name, daemon=True)
@@ -361,50 +478,24 @@ class DevRuntime:
                     self._count("claimer_failures")
                     logger.exception("claimer invocation failed")
                     wiring.reset_database()
-                    self._stopping.wait(_FAILURE_WAIT_S)
+                    self._stopping.wait(FAILURE_WAIT_S)
         finally:
             wiring.reset_database()
 
     def _sender_loop(
         self, handler: Handler, *, lane: DeliveryLane, queue: DeliveryQueue, queue_arn: str
     ) -> None:
-        """One sender execution environment fed by its lane's event source mapping."""
-        drain_deadline: float | None = None
-        try:
-            while True:
-                if self._draining.is_set():
-                    now = time.monotonic()
-                    drain_deadline = drain_deadline or now + self.config.drain_timeout_s
-                    if now >= drain_deadline:
-                        break
-                context = LambdaContext("tidings-sender", SENDER_TIMEOUT_S)
-                try:
-                    result = consume_once(
-                        queue,
-                        handler,
-                        queue_arn=queue_arn,
-                        context=context,
-                        max_messages=lane.batch_size,
-                    )
-                except Exception as exc:
-                    self._count("sender_failures")
-                    logger.warning(
-                        "sender invocation failed; the batch returns to the queue",
-                        extra={"error": f"{type(exc).__name__}: {exc}"},
-                    )
-                    wiring.reset_database()
-                    if self._draining.is_set():
-                        break
-                    self._stopping.wait(_FAILURE_WAIT_S)
-                    continue
-                if result.received:
-                    self._count("sender_invocations")
-                    continue
-                if self._draining.is_set():
-                    break
-                self._stopping.wait(_IDLE_WAIT_S)
-        finally:
-            wiring.reset_database()
+        """One sender execution environment on a thread of this process."""
+        serve_lane(
+            handler,
+            lane=lane,
+            queue=queue,
+            queue_arn=queue_arn,
+            stopping=self._stopping,
+            draining=self._draining,
+            drain_timeout_s=self.config.drain_timeout_s,
+            counters=self._sender_counters,
+        )
 
     def _count(self, name: str) -> None:
         with self._counter_lock:

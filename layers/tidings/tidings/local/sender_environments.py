@@ -1,0 +1,251 @@
+"""Sender execution environments of the local runtime: the loop each runs, on a thread or in a
+process of its own.
+
+An environment is what Lambda's SQS event source mapping feeds: it receives a batch from its
+lane's queue, invokes the sender's handler with it as an SQS event and deletes what the handler
+did not report failed (``consume_once``), again and again; on shutdown it goes on while the queue
+has visible messages, for up to the drain timeout.
+
+As threads, the environments share the runtime's interpreter lock, which on a machine of several
+cores caps all of them together at about one core. As processes (``tidings dev
+--sender-processes``) each has its interpreter, its connections and its thread pool, as each
+Lambda environment has, and they reach the runtime's queues through ``tidings.local.queue_server``.
+A process environment ends with the runtime, even when the runtime is killed.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from tidings import wiring
+from tidings.aws_clients import sqs_client
+from tidings.config import Settings
+from tidings.dal.connection import Database
+from tidings.deployment import SENDER, DeliveryLane
+from tidings.local.event_source import consume_once
+from tidings.local.lambda_env import Handler, LambdaContext, load_handler
+from tidings.local.processes import SPAWN, end_with_parent
+from tidings.local.queue_server import QueueAddress, connect_queues
+from tidings.observability import logger
+from tidings.queue import DeliveryQueue, SqsQueue
+from tidings.secrets.keyring import Keyring
+from tidings.secrets.master_keys import configured_master_key
+
+# What the deployed sender may run for; the queue's visibility and redrive are the deployment's.
+SENDER_TIMEOUT_S = float(SENDER.timeout_s)
+# An environment that found its queue empty asks again after this long.
+IDLE_WAIT_S = 0.05
+# After an invocation failed (the database unreachable, say), the environment waits this long.
+FAILURE_WAIT_S = 1.0
+
+
+class Flag(Protocol):
+    """What the loop needs of an event (``threading.Event`` or a process-shared one)."""
+
+    def is_set(self) -> bool: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """Invocations that ran and that failed, over every environment (threads and processes)."""
+
+    invocations: Any = None
+    failures: Any = None
+
+    @classmethod
+    def shared(cls) -> Counters:
+        return cls(SPAWN.Value("q", 0), SPAWN.Value("q", 0))
+
+    def count(self, which: Any) -> None:
+        with which.get_lock():
+            which.value += 1
+
+
+def serve_lane(
+    handler: Handler,
+    *,
+    lane: DeliveryLane,
+    queue: DeliveryQueue,
+    queue_arn: str,
+    stopping: Flag,
+    draining: Flag,
+    drain_timeout_s: float,
+    counters: Counters,
+) -> None:
+    """One sender execution environment fed by its lane's event source mapping, until the
+    runtime drains and the queue has nothing visible (or the drain timeout passes)."""
+    drain_deadline: float | None = None
+    try:
+        while True:
+            if draining.is_set():
+                now = time.monotonic()
+                drain_deadline = drain_deadline or now + drain_timeout_s
+                if now >= drain_deadline:
+                    break
+            context = LambdaContext("tidings-sender", SENDER_TIMEOUT_S)
+            try:
+                result = consume_once(
+                    queue,
+                    handler,
+                    queue_arn=queue_arn,
+                    context=context,
+                    max_messages=lane.batch_size,
+                )
+            except Exception as exc:
+                counters.count(counters.failures)
+                logger.warning(
+                    "sender invocation failed; the batch returns to the queue",
+                    extra={"error": f"{type(exc).__name__}: {exc}"},
+                )
+                wiring.reset_database()
+                if draining.is_set():
+                    break
+                stopping.wait(FAILURE_WAIT_S)
+                continue
+            if result.received:
+                counters.count(counters.invocations)
+                continue
+            if draining.is_set():
+                break
+            stopping.wait(IDLE_WAIT_S)
+    finally:
+        wiring.reset_database()
+
+
+def database_factory(settings: Settings) -> Callable[[], Database]:
+    """A new connection per environment: to ``database_url`` when set, else as the settings
+    say (a Secrets Manager secret)."""
+    dsn = settings.database_url
+    if dsn:
+        return lambda: Database(dsn)
+    return lambda: Database.from_settings(settings)
+
+
+def local_keyring(settings: Settings, data_dir: Path) -> Keyring:
+    """The keyring of signing secrets: the KMS key when configured, else the local key
+    (``TIDINGS_SECRETS_KEY``, else ``<data_dir>/secrets.key``, made on first use)."""
+    master = configured_master_key(settings, data_dir=data_dir)
+    return Keyring(master, data_key_max_age_s=settings.secrets_data_key_max_age_s)
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentSpec:
+    """What a process environment is started with (picklable: it crosses to the new process).
+
+    ``queues`` is the queue server's address when the queues are local; with real SQS the
+    environment uses ``sqs_urls`` (fast lane's, slow lane's) at ``settings.aws_endpoint_url``.
+    """
+
+    name: str
+    lane: DeliveryLane
+    environment: int
+    queue_arn: str
+    settings: Settings
+    data_dir: Path
+    functions_dir: Path | None
+    drain_timeout_s: float
+    log_level: int
+    queues: QueueAddress | None = None
+    sqs_urls: tuple[str, str] | None = None
+
+
+class EnvironmentNotReady(RuntimeError):
+    """A sender process ended, or took too long, before it could take batches."""
+
+
+class SenderProcess:
+    """One environment in a process of its own (spawned: nothing of the runtime's threads or
+    connections is copied into it), started by ``start``."""
+
+    def __init__(self, spec: EnvironmentSpec, draining: Any, counters: Counters) -> None:
+        self.spec = spec
+        self._ready = SPAWN.Event()
+        self._process = SPAWN.Process(
+            target=run_process,
+            args=(spec, draining, counters, self._ready),
+            name=spec.name,
+            daemon=True,
+        )
+
+    def start(self) -> SenderProcess:
+        self._process.start()
+        return self
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Return once the environment has its handler loaded and its queue connected."""
+        deadline = time.monotonic() + timeout_s
+        while not self._ready.wait(0.1):
+            if not self._process.is_alive():
+                raise EnvironmentNotReady(
+                    f"sender process {self.spec.name} ended as it started "
+                    f"(exit code {self._process.exitcode}); its error is in the log above"
+                )
+            if time.monotonic() > deadline:
+                raise EnvironmentNotReady(
+                    f"sender process {self.spec.name} was not ready within {timeout_s:.0f} s"
+                )
+
+    def is_alive(self) -> bool:
+        return self._process.is_alive()
+
+    @property
+    def exit_code(self) -> int | None:
+        code: int | None = self._process.exitcode
+        return code
+
+    def join(self, timeout_s: float | None = None) -> None:
+        self._process.join(timeout_s)
+
+    def kill(self) -> None:
+        self._process.kill()
+        self._process.join()
+
+
+def run_process(spec: EnvironmentSpec, draining: Any, counters: Counters, ready: Any) -> None:
+    """The new process's whole life: wire the collaborators, load the handler, serve the lane."""
+    end_with_parent()
+    # Ctrl-C reaches every process of the terminal's group; the runtime alone decides when an
+    # environment stops, after draining.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # What the handlers print (their EMF metrics) joins their logs, as under ``tidings dev``.
+    sys.stdout = sys.stderr
+    logger.setLevel(spec.log_level)
+    settings = spec.settings
+    collaborators: dict[str, Any] = {
+        "settings": settings,
+        "keyring": local_keyring(settings, spec.data_dir),
+        "database_factory": database_factory(settings),
+    }
+    if spec.queues is not None:
+        served = connect_queues(spec.queues)
+        collaborators.update(queue=served["fast"], slow_queue=served["slow"])
+    elif spec.sqs_urls is not None:
+        client = sqs_client(settings.aws_endpoint_url)
+        fast_url, slow_url = spec.sqs_urls
+        collaborators.update(
+            queue=SqsQueue(fast_url, client=client), slow_queue=SqsQueue(slow_url, client=client)
+        )
+    wiring.override(**collaborators)
+    threading.current_thread().name = spec.name
+    handler = load_handler("sender", spec.functions_dir, environment=spec.environment)
+    queue = wiring.delivery_queue() if spec.lane.name == "fast" else wiring.slow_delivery_queue()
+    assert queue is not None
+    ready.set()
+    serve_lane(
+        handler,
+        lane=spec.lane,
+        queue=queue,
+        queue_arn=spec.queue_arn,
+        stopping=draining,
+        draining=draining,
+        drain_timeout_s=spec.drain_timeout_s,
+        counters=counters,
+    )
