@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 _RECORD = """
-import json, pathlib, threading
+import json, os, pathlib, threading
 _LOG = pathlib.Path(__file__).resolve().parent.parent / "calls.jsonl"
 _LOCK = threading.Lock()
 
@@ -49,7 +49,7 @@ def handler(event, context):
     failures = []
     for r in event["Records"]:
         record(function="sender", body=r["body"], source=r["eventSourceARN"],
-               function_name=context.function_name)
+               function_name=context.function_name, pid=os.getpid())
         if r["body"].startswith("fail"):
             failures.append({"itemIdentifier": r["messageId"]})
     return {"batchItemFailures": failures}

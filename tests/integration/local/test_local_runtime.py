@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 
 from tests.support.fake_functions import write_fake_functions
 from tidings import wiring
 from tidings.config import Settings
 from tidings.local.runtime import LOOPBACK_NETWORKS, DevRuntime, RuntimeConfig, dev_settings
+from tidings.local.sender_environments import EnvironmentNotReady
 from tidings.queue import OutgoingMessage
 
 
@@ -81,6 +85,75 @@ def test_failed_records_return_to_the_queue(tmp_path: Path, database_url: str) -
         folder = tmp_path / "functions"
         _wait_for(lambda: any(c["body"] == "fail-once" for c in _calls(folder) if "body" in c))
         assert runtime.queue.approximate_depth() >= 1
+    finally:
+        runtime.stop()
+
+
+def _sender_pids(folder: Path) -> set[int]:
+    return {c["pid"] for c in _calls(folder) if c["function"] == "sender"}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_sender_processes_take_the_claimers_messages_through_the_served_queue(
+    tmp_path: Path, database_url: str
+) -> None:
+    runtime = _runtime(tmp_path, database_url, sender_processes=True)
+    runtime.start()
+    folder = tmp_path / "functions"
+    try:
+        _wait_for(lambda: sum(c["function"] == "sender" for c in _calls(folder)) >= 3)
+        claimed = {c["body"] for c in _calls(folder) if c["function"] == "claimer"}
+        sent = [c for c in _calls(folder) if c["function"] == "sender"]
+        assert {c["body"] for c in sent} <= claimed
+        assert {c["source"] for c in sent} == {runtime.queue_arn}
+        # Each environment is a process of its own, not a thread of the runtime's.
+        pids = _sender_pids(folder)
+        assert os.getpid() not in pids
+        # The queue the runtime's claimer and tests see is the one the processes read.
+        assert runtime.queue is not None
+        runtime.queue.send_batch([OutgoingMessage(id="f", body="fail-once")])
+        _wait_for(lambda: any(c["body"] == "fail-once" for c in _calls(folder) if "body" in c))
+        # Reported failed by the handler, the record is not deleted: it waits to come back.
+        assert runtime.queue.approximate_depth() >= 1
+    finally:
+        runtime.stop()
+    assert runtime.sender_invocations >= 3
+    assert runtime.sender_failures == 0
+    # Stopped, the runtime has ended every process it started: none is left behind.
+    assert not any(_alive(pid) for pid in _sender_pids(folder))
+
+
+def test_a_sender_process_that_dies_is_started_again(tmp_path: Path, database_url: str) -> None:
+    runtime = _runtime(tmp_path, database_url, sender_processes=True, sender_environments=1)
+    runtime.start()
+    folder = tmp_path / "functions"
+    try:
+        _wait_for(lambda: len(_sender_pids(folder)) >= 1)
+        [first] = _sender_pids(folder)
+        os.kill(first, signal.SIGKILL)
+        # The one fast-lane environment is gone; the claimer's next messages still arrive.
+        _wait_for(lambda: len(_sender_pids(folder)) >= 2)
+        assert not _alive(first)
+    finally:
+        runtime.stop()
+
+
+def test_a_sender_process_that_cannot_start_stops_the_start(
+    tmp_path: Path, database_url: str
+) -> None:
+    runtime = _runtime(tmp_path, database_url, sender_processes=True)
+    sender = tmp_path / "functions" / "sender" / "app.py"
+    sender.write_text("raise RuntimeError('the sender cannot load')\n")
+    try:
+        with pytest.raises(EnvironmentNotReady, match=r"sender process sender-1 ended"):
+            runtime.start()
     finally:
         runtime.stop()
 

@@ -1,4 +1,5 @@
-"""One contract, two queues: LocalQueue (test clock) and SqsQueue on moto (real time)."""
+"""One contract, three queues: LocalQueue (test clock), the same served to other processes by the
+queue server (real time), and SqsQueue on moto (real time)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from moto.server import ThreadedMotoServer
 
 from tidings.local.event_source import ConsumeResult, consume_once, to_sqs_event
 from tidings.local.queue import LocalQueue
+from tidings.local.queue_server import DEAD_LETTER, QueueServer
 from tidings.queue import DeliveryQueue, OutgoingMessage, QueueError, ReceivedMessage, SqsQueue
 
 MAX_RECEIVE_COUNT = 2
@@ -85,10 +87,24 @@ def _create_sqs_pair(client: Any) -> tuple[str, str, str]:
     return queue_url, dlq_url, dlq_arn
 
 
-@pytest.fixture(params=["local", "sqs"])
+@pytest.fixture(params=["local", "served", "sqs"])
 def harness(request: pytest.FixtureRequest, aws_env: None) -> Iterator[Harness]:
     if request.param == "local":
         yield _local_harness()
+        return
+    if request.param == "served":
+        server = QueueServer(visibility_timeout_s=1, max_receive_count=MAX_RECEIVE_COUNT).start()
+        try:
+            served = server.connect()
+            yield Harness(
+                served["fast"],
+                served[DEAD_LETTER],
+                LOCAL_ARN,
+                1,
+                lambda seconds: time.sleep(seconds + 0.05),
+            )
+        finally:
+            server.stop()
         return
     with mock_aws():
         client = boto3.client("sqs")

@@ -80,15 +80,15 @@ for _name in QUEUE_NAMES:
     _QueueManager.register(_name, callable=partial(_queue_named, _name), proxytype=ServedQueue)
 
 
-def _build_queues() -> None:
-    """In the server's process, before it serves: the lanes' queues, with the deployment's
-    visibility and redrive to the shared dead-letter queue, as the in-process ones have."""
+def _build_queues(visibility_timeout_s: float, max_receive_count: int) -> None:
+    """In the server's process, before it serves: the lanes' queues, with redrive to the shared
+    dead-letter queue."""
     dead_letter = LocalQueue(visibility_timeout_s=DEAD_LETTER_VISIBILITY_TIMEOUT_S)
     _served[DEAD_LETTER] = dead_letter
     for lane in DELIVERY_LANES:
         _served[lane.name] = LocalQueue(
-            visibility_timeout_s=QUEUE_VISIBILITY_TIMEOUT_S,
-            max_receive_count=MAX_RECEIVE_COUNT,
+            visibility_timeout_s=visibility_timeout_s,
+            max_receive_count=max_receive_count,
             dead_letter=dead_letter,
         )
     end_with_parent()
@@ -117,13 +117,22 @@ def connect_queues(where: QueueAddress) -> dict[str, ServedQueue]:
 class QueueServer:
     """A process holding the runtime's local queues; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        visibility_timeout_s: float = QUEUE_VISIBILITY_TIMEOUT_S,
+        max_receive_count: int = MAX_RECEIVE_COUNT,
+    ) -> None:
+        """Queues with the deployment's visibility and redrive unless told otherwise."""
+        # Checked here, where a mistake can be reported, not in the server's process.
+        LocalQueue(visibility_timeout_s=visibility_timeout_s, max_receive_count=max_receive_count)
+        self._queue_options = (visibility_timeout_s, max_receive_count)
         self._authkey = secrets.token_bytes(32)
         self._manager = _QueueManager(authkey=self._authkey, ctx=SPAWN)
         self._started = False
 
     def start(self) -> QueueServer:
-        self._manager.start(initializer=_build_queues)
+        self._manager.start(initializer=_build_queues, initargs=self._queue_options)
         self._started = True
         return self
 

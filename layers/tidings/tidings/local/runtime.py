@@ -44,7 +44,6 @@ from tidings.local.lambda_env import (
     scheduled_event,
 )
 from tidings.local.notifier import LocalNotifier
-from tidings.local.processes import SPAWN
 from tidings.local.queue import LocalQueue
 from tidings.local.queue_server import DEAD_LETTER, QueueServer
 from tidings.local.scheduler import DEFAULT_INTERVALS_S, Job, Scheduler
@@ -54,6 +53,7 @@ from tidings.local.sender_environments import (
     Counters,
     EnvironmentSpec,
     SenderProcess,
+    SharedFlag,
     database_factory,
     local_keyring,
     serve_lane,
@@ -217,10 +217,12 @@ class DevRuntime:
         # Sender processes (with sender_processes): what each was started with, and the process.
         self._environments: dict[str, SenderProcess] = {}
         self._environments_lock = threading.Lock()
-        self._processes_draining = SPAWN.Event()
+        self._processes_draining = SharedFlag()
         self._claimer_context: LambdaContext | None = None
         self._counter_lock = threading.Lock()
-        self._sender_counters = Counters.shared()
+        self._sender_counters = Counters(
+            self.config.sender_environments + self.config.slow_sender_environments
+        )
         self.claimer_invocations = 0
         self.claimer_failures = 0
 
@@ -310,9 +312,10 @@ class DevRuntime:
         for lane, name, environment in self._environment_names():
             queue, arn = queues[lane.name]
             sender = load_handler("sender", self.config.functions_dir, environment=environment)
-            self._spawn(
-                name, partial(self._sender_loop, lane=lane, queue=queue, queue_arn=arn), sender
+            loop = partial(
+                self._sender_loop, lane=lane, queue=queue, queue_arn=arn, environment=environment
             )
+            self._spawn(name, loop, sender)
 
     def _start_sender_processes(self, settings: Settings) -> None:
         # Found here, so that a missing handler stops the start with its message, as it does
@@ -447,11 +450,11 @@ class DevRuntime:
     @property
     def sender_invocations(self) -> int:
         """Sender invocations that ran, in every environment (threads or processes)."""
-        return int(self._sender_counters.invocations.value)
+        return self._sender_counters.invocations
 
     @property
     def sender_failures(self) -> int:
-        return int(self._sender_counters.failures.value)
+        return self._sender_counters.failures
 
     def _spawn(self, name: str, target: Any, handler: Handler) -> None:
         thread = threading.Thread(target=target, args=(handler,), name=name, daemon=True)
@@ -483,7 +486,13 @@ class DevRuntime:
             wiring.reset_database()
 
     def _sender_loop(
-        self, handler: Handler, *, lane: DeliveryLane, queue: DeliveryQueue, queue_arn: str
+        self,
+        handler: Handler,
+        *,
+        lane: DeliveryLane,
+        queue: DeliveryQueue,
+        queue_arn: str,
+        environment: int,
     ) -> None:
         """One sender execution environment on a thread of this process."""
         serve_lane(
@@ -495,6 +504,7 @@ class DevRuntime:
             draining=self._draining,
             drain_timeout_s=self.config.drain_timeout_s,
             counters=self._sender_counters,
+            environment=environment,
         )
 
     def _count(self, name: str) -> None:

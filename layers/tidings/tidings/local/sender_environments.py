@@ -53,20 +53,57 @@ class Flag(Protocol):
     def wait(self, timeout: float | None = None) -> bool: ...
 
 
-@dataclass(frozen=True, slots=True)
+# How often a process-shared flag is looked at while waiting for it.
+_FLAG_POLL_S = 0.01
+
+
+class SharedFlag:
+    """A flag one process sets and others, started after it was made, read (``Flag``).
+
+    Polled rather than waited on: a process killed while waiting on a ``multiprocessing.Event``
+    leaves it unable ever to be set again (its condition waits for the dead sleeper to wake).
+    """
+
+    def __init__(self) -> None:
+        self._value = SPAWN.RawValue("b", 0)
+
+    def set(self) -> None:
+        self._value.value = 1
+
+    def is_set(self) -> bool:
+        return bool(self._value.value)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            left = _FLAG_POLL_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(_FLAG_POLL_S, left))
+        return True
+
+
 class Counters:
-    """Invocations that ran and that failed, over every environment (threads and processes)."""
+    """Invocations that ran and that failed, per environment, in memory that every environment
+    process shares. Each environment writes its own two slots only, so no lock is taken: a lock
+    held by a process that is killed would stop every other."""
 
-    invocations: Any = None
-    failures: Any = None
+    def __init__(self, environments: int) -> None:
+        self._slots = SPAWN.RawArray("q", 2 * environments)
 
-    @classmethod
-    def shared(cls) -> Counters:
-        return cls(SPAWN.Value("q", 0), SPAWN.Value("q", 0))
+    def ran(self, environment: int) -> None:
+        self._slots[2 * environment] += 1
 
-    def count(self, which: Any) -> None:
-        with which.get_lock():
-            which.value += 1
+    def failed(self, environment: int) -> None:
+        self._slots[2 * environment + 1] += 1
+
+    @property
+    def invocations(self) -> int:
+        return sum(self._slots[0::2])
+
+    @property
+    def failures(self) -> int:
+        return sum(self._slots[1::2])
 
 
 def serve_lane(
@@ -79,6 +116,7 @@ def serve_lane(
     draining: Flag,
     drain_timeout_s: float,
     counters: Counters,
+    environment: int,
 ) -> None:
     """One sender execution environment fed by its lane's event source mapping, until the
     runtime drains and the queue has nothing visible (or the drain timeout passes)."""
@@ -100,7 +138,7 @@ def serve_lane(
                     max_messages=lane.batch_size,
                 )
             except Exception as exc:
-                counters.count(counters.failures)
+                counters.failed(environment)
                 logger.warning(
                     "sender invocation failed; the batch returns to the queue",
                     extra={"error": f"{type(exc).__name__}: {exc}"},
@@ -111,7 +149,7 @@ def serve_lane(
                 stopping.wait(FAILURE_WAIT_S)
                 continue
             if result.received:
-                counters.count(counters.invocations)
+                counters.ran(environment)
                 continue
             if draining.is_set():
                 break
@@ -165,9 +203,9 @@ class SenderProcess:
     """One environment in a process of its own (spawned: nothing of the runtime's threads or
     connections is copied into it), started by ``start``."""
 
-    def __init__(self, spec: EnvironmentSpec, draining: Any, counters: Counters) -> None:
+    def __init__(self, spec: EnvironmentSpec, draining: SharedFlag, counters: Counters) -> None:
         self.spec = spec
-        self._ready = SPAWN.Event()
+        self._ready = SharedFlag()
         self._process = SPAWN.Process(
             target=run_process,
             args=(spec, draining, counters, self._ready),
@@ -209,7 +247,9 @@ class SenderProcess:
         self._process.join()
 
 
-def run_process(spec: EnvironmentSpec, draining: Any, counters: Counters, ready: Any) -> None:
+def run_process(
+    spec: EnvironmentSpec, draining: SharedFlag, counters: Counters, ready: SharedFlag
+) -> None:
     """The new process's whole life: wire the collaborators, load the handler, serve the lane."""
     end_with_parent()
     # Ctrl-C reaches every process of the terminal's group; the runtime alone decides when an
@@ -248,4 +288,5 @@ def run_process(spec: EnvironmentSpec, draining: Any, counters: Counters, ready:
         draining=draining,
         drain_timeout_s=spec.drain_timeout_s,
         counters=counters,
+        environment=spec.environment,
     )
