@@ -1,8 +1,10 @@
 """The dev runtime end to end against a naive delivery loop, on the same receiver, in one run.
 
 E2E: ``--events`` messages (over ``--endpoints`` endpoints) delivered by the dev runtime (the
-Lambda handlers: claimer, local queue, ``--senders`` sender environments), timed from start to
-the last ``delivered``. Baseline, on a fresh copy of the same rows: three worker processes, each
+Lambda handlers: claimer, local queue, ``--senders`` sender environments, each a process of its
+own as on Lambda, or with ``--sender-threads`` threads of the runtime's), timed from the end of
+its start (every environment ready) to the last ``delivered``; CPU is counted from before its
+start. Baseline, on a fresh copy of the same rows: three worker processes, each
 selecting 50 due rows (``FOR UPDATE SKIP LOCKED``), posting them one by one and marking each row
 delivered in the same transaction. Both post to one local receiver (its own process) that answers
 200 at once.
