@@ -27,7 +27,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import sys
 import tempfile
 import time
 from contextlib import closing
@@ -179,25 +178,34 @@ def wal_since(url: str, position: str) -> int:
         return int(cur.fetchone()[0])
 
 
-def runtime_process(
-    url: str, senders: int, sender_processes: bool, log_path: Path, ready: Any, stop: Any
-) -> None:
-    """One dev runtime (claimer, local queue, senders) until ``stop`` is set."""
+@dataclass(frozen=True)
+class RuntimeRun:
+    """How the benchmark runs the dev runtime."""
+
+    url: str
+    senders: int
+    sender_processes: bool
+    log_path: Path
+
+
+def runtime_process(run: RuntimeRun, ready: Any, stop: Any) -> None:
+    """One dev runtime (claimer, local queue, senders) until ``stop`` is set; ``ready`` is set
+    once it has started."""
     from tidings.observability import logger
 
     logger.setLevel("WARNING")
     # The handlers print their EMF metrics, as on Lambda (sender processes, on standard error):
     # keep them and the runtime's warnings off the result, in a log of their own.
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    log = os.open(run.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)
     os.dup2(log, 2)
     runtime = DevRuntime(
-        dev_settings(database_url=url),
+        dev_settings(database_url=run.url),
         RuntimeConfig(
-            data_dir=log_path.parent,
+            data_dir=run.log_path.parent,
             serve_api=False,
-            sender_environments=senders,
-            sender_processes=sender_processes,
+            sender_environments=run.senders,
+            sender_processes=run.sender_processes,
             intervals_s={},
             alerts_stream=None,
         ),
@@ -208,9 +216,7 @@ def runtime_process(
     runtime.stop()
 
 
-def run_e2e(
-    url: str, events: int, senders: int, sender_processes: bool, timeout_s: float
-) -> float:
+def run_e2e(url: str, events: int, senders: int, sender_processes: bool, timeout_s: float) -> float:
     """Rows delivered per second by a dev runtime in its own process, timed from the end of
     its start (every sender environment ready; the claimer has begun) to the last row
     delivered."""
@@ -219,9 +225,8 @@ def run_e2e(
     stop = context.Event()
     db = Database(url)
     log_path = Path(tempfile.mkdtemp(prefix="tidings-bench-")) / "runtime.log"
-    runtime = context.Process(
-        target=runtime_process, args=(url, senders, sender_processes, log_path, ready, stop)
-    )
+    run = RuntimeRun(url, senders, sender_processes, log_path)
+    runtime = context.Process(target=runtime_process, args=(run, ready, stop))
     runtime.start()
     if not ready.wait(timeout_s):
         raise RuntimeError(f"e2e: the runtime did not start; see {log_path}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,8 +60,9 @@ def test_configured_queue_is_used_as_is(moto_endpoint: str) -> None:
     assert arn.endswith(":mine")
 
 
+@pytest.mark.parametrize("sender_processes", [False, True], ids=["threads", "processes"])
 def test_runtime_moves_messages_through_sqs(
-    moto_endpoint: str, database_url: str, tmp_path: Path
+    moto_endpoint: str, database_url: str, tmp_path: Path, sender_processes: bool
 ) -> None:
     functions = write_fake_functions(tmp_path / "functions")
     settings = Settings(
@@ -76,6 +78,7 @@ def test_runtime_moves_messages_through_sqs(
             intervals_s={},
             functions_dir=functions,
             drain_timeout_s=2.0,
+            sender_processes=sender_processes,
         ),
     )
     runtime.start()
@@ -93,5 +96,8 @@ def test_runtime_moves_messages_through_sqs(
         assert sent, "no batch reached the sender through SQS"
         assert sent[0]["source"] == runtime.queue_arn
         assert runtime.queue_arn.startswith("arn:aws:sqs:")
+        # No queue server: the environments, processes or not, use SQS itself.
+        assert runtime.queue_server is None
+        assert {c["pid"] != os.getpid() for c in sent} == {sender_processes}
     finally:
         runtime.stop()

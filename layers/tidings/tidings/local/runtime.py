@@ -1,12 +1,12 @@
 """``tidings dev``: the whole system on one machine, with the very handlers that run on Lambda.
 
-One process plays every part AWS plays: EventBridge (the claimer, invoked again and again with a
+The runtime plays every part AWS plays: EventBridge (the claimer, invoked again and again with a
 short deadline, and the scheduled handlers on their intervals), the SQS event source mapping
 (sender "execution environments", each with its own database connection, consuming the queue in
 batches: threads of this process, or with ``sender_processes`` processes of their own, as on
-Lambda; see ``tidings.local.sender_environments``), API Gateway (HTTP requests turned into proxy
-events) and SNS (alerts printed and appended to a file). Collaborators reach the handlers only
-through ``tidings.wiring``.
+Lambda, with the queues in a queue server process; see ``tidings.local.sender_environments``),
+API Gateway (HTTP requests turned into proxy events) and SNS (alerts printed and appended to a
+file). Collaborators reach the handlers only through ``tidings.wiring``.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from tidings import wiring
 from tidings.aws_clients import sqs_client
 from tidings.config import Settings
 from tidings.dal.connection import Database
-from tidings.deployment import SENDER, DeliveryLane
+from tidings.deployment import FAST_LANE, SENDER, SLOW_LANE, DeliveryLane
 from tidings.local.event_source import consume_once
 from tidings.local.lambda_env import Handler, LambdaContext, load_handler
 from tidings.local.processes import SPAWN, end_with_parent
@@ -266,7 +266,7 @@ def run_process(
     }
     if spec.queues is not None:
         served = connect_queues(spec.queues)
-        collaborators.update(queue=served["fast"], slow_queue=served["slow"])
+        collaborators.update(queue=served[FAST_LANE.name], slow_queue=served[SLOW_LANE.name])
     elif spec.sqs_urls is not None:
         client = sqs_client(settings.aws_endpoint_url)
         fast_url, slow_url = spec.sqs_urls
@@ -276,7 +276,8 @@ def run_process(
     wiring.override(**collaborators)
     threading.current_thread().name = spec.name
     handler = load_handler("sender", spec.functions_dir, environment=spec.environment)
-    queue = wiring.delivery_queue() if spec.lane.name == "fast" else wiring.slow_delivery_queue()
+    fast = spec.lane.name == FAST_LANE.name
+    queue = wiring.delivery_queue() if fast else wiring.slow_delivery_queue()
     assert queue is not None
     ready.set()
     serve_lane(
