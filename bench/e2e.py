@@ -228,8 +228,11 @@ def run_e2e(url: str, events: int, senders: int, sender_processes: bool, timeout
     run = RuntimeRun(url, senders, sender_processes, log_path)
     runtime = context.Process(target=runtime_process, args=(run, ready, stop))
     runtime.start()
-    if not ready.wait(timeout_s):
-        raise RuntimeError(f"e2e: the runtime did not start; see {log_path}")
+    start_deadline = time.perf_counter() + timeout_s
+    while not ready.wait(0.5):
+        if not runtime.is_alive() or time.perf_counter() > start_deadline:
+            runtime.kill()
+            raise RuntimeError(f"e2e: the runtime did not start; see {log_path}")
     started = time.perf_counter()
     try:
         deadline = started + timeout_s

@@ -18,7 +18,7 @@ from tidings import wiring
 from tidings.config import Settings
 from tidings.local.runtime import LOOPBACK_NETWORKS, DevRuntime, RuntimeConfig, dev_settings
 from tidings.local.sender_environments import EnvironmentNotReady
-from tidings.queue import OutgoingMessage
+from tidings.queue import OutgoingMessage, QueueError
 
 
 def _calls(folder: Path) -> list[dict[str, Any]]:
@@ -75,8 +75,13 @@ def test_claimer_invocations_feed_senders_through_the_queue(
     assert runtime.claimer_failures == 0
 
 
-def test_failed_records_return_to_the_queue(tmp_path: Path, database_url: str) -> None:
-    runtime = _runtime(tmp_path, database_url, claimer_slice_s=30.0)
+@pytest.mark.parametrize("sender_processes", [False, True], ids=["threads", "processes"])
+def test_failed_records_return_to_the_queue(
+    tmp_path: Path, database_url: str, sender_processes: bool
+) -> None:
+    runtime = _runtime(
+        tmp_path, database_url, claimer_slice_s=30.0, sender_processes=sender_processes
+    )
     runtime.start()
     try:
         assert runtime.queue is not None
@@ -94,11 +99,26 @@ def _sender_pids(folder: Path) -> set[int]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
         return False
-    return True
+    return state != "Z"
+
+
+def _children() -> set[int]:
+    """This process's children that run."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                found.add(int(entry.name))
+    return found
 
 
 def test_sender_processes_take_the_claimers_messages_through_the_served_queue(
@@ -108,26 +128,22 @@ def test_sender_processes_take_the_claimers_messages_through_the_served_queue(
     runtime.start()
     folder = tmp_path / "functions"
     try:
+        children = runtime.child_pids()
+        # Two fast-lane environments, four slow-lane ones and the queue server: each a process.
+        assert len(set(children)) == 2 + 4 + 1
+        assert os.getpid() not in children
         _wait_for(lambda: sum(c["function"] == "sender" for c in _calls(folder)) >= 3)
         claimed = {c["body"] for c in _calls(folder) if c["function"] == "claimer"}
         sent = [c for c in _calls(folder) if c["function"] == "sender"]
         assert {c["body"] for c in sent} <= claimed
         assert {c["source"] for c in sent} == {runtime.queue_arn}
-        # Each environment is a process of its own, not a thread of the runtime's.
-        pids = _sender_pids(folder)
-        assert os.getpid() not in pids
-        # The queue the runtime's claimer and tests see is the one the processes read.
-        assert runtime.queue is not None
-        runtime.queue.send_batch([OutgoingMessage(id="f", body="fail-once")])
-        _wait_for(lambda: any(c["body"] == "fail-once" for c in _calls(folder) if "body" in c))
-        # Reported failed by the handler, the record is not deleted: it waits to come back.
-        assert runtime.queue.approximate_depth() >= 1
+        assert _sender_pids(folder) <= set(children)
     finally:
         runtime.stop()
     assert runtime.sender_invocations >= 3
     assert runtime.sender_failures == 0
     # Stopped, the runtime has ended every process it started: none is left behind.
-    assert not any(_alive(pid) for pid in _sender_pids(folder))
+    assert not any(_alive(pid) for pid in children)
 
 
 def test_a_sender_process_that_dies_is_started_again(tmp_path: Path, database_url: str) -> None:
@@ -141,6 +157,7 @@ def test_a_sender_process_that_dies_is_started_again(tmp_path: Path, database_ur
         # The one fast-lane environment is gone; the claimer's next messages still arrive.
         _wait_for(lambda: len(_sender_pids(folder)) >= 2)
         assert not _alive(first)
+        assert set(_sender_pids(folder)) - {first} <= set(runtime.child_pids())
     finally:
         runtime.stop()
 
@@ -151,9 +168,32 @@ def test_a_sender_process_that_cannot_start_stops_the_start(
     runtime = _runtime(tmp_path, database_url, sender_processes=True)
     sender = tmp_path / "functions" / "sender" / "app.py"
     sender.write_text("raise RuntimeError('the sender cannot load')\n")
+    before = _children()
     try:
         with pytest.raises(EnvironmentNotReady, match=r"sender process sender-1 ended"):
             runtime.start()
+    finally:
+        runtime.stop()
+    # The environments that did start, and the queue server, ended with the stop.
+    _wait_for(lambda: not _children() - before, timeout_s=10)
+
+
+def test_a_runtime_whose_queue_server_ends_says_it_cannot_go_on(
+    tmp_path: Path, database_url: str
+) -> None:
+    runtime = _runtime(tmp_path, database_url, sender_processes=True, claimer_slice_s=30.0)
+    runtime.start()
+    try:
+        assert runtime.queue_server is not None and runtime.queue is not None
+        server_pid = runtime.queue_server.pid
+        assert server_pid is not None
+        os.kill(server_pid, signal.SIGKILL)
+        _wait_for(lambda: runtime.failure is not None)
+        assert "the queue server process ended" in (runtime.failure or "")
+        # What the queue contract says of a queue that cannot be reached.
+        with pytest.raises(QueueError, match="cannot be reached"):
+            runtime.queue.approximate_depth()
+        assert runtime.queue.send_batch([OutgoingMessage(id="m", body="b")]) == ["m"]
     finally:
         runtime.stop()
 

@@ -193,8 +193,10 @@ def _serve(settings: Any, config: Any, stop: threading.Event, out: TextIO) -> No
         file=out,
         flush=True,
     )
-    while not stop.wait(0.5):
+    while not stop.wait(0.5) and runtime.failure is None:
         pass
     print("tidings dev: stopping (finishing in-flight work)", file=sys.stderr, flush=True)
     runtime.stop()
     print("tidings dev: stopped", file=sys.stderr, flush=True)
+    if runtime.failure is not None:
+        raise CommandError(runtime.failure)

@@ -76,16 +76,20 @@ QUEUE_NAME = "tidings-delivery"
 SLOW_QUEUE_NAME = "tidings-delivery-slow"
 LOCAL_SLOW_QUEUE_ARN = f"arn:aws:sqs:local:000000000000:{SLOW_QUEUE_NAME}"
 TOPIC_NAME = "tidings-alerts"
-# The simulated environments share one process, and so one interpreter lock, where each Lambda
+# Environments on threads share one process, and so one interpreter lock, where each Lambda
 # environment has its own. With many sending threads the answers wait for the lock: with ten an
 # environment (eighty in all) bench/e2e.py's 20 ms receiver measured answers of up to a second,
 # which put its endpoints in the slow lane (54 deliveries/s); with four an environment, 518/s
 # and no answer above half a second. Each environment's share of the pool is capped here.
 LOCAL_SENDING_THREADS_PER_ENVIRONMENT = 4
-# How often the runtime looks for sender processes that died, to start them again.
-_ENVIRONMENT_CHECK_S = 1.0
-# What a sender process may take to import its handler and connect to its queue.
-_ENVIRONMENT_START_TIMEOUT_S = 120.0
+# How often the runtime looks at its child processes (sender environments, queue server).
+_CHILDREN_CHECK_S = 1.0
+# What the sender processes together may take to import their handler and connect to the queue.
+_ENVIRONMENTS_START_TIMEOUT_S = 120.0
+# An environment process that ends is started again after a pause doubling with each end in a
+# row (1 s, 2 s, 4 s ... up to a minute); one that ran this long has its count start over.
+_RESTART_MAX_PAUSE_S = 60.0
+_RESTART_FORGIVEN_AFTER_S = 60.0
 
 
 def dev_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -217,6 +221,8 @@ class DevRuntime:
         # Sender processes (with sender_processes): what each was started with, and the process.
         self._environments: dict[str, SenderProcess] = {}
         self._environments_lock = threading.Lock()
+        # Why the runtime cannot go on (its queue server ended), once that happened.
+        self.failure: str | None = None
         self._processes_draining = SharedFlag()
         self._claimer_context: LambdaContext | None = None
         self._counter_lock = threading.Lock()
@@ -340,30 +346,73 @@ class DevRuntime:
                 sqs_urls=sqs_urls,
             )
             self._environments[name] = self._start_process(spec)
+        deadline = time.monotonic() + _ENVIRONMENTS_START_TIMEOUT_S
         for environment_process in self._environments.values():
-            environment_process.wait_ready(_ENVIRONMENT_START_TIMEOUT_S)
-        watch = threading.Thread(
-            target=self._keep_environments, name="sender-processes-watch", daemon=True
-        )
+            environment_process.wait_ready(deadline)
+        watch = threading.Thread(target=self._watch_children, name="children-watch", daemon=True)
         watch.start()
         self._threads.append(watch)
 
     def _start_process(self, spec: EnvironmentSpec) -> SenderProcess:
         return SenderProcess(spec, self._processes_draining, self._sender_counters).start()
 
-    def _keep_environments(self) -> None:
+    def _watch_children(self) -> None:
         """Start again an environment process that ended before the runtime stopped, as Lambda
-        starts a new execution environment for one that crashed."""
-        while not self._stopping.wait(_ENVIRONMENT_CHECK_S):
-            with self._environments_lock:
-                for name, environment_process in list(self._environments.items()):
-                    if environment_process.is_alive() or self._stopping.is_set():
-                        continue
-                    logger.error(
-                        "a sender process ended; starting it again",
-                        extra={"environment": name, "exit_code": environment_process.exit_code},
-                    )
-                    self._environments[name] = self._start_process(environment_process.spec)
+        starts a new execution environment for one that crashed, pausing longer after each end
+        in a row; and when the queue server ends, say that the runtime cannot go on."""
+        ends: dict[str, int] = {}
+        started_at = dict.fromkeys(self._environments, time.monotonic())
+        while not self._stopping.wait(_CHILDREN_CHECK_S):
+            try:
+                if self._queue_server_lost():
+                    return
+                self._restart_ended(ends, started_at)
+            except Exception:
+                logger.exception("watching the sender processes failed; watching on")
+
+    def _queue_server_lost(self) -> bool:
+        server = self.queue_server
+        if server is None or server.is_alive() or self._stopping.is_set():
+            return False
+        self.failure = (
+            f"the queue server process ended (exit code {server.exit_code}); the runtime cannot "
+            "go on without its queues (their rows come back when their leases end, at the next "
+            "start)"
+        )
+        logger.error("the queue server process ended", extra={"exit_code": server.exit_code})
+        return True
+
+    def _restart_ended(self, ends: dict[str, int], started_at: dict[str, float]) -> None:
+        now = time.monotonic()
+        with self._environments_lock:
+            for name, environment_process in list(self._environments.items()):
+                if environment_process.is_alive() or self._stopping.is_set():
+                    continue
+                if now - started_at[name] >= _RESTART_FORGIVEN_AFTER_S:
+                    ends[name] = 0
+                pause_s = min(_RESTART_MAX_PAUSE_S, 2.0 ** ends.get(name, 0))
+                if now - started_at[name] < pause_s:
+                    continue
+                ends[name] = ends.get(name, 0) + 1
+                logger.error(
+                    "a sender process ended; starting it again",
+                    extra={
+                        "environment": name,
+                        "exit_code": environment_process.exit_code,
+                        "ends_in_a_row": ends[name],
+                    },
+                )
+                self._environments[name] = self._start_process(environment_process.spec)
+                started_at[name] = now
+
+    def child_pids(self) -> list[int]:
+        """The processes this runtime started and that still run: sender environments and the
+        queue server (none when the environments are threads)."""
+        with self._environments_lock:
+            children: list[Any] = list(self._environments.values())
+        if self.queue_server is not None:
+            children.append(self.queue_server)
+        return [child.pid for child in children if child.is_alive() and child.pid is not None]
 
     def _wire(self, settings: Settings) -> None:
         if settings.aws_endpoint_url:
@@ -419,20 +468,22 @@ class DevRuntime:
             self.scheduler.stop()
         self._draining.set()
         self._processes_draining.set()
+        # One deadline for threads and processes alike: they drain side by side.
+        deadline = time.monotonic() + self.config.drain_timeout_s + SENDER_TIMEOUT_S
         for thread in self._threads:
-            thread.join(self.config.drain_timeout_s + SENDER_TIMEOUT_S)
-        self._stop_sender_processes()
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._stop_sender_processes(deadline)
         if self.queue_server is not None:
             self.queue_server.stop()
         wiring.reset()
         if self.embedded is not None:
             self.embedded.stop()
 
-    def _stop_sender_processes(self) -> None:
-        """Wait for the draining environment processes; end those that outlive the drain."""
+    def _stop_sender_processes(self, deadline: float) -> None:
+        """Wait for the draining environment processes; end those still running at
+        ``deadline``."""
         with self._environments_lock:
             processes = list(self._environments.values())
-        deadline = time.monotonic() + self.config.drain_timeout_s + SENDER_TIMEOUT_S
         for process in processes:
             process.join(max(0.0, deadline - time.monotonic()))
         for process in processes:

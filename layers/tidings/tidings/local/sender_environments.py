@@ -15,12 +15,11 @@ A process environment ends with the runtime, even when the runtime is killed.
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,7 +30,7 @@ from tidings.dal.connection import Database
 from tidings.deployment import FAST_LANE, SENDER, SLOW_LANE, DeliveryLane
 from tidings.local.event_source import consume_once
 from tidings.local.lambda_env import Handler, LambdaContext, load_handler
-from tidings.local.processes import SPAWN, end_with_parent
+from tidings.local.processes import SPAWN, end_with_parent, ignore_group_signals
 from tidings.local.queue_server import QueueAddress, connect_queues
 from tidings.observability import logger
 from tidings.queue import DeliveryQueue, SqsQueue
@@ -53,8 +52,9 @@ class Flag(Protocol):
     def wait(self, timeout: float | None = None) -> bool: ...
 
 
-# How often a process-shared flag is looked at while waiting for it.
-_FLAG_POLL_S = 0.01
+# How often a process-shared flag is looked at while waiting for it: the idle environment's own
+# interval, so that an idle wait is one sleep.
+_FLAG_POLL_S = IDLE_WAIT_S
 
 
 class SharedFlag:
@@ -186,7 +186,8 @@ class EnvironmentSpec:
     lane: DeliveryLane
     environment: int
     queue_arn: str
-    settings: Settings
+    # Not in the repr: the settings hold the database URL, password and all.
+    settings: Settings = field(repr=False)
     data_dir: Path
     functions_dir: Path | None
     drain_timeout_s: float
@@ -217,9 +218,9 @@ class SenderProcess:
         self._process.start()
         return self
 
-    def wait_ready(self, timeout_s: float) -> None:
-        """Return once the environment has its handler loaded and its queue connected."""
-        deadline = time.monotonic() + timeout_s
+    def wait_ready(self, deadline: float) -> None:
+        """Return once the environment has its handler loaded and its queue connected; raise
+        when it ended first, or ``deadline`` (of ``time.monotonic``) passed."""
         while not self._ready.wait(0.1):
             if not self._process.is_alive():
                 raise EnvironmentNotReady(
@@ -227,12 +228,15 @@ class SenderProcess:
                     f"(exit code {self._process.exitcode}); its error is in the log above"
                 )
             if time.monotonic() > deadline:
-                raise EnvironmentNotReady(
-                    f"sender process {self.spec.name} was not ready within {timeout_s:.0f} s"
-                )
+                raise EnvironmentNotReady(f"sender process {self.spec.name} was not ready in time")
 
     def is_alive(self) -> bool:
         return self._process.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        pid: int | None = self._process.pid
+        return pid
 
     @property
     def exit_code(self) -> int | None:
@@ -252,9 +256,7 @@ def run_process(
 ) -> None:
     """The new process's whole life: wire the collaborators, load the handler, serve the lane."""
     end_with_parent()
-    # Ctrl-C reaches every process of the terminal's group; the runtime alone decides when an
-    # environment stops, after draining.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_group_signals()
     # What the handlers print (their EMF metrics) joins their logs, as under ``tidings dev``.
     sys.stdout = sys.stderr
     logger.setLevel(spec.log_level)
