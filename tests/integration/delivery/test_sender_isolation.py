@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -186,6 +188,34 @@ def test_a_failure_while_sending_one_record_counts_as_its_internal_error(
     _assert_delivered_once(db, receiver, healthy)
     assert _statuses(db, [boom]) == [("failed", 1, "internal_error")]
     assert receiver.requests_to("ok/boom") == []
+
+
+def test_a_parts_requests_go_out_side_by_side_one_of_them_on_the_invoking_thread(
+    db: Database, pipeline: Pipeline, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_post = pipeline.transport.post
+    threads: list[str] = []
+    answer_s = 0.3
+
+    def post(url: str, *args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        time.sleep(answer_s)
+        return real_post(url, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline.transport, "post", post)
+    healthy = _healthy_neighbours(db, receiver)
+    started = time.monotonic()
+
+    report = _one_batch(pipeline)
+
+    elapsed = time.monotonic() - started
+    assert report.delivered == len(healthy)
+    _assert_delivered_once(db, receiver, healthy)
+    # Five requests on five threads, the invoking one among them, waiting side by side: the
+    # part took about one answer's time, not five.
+    assert len(set(threads)) == len(healthy)
+    assert threads.count(threading.current_thread().name) == 1
+    assert elapsed < len(healthy) * answer_s
 
 
 def test_an_outcome_the_record_statement_refuses_is_recorded_alone_as_an_internal_error(
