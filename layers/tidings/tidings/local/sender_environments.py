@@ -39,8 +39,12 @@ from tidings.secrets.master_keys import configured_master_key
 
 # What the deployed sender may run for; the queue's visibility and redrive are the deployment's.
 SENDER_TIMEOUT_S = float(SENDER.timeout_s)
-# An environment that found its queue empty asks again after this long.
-IDLE_WAIT_S = 0.05
+# How long an environment's receive waits for a message when the queue has none (long polling,
+# as Lambda's event source mapping does): a message sent meanwhile is taken at once, and an idle
+# environment asks the queue once a second. Draining, it does not wait.
+LONG_POLL_S = 1.0
+# A queue that answers "none" sooner than this did not wait: it is not asked again at once.
+_QUICK_ANSWER_S = 0.05
 # After an invocation failed (the database unreachable, say), the environment waits this long.
 FAILURE_WAIT_S = 1.0
 
@@ -52,9 +56,8 @@ class Flag(Protocol):
     def wait(self, timeout: float | None = None) -> bool: ...
 
 
-# How often a process-shared flag is looked at while waiting for it: the idle environment's own
-# interval, so that an idle wait is one sleep.
-_FLAG_POLL_S = IDLE_WAIT_S
+# How often a process-shared flag is looked at while waiting for it.
+_FLAG_POLL_S = 0.05
 
 
 class SharedFlag:
@@ -129,6 +132,7 @@ def serve_lane(
                 if now >= drain_deadline:
                     break
             context = LambdaContext("tidings-sender", SENDER_TIMEOUT_S)
+            asked_at = time.monotonic()
             try:
                 result = consume_once(
                     queue,
@@ -136,6 +140,7 @@ def serve_lane(
                     queue_arn=queue_arn,
                     context=context,
                     max_messages=lane.batch_size,
+                    wait_s=0 if draining.is_set() else LONG_POLL_S,
                 )
             except Exception as exc:
                 counters.failed(environment)
@@ -153,7 +158,8 @@ def serve_lane(
                 continue
             if draining.is_set():
                 break
-            stopping.wait(IDLE_WAIT_S)
+            if time.monotonic() - asked_at < _QUICK_ANSWER_S:
+                stopping.wait(_QUICK_ANSWER_S)
     finally:
         wiring.reset_database()
 
