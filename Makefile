@@ -35,8 +35,9 @@ browser:
 # in this process.
 TEST_WORKERS ?= auto
 
+# loadgroup: a module whose tests build on each other's data (xdist_group) runs on one worker.
 test: $(STAMP) browser
-	$(BIN)/pytest -n $(TEST_WORKERS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit

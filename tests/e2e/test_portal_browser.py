@@ -39,6 +39,10 @@ from tidings.local.demo import DEMO_SETTINGS
 from tidings.local.runtime import DevRuntime, RuntimeConfig, dev_settings
 from tidings.logic.tokens import create_token
 
+# One database and one browser for the module, whose tests build on each other's data: under
+# pytest-xdist (make test: --dist loadgroup) they all run on one worker, in order.
+pytestmark = pytest.mark.xdist_group("portal_browser")
+
 ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "layers" / "tidings" / "tidings" / "portal" / "static"
 SCREENSHOTS = ROOT / "build" / "screenshots"
@@ -918,6 +922,17 @@ def test_a_read_only_session_sees_credentials_redacted_and_cannot_change_them(
 
 
 def test_the_page_fits_a_phone(system: System, page: PortalPage) -> None:
+    # Its own endpoint and delivery: the test may run on a worker where no other test of this
+    # module made any.
+    path = "ok/phone"
+    endpoint = system.call(
+        "POST",
+        "v1/apps/acme/endpoints",
+        {"url": system.receiver.url(path), "event_types": ["phone.checked"]},
+        expect=201,
+    )
+    system.send("phone.checked", {"check": 1})
+    wait_for(lambda: len(system.receiver.requests_to(path)) == 1, "the phone check's delivery")
     page.open(system.link())
     page.driver.set_window_size(390, 844)
     try:
@@ -934,12 +949,13 @@ def test_the_page_fits_a_phone(system: System, page: PortalPage) -> None:
         page.wait(lambda: page.shown("message-detail"), "a message's page")
         scroll, width = page.no_horizontal_overflow()
         assert scroll <= width, ("message", scroll, width)
-        open_endpoint(page, system.ids["ok_url"])
+        open_endpoint(page, endpoint["url"])
         scroll, width = page.no_horizontal_overflow()
         assert scroll <= width, ("endpoint", scroll, width)
         page.screenshot("phone-endpoint")
     finally:
         page.driver.set_window_size(1280, 900)
+        system.call("DELETE", f"v1/apps/acme/endpoints/{endpoint['id']}", expect=204)
 
 
 def test_an_endpoint_gets_a_filter_and_channels_and_the_filter_is_tried_first(
