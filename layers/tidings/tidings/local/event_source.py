@@ -98,11 +98,11 @@ def consume_once(
     """Do what Lambda's SQS event source mapping does with ``ReportBatchItemFailures``, once.
 
     Receive a batch (waiting up to ``wait_s`` for one, as the mapping long-polls), hand it to
-    ``handler`` as an SQS event, delete the records it did not
-    report failed; failed ones reappear when their visibility timeout ends. A response that
-    names an unknown message or is malformed fails the whole batch, as on Lambda. If the
-    handler raises, nothing is deleted, the error is logged with the batch's message ids and
-    re-raised; callers need not log it again.
+    ``handler`` as an SQS event, delete the records it did not report failed; failed ones
+    reappear when their visibility timeout ends. A response that names an unknown message or
+    is malformed fails the whole batch, as on Lambda. If the handler raises, nothing is
+    deleted, the error is logged with the batch's message ids and re-raised; callers need not
+    log it again.
     """
     messages = queue.receive(max_messages=max_messages, wait_s=wait_s)
     if not messages:
