@@ -85,6 +85,9 @@ TOKEN = tokens.generate()
 RUN: dict[str, Any] = {}
 # What each operation answered, to show that the run reached the routes and not just the door.
 ANSWERS: list[tuple[str, int]] = []
+# The last test reads what the generated ones answered: under pytest-xdist (make test: --dist
+# loadgroup) the whole module runs on one worker, in order.
+pytestmark = pytest.mark.xdist_group("openapi_conformance")
 
 
 def filter_path_parameters(context: Any, path_parameters: dict[str, Any] | None) -> bool:
