@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import count_where, progress_table, wait_until
+from tests.support.processes import running
 from tests.support.secrets import secrets_keyring
 from tests.support.webhooks import standard_verifier
 from tidings.config import Settings
@@ -52,15 +53,6 @@ def _children(pid: int) -> set[int]:
         if int(fields[1]) == pid and fields[0] != "Z" and b"spawn_main" in command:
             found.add(int(entry.name))
     return found
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a process that has not ended (a zombie has)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 class DevProcess:
@@ -154,10 +146,10 @@ def test_sender_processes_end_with_the_runtime_and_nothing_is_lost(
         # Nothing of its own shutdown ran; its processes end anyway, and nothing else holds the
         # rows they leased.
         wait_until(
-            lambda: not any(_running(pid) for pid in started),
+            lambda: not any(running(pid) for pid in started),
             15,
             "the killed runtime's processes to end",
-            lambda: str(sorted(pid for pid in started if _running(pid))),
+            lambda: str(sorted(pid for pid in started if running(pid))),
         )
         second = dev.start()
         again = _children(second.pid)
@@ -174,7 +166,7 @@ def test_sender_processes_end_with_the_runtime_and_nothing_is_lost(
         assert second.wait(90) == 0, dev.log()
         assert "did not finish draining" not in dev.log()
         wait_until(
-            lambda: not any(_running(pid) for pid in again),
+            lambda: not any(running(pid) for pid in again),
             15,
             "the stopped runtime's processes to end",
         )

@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from tests.support.fake_functions import write_fake_functions
+from tests.support.processes import running
 from tidings import wiring
 from tidings.config import Settings
 from tidings.local.runtime import LOOPBACK_NETWORKS, DevRuntime, RuntimeConfig, dev_settings
@@ -98,15 +99,6 @@ def _sender_pids(folder: Path) -> set[int]:
     return {c["pid"] for c in _calls(folder) if c["function"] == "sender"}
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _children() -> set[int]:
     """This process's children that run."""
     found = set()
@@ -143,7 +135,7 @@ def test_sender_processes_take_the_claimers_messages_through_the_served_queue(
     assert runtime.sender_invocations >= 3
     assert runtime.sender_failures == 0
     # Stopped, the runtime has ended every process it started: none is left behind.
-    assert not any(_alive(pid) for pid in children)
+    assert not any(running(pid) for pid in children)
 
 
 def test_a_sender_process_that_dies_is_started_again(tmp_path: Path, database_url: str) -> None:
@@ -156,7 +148,7 @@ def test_a_sender_process_that_dies_is_started_again(tmp_path: Path, database_ur
         os.kill(first, signal.SIGKILL)
         # The one fast-lane environment is gone; the claimer's next messages still arrive.
         _wait_for(lambda: len(_sender_pids(folder)) >= 2)
-        assert not _alive(first)
+        assert not running(first)
         assert set(_sender_pids(folder)) - {first} <= set(runtime.child_pids())
     finally:
         runtime.stop()

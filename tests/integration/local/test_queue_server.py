@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import running
 from tidings.local.queue_server import QueueAddress, QueueServer, connect_queues
 from tidings.queue import OutgoingMessage
 
@@ -28,14 +29,6 @@ if __name__ == "__main__":
     print(server.pid, server.address.address, flush=True)
     time.sleep(600)
 """
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_the_queue_server_refuses_a_caller_without_its_key() -> None:
@@ -72,11 +65,11 @@ def test_a_killed_runtime_takes_its_queue_server_and_socket_with_it(tmp_path: Pa
         assert runtime.stdout is not None
         pid_text, address = runtime.stdout.readline().split()
         server_pid = int(pid_text)
-        assert _running(server_pid) and Path(address).exists()
+        assert running(server_pid) and Path(address).exists()
         runtime.send_signal(signal.SIGKILL)
         runtime.wait(10)
         deadline = time.monotonic() + 10
-        while _running(server_pid) or Path(address).parent.exists():
+        while running(server_pid) or Path(address).parent.exists():
             assert time.monotonic() < deadline, "the queue server outlived its runtime"
             time.sleep(0.05)
     finally:
