@@ -902,10 +902,18 @@ BEGIN
                -- A rate-limited endpoint's requests spend the tokens the claim takes from its
                -- bucket: a retry that came back through the queue has none.
                m.status = 'failed' AND e.rate_limit_per_s IS NOT NULL AS without_token
-        FROM tidings.messages m
-        JOIN request r ON r.id = m.id AND m.lease_token = r.token AND m.attempts = r.attempt - 1
+        FROM request r
+        -- By primary key alone: OFFSET 0 keeps the conditions below out of the look-up, where
+        -- they would let the planner scan a partial index of the queue instead, once per row.
+        CROSS JOIN LATERAL (
+            SELECT m.id, m.endpoint_id, m.status, m.lease_token, m.attempts
+            FROM tidings.messages m
+            WHERE m.id = r.id
+            OFFSET 0
+        ) m
         JOIN tidings.endpoints e ON e.id = m.endpoint_id
-        WHERE m.id = ANY (p_ids) AND m.status IN ('in_flight', 'failed')
+        WHERE m.lease_token = r.token AND m.attempts = r.attempt - 1
+          AND m.status IN ('in_flight', 'failed')
     ),
     probe AS (
         UPDATE tidings.endpoint_health h
@@ -969,7 +977,7 @@ BEGIN
         JOIN tidings.endpoints e ON e.id = v.endpoint_id
         WHERE m.id = v.id AND v.permitted
           AND m.lease_token = v.token AND m.attempts = v.attempt - 1
-        RETURNING m.id, m.lease_token
+        RETURNING m.id, m.lease_token, v.want_payload
     ),
     held_back AS (
         UPDATE tidings.messages m
@@ -980,31 +988,36 @@ BEGIN
         FROM verdict v
         WHERE m.id = v.id AND NOT v.permitted
           AND m.lease_token = v.token AND m.attempts = v.attempt - 1
-        RETURNING m.id
+        RETURNING m.id, v.want_payload
+    ),
+    -- What the answer reports: the rows begun, with their new lease, and those held back.
+    answered AS (
+        SELECT s.id, s.lease_token, s.want_payload FROM started s
+        UNION ALL
+        SELECT hb.id, NULL::uuid, hb.want_payload FROM held_back hb
     )
-    SELECT v.id, v.endpoint_id, s.id IS NOT NULL, s.lease_token,
+    SELECT a.id, m.endpoint_id, a.lease_token IS NOT NULL, a.lease_token,
            m.event_type, ev.event_id, m.attempts,
            coalesce(m.max_attempts, e.max_attempts),
            e.url, e.timeout_ms, e.rate_limit_per_s, e.max_in_flight, e.retry_schedule,
            sk.data_keys,
            sk.ciphertexts,
-           CASE WHEN v.want_payload THEN ev.payload::text END,
+           CASE WHEN a.want_payload THEN ev.payload::text END,
            e.payload_format, ev.created_at,
            cr.ids, cr.kinds, cr.data_keys, cr.ciphertexts,
            m.line_key, m.line_seq, ev.ordering_key, NULL::bigint, e.fifo_batch_size
-    FROM verdict v
-    JOIN tidings.messages m ON m.id = v.id
-    JOIN tidings.endpoints e ON e.id = v.endpoint_id
+    FROM answered a
+    JOIN tidings.messages m ON m.id = a.id
+    JOIN tidings.endpoints e ON e.id = m.endpoint_id
     JOIN tidings.events ev ON ev.id = m.event_ref
-    LEFT JOIN started s ON s.id = v.id
     -- The permitted rows' signing secrets, newest first: the current one and those still in
     -- their overlap, encrypted (tidings.endpoint_secrets, migration 0070; the sender decrypts).
     LEFT JOIN LATERAL (
         SELECT array_agg(es.data_key_id ORDER BY es.id DESC) AS data_keys,
                array_agg(es.ciphertext ORDER BY es.id DESC) AS ciphertexts
         FROM tidings.endpoint_secrets es
-        WHERE s.id IS NOT NULL
-          AND es.endpoint_id = v.endpoint_id
+        WHERE a.lease_token IS NOT NULL
+          AND es.endpoint_id = m.endpoint_id
           AND (es.expires_at IS NULL OR es.expires_at > now())
     ) sk ON true
     -- The permitted rows' receiver credentials, encrypted (tidings.endpoint_credentials): NULL
@@ -1015,10 +1028,9 @@ BEGIN
                array_agg(ec.data_key_id ORDER BY ec.id) AS data_keys,
                array_agg(ec.ciphertext ORDER BY ec.id) AS ciphertexts
         FROM tidings.endpoint_credentials ec
-        WHERE s.id IS NOT NULL
-          AND ec.endpoint_id = v.endpoint_id
+        WHERE a.lease_token IS NOT NULL
+          AND ec.endpoint_id = m.endpoint_id
     ) cr ON true
-    WHERE s.id IS NOT NULL OR v.id IN (SELECT hb.id FROM held_back hb)
     UNION ALL
     -- The started heads' batch members: sent with their head, under its lease.
     SELECT w.id, w.endpoint_id, true, NULL::uuid, w.event_type, ev.event_id, w.attempts,
@@ -2248,7 +2260,14 @@ AS $function$
 #variable_conflict use_column
 DECLARE
     v_lifecycle jsonb;
+    -- From statement 1: the endpoints whose attempts were logged by this call, whether the call
+    -- carried outcomes at all, and the message changes operational events report.
+    v_logged_endpoints bigint[];
+    v_any_outcome boolean;
+    v_message_changes jsonb;
+    v_counted bigint[];
 BEGIN
+    -- 1. The delivery's own writes.
     WITH outcome AS (
         SELECT *
         FROM jsonb_to_recordset(p_outcomes)
@@ -2272,7 +2291,8 @@ BEGIN
             last_status_code = o.status_code,
             last_response_ms = o.response_ms
         FROM outcome o
-        WHERE m.id = o.id
+        WHERE m.id = ANY (ARRAY(SELECT oo.id FROM outcome oo))
+          AND m.id = o.id
           AND m.lease_token = o.token
           AND m.attempts = o.attempt_number - 1
           -- Only in-flight and failed rows carry a lease token, so this means "in flight".
@@ -2298,6 +2318,8 @@ BEGIN
         JOIN outcome o ON o.id = h.id
         CROSS JOIN LATERAL unnest(o.members) AS carried (id)
         WHERE o.members IS NOT NULL
+          AND m.id = ANY (ARRAY(SELECT unnest(oo.members) FROM outcome oo
+                                WHERE oo.members IS NOT NULL))
           AND m.id = carried.id
           AND m.status = 'waiting'
           AND m.endpoint_id = h.endpoint_id AND m.line_key = h.line_key
@@ -2339,27 +2361,67 @@ BEGIN
         FROM outcome o
         WHERE NOT EXISTS (SELECT 1 FROM logged l WHERE l.message_id = o.id)
     ),
-    summary AS (
+    message_change AS (
+        -- Messages dead-lettered, and those failing for the Nth time that will be retried (a
+        -- batch's messages with their head, whose attempt they shared), with what their
+        -- operational events say of that attempt.
+        SELECT w.id, w.endpoint_id, w.event_type, w.attempts, w.dead_lettered_at,
+               CASE WHEN w.status = 'dead_letter' THEN 'message.attempt.exhausted'
+                    ELSE 'message.attempt.failing' END AS event_type_out,
+               o.status_code, o.error_class, o.attempted_at
+        FROM (SELECT w.id, w.status, w.attempts, w.endpoint_id, w.event_type, w.dead_lettered_at,
+                     w.id AS head_id
+              FROM written w
+              UNION ALL
+              SELECT b.id, b.status, b.attempts, b.endpoint_id, b.event_type, b.dead_lettered_at,
+                     b.head_id
+              FROM batch_written b) w
+        JOIN outcome o ON o.id = w.head_id
+        WHERE w.status = 'dead_letter'
+           OR (w.status IN ('failed', 'waiting')
+               AND w.attempts = (SELECT s.value FROM tidings.settings s
+                                 WHERE s.name = 'operational_failing_attempt'))
+    )
+    SELECT (SELECT coalesce(array_agg(w.id ORDER BY w.id), '{}')
+            FROM (SELECT id FROM written UNION SELECT id FROM recorded_before) w),
+           (SELECT coalesce(array_agg(DISTINCT l.endpoint_id), '{}') FROM logged l),
+           EXISTS (SELECT 1 FROM outcome),
+           (SELECT jsonb_agg(to_jsonb(mc)) FROM message_change mc)
+    INTO written_ids, v_logged_endpoints, v_any_outcome, v_message_changes;
+
+    -- 2. The consequences. The summaries to apply: a batch written a second time counts once
+    -- (only endpoints whose attempts were new), and a batch of successes against a closed
+    -- circuit without failures, whose last success is already known to the second, changes
+    -- nothing. Read without a lock: another sender's uncommitted failure is then simply
+    -- ordered after it. (An endpoint that never succeeded has no last success: NULL must not
+    -- skip it.)
+    SELECT coalesce(array_agg(s.endpoint_id), '{}')
+    INTO v_counted
+    FROM unnest(p_health_endpoint_ids, p_has_success, p_trailing_failures,
+                p_last_success_at, p_last_failure_at)
+        AS s(endpoint_id, has_success, trailing_failures, last_success_at, last_failure_at)
+    JOIN tidings.endpoint_health h ON h.endpoint_id = s.endpoint_id
+    WHERE (s.endpoint_id = ANY (v_logged_endpoints) OR NOT v_any_outcome)
+      AND NOT (s.trailing_failures = 0 AND h.state = 'closed'
+               AND h.consecutive_failures = 0
+               AND h.last_success_at IS NOT NULL
+               AND h.last_success_at >= s.last_success_at - interval '1 second');
+
+    IF cardinality(v_counted) = 0 AND v_message_changes IS NULL
+       AND coalesce(cardinality(p_disable_ids), 0) = 0 THEN
+        transitions := '[]';
+        disabled_ids := '{}';
+        RETURN;
+    END IF;
+
+    WITH summary AS (
         SELECT *
         FROM unnest(p_health_endpoint_ids, p_has_success, p_trailing_failures,
                     p_last_success_at, p_last_failure_at)
             AS s(endpoint_id, has_success, trailing_failures, last_success_at, last_failure_at)
     ),
     counted AS (
-        -- The summaries to apply: a batch written a second time counts once (only endpoints
-        -- whose attempts were new), and a batch of successes against a closed circuit without
-        -- failures, whose last success is already known to the second, changes nothing. Read
-        -- without a lock: another sender's uncommitted failure is then simply ordered after it.
-        -- (An endpoint that never succeeded has no last success: NULL must not skip it.)
-        SELECT s.*
-        FROM summary s
-        JOIN tidings.endpoint_health h ON h.endpoint_id = s.endpoint_id
-        WHERE (s.endpoint_id IN (SELECT l.endpoint_id FROM logged l)
-               OR NOT EXISTS (SELECT 1 FROM outcome))
-          AND NOT (s.trailing_failures = 0 AND h.state = 'closed'
-                   AND h.consecutive_failures = 0
-                   AND h.last_success_at IS NOT NULL
-                   AND h.last_success_at >= s.last_success_at - interval '1 second')
+        SELECT s.* FROM summary s WHERE s.endpoint_id = ANY (v_counted)
     ),
     before AS (
         -- Locking returns each row's newest committed version, so what follows computes from it.
@@ -2422,27 +2484,15 @@ BEGIN
         WHERE e.id = d.id AND e.enabled
           -- For an attempt logged now, as the health summaries count (a batch written a second
           -- time disables nothing).
-          AND (e.id IN (SELECT l.endpoint_id FROM logged l) OR NOT EXISTS (SELECT 1 FROM outcome))
+          AND (d.id = ANY (v_logged_endpoints) OR NOT v_any_outcome)
         RETURNING e.id, e.app_id, e.url, e.disabled_reason, e.disabled_at
     ),
-    message_change AS MATERIALIZED (
-        -- Messages dead-lettered, and those failing for the Nth time that will be retried (a
-        -- batch's messages with their head, whose attempt they shared).
-        SELECT w.id, w.endpoint_id, w.event_type, w.attempts, w.dead_lettered_at,
-               CASE WHEN w.status = 'dead_letter' THEN 'message.attempt.exhausted'
-                    ELSE 'message.attempt.failing' END AS event_type_out,
-               w.head_id
-        FROM (SELECT w.id, w.status, w.attempts, w.endpoint_id, w.event_type, w.dead_lettered_at,
-                     w.id AS head_id
-              FROM written w
-              UNION ALL
-              SELECT b.id, b.status, b.attempts, b.endpoint_id, b.event_type, b.dead_lettered_at,
-                     b.head_id
-              FROM batch_written b) w
-        WHERE w.status = 'dead_letter'
-           OR (w.status IN ('failed', 'waiting')
-               AND w.attempts = (SELECT s.value FROM tidings.settings s
-                                 WHERE s.name = 'operational_failing_attempt'))
+    message_change AS (
+        SELECT *
+        FROM jsonb_to_recordset(v_message_changes)
+            AS mc(id bigint, endpoint_id bigint, event_type text, attempts integer,
+                  dead_lettered_at timestamptz, event_type_out text, status_code integer,
+                  error_class text, attempted_at timestamptz)
     ),
     crossing AS (
         -- The highest share of the failure threshold this batch's failures reached from below
@@ -2477,10 +2527,9 @@ BEGIN
                        'message_id', mc.id, 'event_type', mc.event_type,
                        'attempt_count', mc.attempts,
                        'last_attempt', jsonb_build_object(
-                           'status_code', o.status_code, 'error_class', o.error_class,
-                           'attempted_at', tidings.lifecycle_time(o.attempted_at)))) AS element
+                           'status_code', mc.status_code, 'error_class', mc.error_class,
+                           'attempted_at', tidings.lifecycle_time(mc.attempted_at)))) AS element
         FROM message_change mc
-        JOIN outcome o ON o.id = mc.head_id
         -- Looked up per changed message (OFFSET 0 keeps the planner from turning the look-up
         -- into a join that reads the table first), so a batch that changes none reads no
         -- endpoint.
@@ -2532,16 +2581,15 @@ BEGIN
         FROM disabled d
         JOIN tidings.applications a ON a.id = d.app_id
     )
-    SELECT (SELECT coalesce(array_agg(w.id ORDER BY w.id), '{}')
-            FROM (SELECT id FROM written UNION SELECT id FROM recorded_before) w),
-           (SELECT coalesce(json_agg(json_build_object(
+    SELECT (SELECT coalesce(json_agg(json_build_object(
                         'endpoint_id', h.endpoint_id, 'from', b.state, 'to', h.state,
                         'cooldown_s', h.cooldown_s) ORDER BY h.endpoint_id), '[]')
             FROM health h JOIN before b ON b.endpoint_id = h.endpoint_id
             WHERE h.state <> b.state),
            (SELECT coalesce(array_agg(d.id ORDER BY d.id), '{}') FROM disabled d),
            (SELECT jsonb_agg(l.element) FROM lifecycle l)
-    INTO written_ids, transitions, disabled_ids, v_lifecycle;
+    INTO transitions, disabled_ids, v_lifecycle;
+
 
     IF v_lifecycle IS NOT NULL THEN
         PERFORM tidings.emit_lifecycle_v1(v_lifecycle);
