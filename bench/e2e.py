@@ -13,7 +13,9 @@ The last line is JSON: e2e_per_s, baseline_per_s, ratio, and where each side's C
 milliseconds of CPU per delivery (Linux only, read from /proc): ``*_own_cpu_ms`` (the runtime
 process, or the three baseline workers), ``*_receiver_cpu_ms``, ``*_pg_cpu_ms`` (every process of
 the PostgreSQL server, when it runs on this machine) and ``*_machine_cpu_ms`` (every process on the
-machine); and ``*_pg_wal_bytes``, the write-ahead log the server wrote per delivery (what its
+machine); ``e2e_start_cpu_ms``, the part of ``e2e_own_cpu_ms`` spent before the runtime was ready
+(starting its processes: not in its rate, and paid once per start, not per delivery); and
+``*_pg_wal_bytes``, the write-ahead log the server wrote per delivery (what its
 storage and any replica absorb). When a side keeps the machine's cores busy, its rate is the
 cores divided by its machine CPU per delivery; ``ratio_ceiling`` is the ratio the runtime
 would reach if its own CPU cost nothing and everything else (receiver, PostgreSQL) stayed as
@@ -147,6 +149,40 @@ def cpu_per_delivery(
     return figures
 
 
+@dataclass(frozen=True)
+class Timed:
+    """A side's deliveries per second, and the CPU its processes spent before they were ready
+    (None where nothing starts, or where /proc cannot tell)."""
+
+    per_s: float
+    start_cpu_s: float | None = None
+
+
+def tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds used so far by a process and every process below it that still runs (with
+    what their own ended children used)."""
+    if not Path("/proc/stat").exists():
+        return None
+    parents: dict[int, int] = {}
+    used: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        parents[int(entry.name)] = int(fields[1])
+        used[int(entry.name)] = sum(int(v) for v in fields[11:15])
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, of in parents.items() if of == parent]
+        tree.update(children)
+        frontier.extend(children)
+    return sum(used.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
+
+
 def measured(
     side: str, url: str, receiver_pid: int, events: int, run: Any
 ) -> tuple[float, dict[str, float]]:
@@ -155,14 +191,16 @@ def measured(
     wal_before = wal_position(url)
     pg_before = server.seconds()
     before = CpuClock.read(receiver_pid)
-    per_s = run()
+    timed = run()
     after = CpuClock.read(receiver_pid)
     pg_after = server.seconds()
     pg_s = None if pg_before is None or pg_after is None else pg_after - pg_before
     figures = cpu_per_delivery(side, before, after, pg_s, events)
+    if figures and timed.start_cpu_s is not None:
+        figures[f"{side}_start_cpu_ms"] = round(1000 * timed.start_cpu_s / events, 3)
     # Write-ahead log per delivery: what the database's storage (and a replica) must absorb.
     figures[f"{side}_pg_wal_bytes"] = round(wal_since(url, wal_before) / events)
-    return per_s, figures
+    return timed.per_s, figures
 
 
 def wal_position(url: str) -> str:
@@ -216,7 +254,7 @@ def runtime_process(run: RuntimeRun, ready: Any, stop: Any) -> None:
     runtime.stop()
 
 
-def run_e2e(url: str, events: int, senders: int, sender_processes: bool, timeout_s: float) -> float:
+def run_e2e(url: str, events: int, senders: int, sender_processes: bool, timeout_s: float) -> Timed:
     """Rows delivered per second by a dev runtime in its own process, timed from the end of
     its start (every sender environment ready; the claimer has begun) to the last row
     delivered."""
@@ -234,6 +272,8 @@ def run_e2e(url: str, events: int, senders: int, sender_processes: bool, timeout
             runtime.kill()
             raise RuntimeError(f"e2e: the runtime did not start; see {log_path}")
     started = time.perf_counter()
+    assert runtime.pid is not None
+    start_cpu_s = tree_cpu_s(runtime.pid)
     try:
         deadline = started + timeout_s
         while unfinished(db):
@@ -250,7 +290,7 @@ def run_e2e(url: str, events: int, senders: int, sender_processes: bool, timeout
     db.close()
     if done != events:
         raise RuntimeError(f"e2e: {done} of {events} delivered")
-    return events / elapsed
+    return Timed(events / elapsed, start_cpu_s)
 
 
 def baseline_worker(url: str) -> None:
@@ -288,7 +328,7 @@ def baseline_worker(url: str) -> None:
     db.close()
 
 
-def run_baseline(url: str, events: int) -> float:
+def run_baseline(url: str, events: int) -> Timed:
     started = time.perf_counter()
     workers = [
         multiprocessing.Process(target=baseline_worker, args=(url,))
@@ -304,7 +344,7 @@ def run_baseline(url: str, events: int) -> float:
     db.close()
     if done != events:
         raise RuntimeError(f"baseline: {done} of {events} delivered")
-    return events / elapsed
+    return Timed(events / elapsed)
 
 
 def main() -> None:

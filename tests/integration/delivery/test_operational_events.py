@@ -536,3 +536,59 @@ def test_outcomes_that_cross_no_threshold_read_nothing_more(
     assert len(result.written_ids) == 2
     assert read == []
     assert operational_events(db) == []
+
+
+def test_a_dead_letter_is_reported_though_no_circuit_summary_comes_with_it(db: Database) -> None:
+    """The consequences of a batch are worked out when anything has consequences: a message
+    dead-lettered is reported even when the call brings no health summary to apply."""
+    from tidings.dal import delivery
+    from tidings.dal.delivery import AttemptOutcome, MessageStatus
+
+    with db.cursor() as cur:
+        endpoint_id = customer_endpoint(db, "https://receiver.example/dead", messages=2)
+        first, second = delivery.claim_due(cur, batch_size=10, lease_s=60)
+        now = datetime.now(UTC)
+        result = delivery.record_outcomes(
+            cur,
+            [
+                AttemptOutcome(first.lease, endpoint_id, MessageStatus.DELIVERED, 1, now, 200),
+                AttemptOutcome(
+                    second.lease,
+                    endpoint_id,
+                    MessageStatus.DEAD_LETTER,
+                    1,
+                    now,
+                    500,
+                    error_class="http_500",
+                ),
+            ],
+            base_cooldown_s=300.0,
+            max_cooldown_s=3600.0,
+        )
+
+    assert result.written_ids == {first.message_id, second.message_id}
+    assert result.transitions == ()
+    [exhausted] = of_type(db, "message.attempt.exhausted")
+    assert_documented("message.attempt.exhausted", exhausted)
+    assert exhausted["message_id"] == second.message_id
+    assert exhausted["last_attempt"]["status_code"] == 500
+    assert exhausted["last_attempt"]["error_class"] == "http_500"
+    assert of_type(db, "endpoint.failing") == []
+
+
+def test_an_endpoint_disabled_by_a_call_without_outcomes_is_reported(db: Database) -> None:
+    """A call that only disables an endpoint (no outcome, no summary) disables and reports it."""
+    from tidings.dal import delivery
+
+    endpoint_id = customer_endpoint(db, "https://receiver.example/gone", messages=0)
+    with db.cursor() as cur:
+        result = delivery.record_outcomes(
+            cur, [], [], [(endpoint_id, "410 Gone")], base_cooldown_s=300.0, max_cooldown_s=3600.0
+        )
+        cur.execute("SELECT enabled FROM tidings.endpoints WHERE id = %s", (endpoint_id,))
+        (enabled,) = cur.fetchone()
+
+    assert result.disabled_endpoint_ids == {endpoint_id}
+    assert enabled is False
+    [disabled] = of_type(db, "endpoint.disabled")
+    assert (disabled["endpoint_id"], disabled["detail"]) == (endpoint_id, "410 Gone")

@@ -1,0 +1,252 @@
+"""The database's cost per delivery of the delivery path's statements, against a naive loop's.
+
+Tidings: ``--events`` messages (over ``--endpoints`` endpoints, each with a signing secret, as
+``bench/e2e.py`` seeds them) go through the statements a deployment runs for them, on one
+connection with nothing else running: the claimer's ``claim_due`` (``--batch`` rows), the
+sender's ``begin_attempts`` for the rows claimed, and ``record_outcomes`` a part of ``--part``
+rows at a time (the sender's concurrency: it records each part once its requests are back), every
+outcome a delivery. Baseline, on a fresh copy of the same rows: the naive worker of
+``bench/e2e.py`` without its requests (select 50 pending rows ``FOR UPDATE SKIP LOCKED``, mark
+each delivered by an ``UPDATE`` of its own, commit).
+
+Per delivery, for each statement and in all: the server's CPU (the connection's backend process,
+read from /proc, so only with the server on this machine) and the write-ahead log it wrote.
+``--wal-detail`` adds where Tidings' log went, by record kind and by relation (the
+``pg_walinspect`` extension, PostgreSQL 15 and later; the embedded server lacks it: set
+``DATABASE_URL``). No HTTP, no concurrency: what is left is the statements' own cost, which
+``bench/e2e.py`` measures with everything else around it.
+
+The last line is JSON: the figures, ``cpu_ratio`` (baseline CPU over Tidings') and ``wal_ratio``
+(the same for the log): above 1 where Tidings costs the database less than the naive loop, which
+records no attempt, no health and no lease.
+Run: ``python bench/statements.py`` (embedded PostgreSQL) or with ``DATABASE_URL`` set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from e2e import seed
+from support import fresh_database, server_dsn
+
+from tidings.config import Settings
+from tidings.dal import delivery
+from tidings.dal.connection import Cursor, Database
+from tidings.dal.delivery import AttemptOutcome, AttemptRequest, CircuitSummary, MessageStatus
+
+NAIVE_BATCH = 50
+UNREACHABLE = "http://127.0.0.1:9/"  # nothing is sent: the rows only need an endpoint URL
+
+
+@dataclass
+class Meter:
+    """The server CPU and write-ahead log of the statements run through it, by name."""
+
+    db: Database
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    wal_bytes: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.pid = self.db.connection.get_backend_pid()
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.local = Path(f"/proc/{self.pid}/stat").exists()
+
+    def run(self, name: str, work: Callable[[Cursor], Any], *, transaction: bool = False) -> Any:
+        before_wal = self._wal_position()
+        before_cpu = self._cpu_s()
+        result = self.db.run(work, transaction=transaction)
+        self.cpu_s[name] = self.cpu_s.get(name, 0.0) + self._cpu_s() - before_cpu
+        self.wal_bytes[name] = self.wal_bytes.get(name, 0) + self._wal_since(before_wal)
+        return result
+
+    def _cpu_s(self) -> float:
+        if not self.local:
+            return 0.0
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self.tick
+
+    def _wal_position(self) -> str:
+        with self.db.cursor() as cur:
+            cur.execute("SELECT pg_current_wal_lsn()::text")
+            return str(cur.fetchone()[0])
+
+    def _wal_since(self, position: str) -> int:
+        with self.db.cursor() as cur:
+            cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)", (position,))
+            return int(cur.fetchone()[0])
+
+
+def run_tidings(meter: Meter, settings: Settings, batch: int, part: int) -> int:
+    """Claim, begin and record every message; returns how many were delivered."""
+    done = 0
+    while True:
+        claimed = meter.run(
+            "claim",
+            lambda cur: delivery.claim_due(cur, batch_size=batch, lease_s=settings.lease_s),
+        )
+        if not claimed:
+            return done
+        requests = [
+            AttemptRequest(delivery.Lease(row.message_id, row.lease_token), row.attempts + 1)
+            for row in claimed
+        ]
+        started = meter.run(
+            "begin",
+            lambda cur, requests=requests: delivery.begin_attempts(
+                cur, requests, lease_s=settings.lease_s
+            ),
+        )
+        for first in range(0, len(started), part):
+            done += record_part(meter, settings, started[first : first + part])
+
+
+def record_part(meter: Meter, settings: Settings, rows: list[delivery.StartedAttempt]) -> int:
+    now = datetime.now(UTC)
+    outcomes = [
+        AttemptOutcome(
+            delivery.Lease(row.message_id, row.lease_token),  # type: ignore[arg-type]
+            row.endpoint_id,
+            MessageStatus.DELIVERED,
+            row.attempts + 1,
+            now,
+            200,
+            response_ms=1,
+        )
+        for row in rows
+        if row.permitted
+    ]
+    summaries = [
+        CircuitSummary(endpoint_id, True, 0, now, None)
+        for endpoint_id in sorted({row.endpoint_id for row in rows})
+    ]
+    recorded = meter.run(
+        "record",
+        lambda cur: delivery.record_outcomes(
+            cur,
+            outcomes,
+            summaries,
+            base_cooldown_s=settings.circuit_cooldown_s,
+            max_cooldown_s=settings.circuit_max_cooldown_s,
+        ),
+    )
+    if len(recorded.written_ids) != len(rows):
+        raise RuntimeError(f"recorded {len(recorded.written_ids)} of {len(rows)} outcomes")
+    return len(rows)
+
+
+def run_naive(meter: Meter) -> int:
+    def one_batch(cur: Cursor) -> int:
+        cur.execute(
+            "SELECT m.id FROM tidings.messages m WHERE m.status = 'pending'"
+            " ORDER BY m.id LIMIT %s FOR UPDATE OF m SKIP LOCKED",
+            (NAIVE_BATCH,),
+        )
+        ids = [row[0] for row in cur.fetchall()]
+        for message_id in ids:
+            cur.execute(
+                "UPDATE tidings.messages SET status = 'delivered', attempts = attempts + 1,"
+                " delivered_at = now() WHERE id = %s",
+                (message_id,),
+            )
+        return len(ids)
+
+    done = 0
+    while taken := meter.run("naive", one_batch, transaction=True):
+        done += taken
+    return done
+
+
+def wal_detail(db: Database, start: str, end: str, deliveries: int) -> dict[str, Any]:
+    """Where the log between two positions went: bytes per delivery by record kind and by
+    relation (the ten largest of each)."""
+    with db.connection.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        cur.execute(
+            'SELECT "resource_manager/record_type", combined_size'
+            " FROM pg_get_wal_stats(%s::pg_lsn, %s::pg_lsn, true)"
+            " WHERE count > 0 ORDER BY combined_size DESC LIMIT 10",
+            (start, end),
+        )
+        by_kind = {kind: round(int(size) / deliveries) for kind, size in cur.fetchall()}
+        cur.execute(
+            "SELECT coalesce(c.relname, 'other'), sum(r.record_length)"
+            " FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn) r"
+            " LEFT JOIN pg_class c ON c.relfilenode::text ="
+            "   substring(r.block_ref from 'rel \\d+/\\d+/(\\d+)')"
+            " GROUP BY 1 ORDER BY 2 DESC LIMIT 10",
+            (start, end),
+        )
+        by_relation = {name: round(int(size) / deliveries) for name, size in cur.fetchall()}
+    return {"wal_by_kind": by_kind, "wal_by_relation": by_relation}
+
+
+def measure(
+    dsn: str, events: int, endpoints: int, run: Callable[[Meter], int], detail: bool
+) -> tuple[Meter, int, dict[str, Any]]:
+    with fresh_database(dsn) as url:
+        seed(url, endpoints, events, UNREACHABLE)
+        db = Database(url)
+        meter = Meter(db)
+        start = meter._wal_position()
+        done = run(meter)
+        end = meter._wal_position()
+        if done != events:
+            raise RuntimeError(f"{done} of {events} delivered")
+        found = wal_detail(db, start, end, done) if detail else {}
+        db.close()
+    return meter, done, found
+
+
+def main() -> None:
+    settings = Settings.from_env()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--endpoints", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=settings.claim_batch_size)
+    parser.add_argument("--part", type=int, default=settings.sender_concurrency)
+    parser.add_argument("--wal-detail", action="store_true")
+    args = parser.parse_args()
+
+    with server_dsn() as dsn:
+        naive, naive_done, _ = measure(dsn, args.events, args.endpoints, run_naive, False)
+        tidings, done, detail = measure(
+            dsn,
+            args.events,
+            args.endpoints,
+            lambda meter: run_tidings(meter, settings, args.batch, args.part),
+            args.wal_detail,
+        )
+    result: dict[str, Any] = {
+        "events": args.events,
+        "batch": args.batch,
+        "part": args.part,
+        "server_on_this_machine": tidings.local,
+    }
+    for name in ("claim", "begin", "record"):
+        result[f"{name}_pg_cpu_ms"] = round(tidings.cpu_s[name] * 1000 / done, 4)
+        result[f"{name}_wal_bytes"] = round(tidings.wal_bytes[name] / done)
+    pg_cpu_ms = sum(tidings.cpu_s.values()) * 1000 / done
+    wal_bytes = sum(tidings.wal_bytes.values()) / done
+    baseline_cpu_ms = naive.cpu_s["naive"] * 1000 / naive_done
+    baseline_wal_bytes = naive.wal_bytes["naive"] / naive_done
+    result |= {
+        "pg_cpu_ms": round(pg_cpu_ms, 4),
+        "wal_bytes": round(wal_bytes),
+        "baseline_pg_cpu_ms": round(baseline_cpu_ms, 4),
+        "baseline_wal_bytes": round(baseline_wal_bytes),
+        "cpu_ratio": round(baseline_cpu_ms / pg_cpu_ms, 2) if tidings.local else None,
+        "wal_ratio": round(baseline_wal_bytes / wal_bytes, 2),
+        **detail,
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
