@@ -87,9 +87,15 @@ def run_tidings(meter: Meter, settings: Settings, batch: int, part: int) -> int:
     """Claim, begin and record every message; returns how many were delivered."""
     done = 0
     while True:
+        # As the claimer leases: long enough for the time in the queue too.
         claimed = meter.run(
             "claim",
-            lambda cur: delivery.claim_due(cur, batch_size=batch, lease_s=settings.lease_s),
+            lambda cur: delivery.claim_due(
+                cur,
+                batch_size=batch,
+                lease_s=settings.lease_s + settings.lease_queue_allowance_s,
+                probe_lease_s=settings.lease_s,
+            ),
         )
         if not claimed:
             return done

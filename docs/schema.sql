@@ -324,7 +324,7 @@ CREATE TABLE tidings.messages (
     CONSTRAINT messages_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
     CONSTRAINT messages_pkey PRIMARY KEY (id),
     CONSTRAINT messages_waiting_in_a_line_check CHECK (((status <> 'waiting'::tidings.message_status) OR (line_key IS NOT NULL))) NOT VALID
-) WITH (fillfactor=80);
+) WITH (fillfactor=50);
 
 CREATE TABLE tidings.migration_lock (
     singleton boolean DEFAULT true NOT NULL,
