@@ -144,6 +144,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/transport.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/percentiles.py
+	$(BIN)/python bench/statements.py
 	$(BIN)/python bench/e2e.py
 	$(BIN)/python bench/isolation.py
 

@@ -27,12 +27,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg2
 from e2e import seed
 from support import fresh_database, server_dsn
 
@@ -193,6 +196,13 @@ def wal_detail(db: Database, start: str, end: str, deliveries: int) -> dict[str,
     return {"wal_by_kind": by_kind, "wal_by_relation": by_relation}
 
 
+def can_inspect_wal(dsn: str) -> bool:
+    """Whether the server has pg_walinspect to offer (PostgreSQL 15 or later, contrib built)."""
+    with closing(psycopg2.connect(dsn)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'pg_walinspect'")
+        return cur.fetchone() is not None
+
+
 def measure(
     dsn: str, events: int, endpoints: int, run: Callable[[Meter], int], detail: bool
 ) -> tuple[Meter, int, dict[str, Any]]:
@@ -221,6 +231,14 @@ def main() -> None:
     args = parser.parse_args()
 
     with server_dsn() as dsn:
+        if args.wal_detail and not can_inspect_wal(dsn):
+            print(
+                "--wal-detail needs the pg_walinspect extension, which this server lacks"
+                " (PostgreSQL 15 or later with its contrib modules; the embedded server has"
+                " none): set DATABASE_URL to such a server",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
         naive, naive_done, _ = measure(dsn, args.events, args.endpoints, run_naive, False)
         tidings, done, detail = measure(
             dsn,
