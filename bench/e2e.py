@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg2
-from support import ServerCpu, fresh_database, give_secret, server_dsn
+from support import ServerCpu, fresh_database, give_secret, process_stats, server_dsn
 
 from tidings.dal.connection import Database
 from tidings.dal.operator import DemoEvent, enqueue_events
@@ -163,17 +163,10 @@ def tree_cpu_s(pid: int) -> float | None:
     what their own ended children used)."""
     if not Path("/proc/stat").exists():
         return None
-    parents: dict[int, int] = {}
-    used: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # ended meanwhile
-        parents[int(entry.name)] = int(fields[1])
-        used[int(entry.name)] = sum(int(v) for v in fields[11:15])
+    stats = process_stats()
+    parents = {p: int(fields[1]) for p, fields in stats.items()}
+    # utime, stime, and the times of their waited-for children.
+    used = {p: sum(int(v) for v in fields[11:15]) for p, fields in stats.items()}
     tree, frontier = {pid}, [pid]
     while frontier:
         parent = frontier.pop()

@@ -109,6 +109,20 @@ class Stopwatch:
         self.system = os.times().system - self.system
 
 
+def process_stats() -> dict[int, list[str]]:
+    """Every readable process's /proc/<pid>/stat, as the fields after its command name (so the
+    first is its state, the second its parent's pid, the twelfth and thirteenth its CPU)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            found[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+    return found
+
+
 class ServerCpu:
     """CPU seconds spent by a PostgreSQL server: the postmaster, the processes it started that
     are still running, and those that ended (counted in the postmaster's children's times).
@@ -150,17 +164,8 @@ class ServerCpu:
         return total / self.tick
 
     def _children(self) -> list[int]:
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == self.pid:  # field 4 of stat: the parent's pid
-                found.append(int(entry.name))
-        return found
+        # Field 4 of stat: the parent's pid.
+        return [pid for pid, fields in process_stats().items() if int(fields[1]) == self.pid]
 
     @staticmethod
     def _times(pid: int, *, with_children: bool) -> int:
