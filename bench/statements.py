@@ -37,7 +37,7 @@ from typing import Any
 
 import psycopg2
 from e2e import seed
-from support import fresh_database, server_dsn
+from support import ServerCpu, fresh_database, server_dsn
 
 from tidings.config import Settings
 from tidings.dal import delivery
@@ -53,16 +53,18 @@ class Meter:
     """The server CPU and write-ahead log of the statements run through it, by name."""
 
     db: Database
+    url: str
     cpu_s: dict[str, float] = field(default_factory=dict)
     wal_bytes: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.pid = self.db.connection.get_backend_pid()
         self.tick = os.sysconf("SC_CLK_TCK")
-        self.local = Path(f"/proc/{self.pid}/stat").exists()
+        # The backend's pid names a process here only when the server runs here.
+        self.local = ServerCpu.of(self.url).available
 
     def run(self, name: str, work: Callable[[Cursor], Any], *, transaction: bool = False) -> Any:
-        before_wal = self._wal_position()
+        before_wal = self.wal_position()
         before_cpu = self._cpu_s()
         result = self.db.run(work, transaction=transaction)
         self.cpu_s[name] = self.cpu_s.get(name, 0.0) + self._cpu_s() - before_cpu
@@ -75,7 +77,7 @@ class Meter:
         fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / self.tick
 
-    def _wal_position(self) -> str:
+    def wal_position(self) -> str:
         with self.db.cursor() as cur:
             cur.execute("SELECT pg_current_wal_lsn()::text")
             return str(cur.fetchone()[0])
@@ -209,10 +211,10 @@ def measure(
     with fresh_database(dsn) as url:
         seed(url, endpoints, events, UNREACHABLE)
         db = Database(url)
-        meter = Meter(db)
-        start = meter._wal_position()
+        meter = Meter(db, url)
+        start = meter.wal_position()
         done = run(meter)
-        end = meter._wal_position()
+        end = meter.wal_position()
         if done != events:
             raise RuntimeError(f"{done} of {events} delivered")
         found = wal_detail(db, start, end, done) if detail else {}
@@ -253,19 +255,25 @@ def main() -> None:
         "part": args.part,
         "server_on_this_machine": tidings.local,
     }
+
+    def cpu_ms(seconds: float, deliveries: int) -> float | None:
+        return round(seconds * 1000 / deliveries, 4) if tidings.local else None
+
     for name in ("claim", "begin", "record"):
-        result[f"{name}_pg_cpu_ms"] = round(tidings.cpu_s[name] * 1000 / done, 4)
+        result[f"{name}_pg_cpu_ms"] = cpu_ms(tidings.cpu_s[name], done)
         result[f"{name}_wal_bytes"] = round(tidings.wal_bytes[name] / done)
-    pg_cpu_ms = sum(tidings.cpu_s.values()) * 1000 / done
+    pg_cpu_ms = cpu_ms(sum(tidings.cpu_s.values()), done)
+    baseline_cpu_ms = cpu_ms(naive.cpu_s["naive"], naive_done)
     wal_bytes = sum(tidings.wal_bytes.values()) / done
-    baseline_cpu_ms = naive.cpu_s["naive"] * 1000 / naive_done
     baseline_wal_bytes = naive.wal_bytes["naive"] / naive_done
     result |= {
-        "pg_cpu_ms": round(pg_cpu_ms, 4),
+        "pg_cpu_ms": pg_cpu_ms,
         "wal_bytes": round(wal_bytes),
-        "baseline_pg_cpu_ms": round(baseline_cpu_ms, 4),
+        "baseline_pg_cpu_ms": baseline_cpu_ms,
         "baseline_wal_bytes": round(baseline_wal_bytes),
-        "cpu_ratio": round(baseline_cpu_ms / pg_cpu_ms, 2) if tidings.local else None,
+        "cpu_ratio": round(baseline_cpu_ms / pg_cpu_ms, 2)
+        if pg_cpu_ms and baseline_cpu_ms
+        else None,
         "wal_ratio": round(baseline_wal_bytes / wal_bytes, 2),
         **detail,
     }
