@@ -73,6 +73,24 @@ def test_a_stale_copy_of_a_queue_message_cannot_overwrite_a_newer_outcome(db: Da
     assert (row["status"], row["attempts"], row["last_status_code"]) == ("delivered", 2, 200)
 
 
+def test_two_copies_of_a_queue_message_in_one_batch_begin_the_row_once(db: Database) -> None:
+    """A queue may hand one message to a sender twice in the same batch: the row is begun
+    once, with one new lease, and answered once."""
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur)
+        seed_messages(cur, endpoint_id, 2)
+        first, second = delivery.claim_due(cur, batch_size=2, lease_s=60)
+        requests = [
+            AttemptRequest(first.lease, 1),
+            AttemptRequest(second.lease, 1),
+            AttemptRequest(first.lease, 1),
+        ]
+        started = delivery.begin_attempts(cur, requests, lease_s=60)
+    assert sorted(row.message_id for row in started) == [first.message_id, second.message_id]
+    assert all(row.permitted for row in started)
+    assert {row.lease_token for row in started}.isdisjoint({first.lease_token, second.lease_token})
+
+
 def test_an_outcome_for_another_attempt_than_the_current_one_is_refused(db: Database) -> None:
     """Even under the lease that holds the row, only the attempt that is due may be written."""
     now = datetime.now(UTC)
