@@ -210,6 +210,21 @@ def test_allowed_networks_permit_exactly_their_addresses() -> None:
     assert is_blocked(ip("169.254.169.254"), allowed) == "metadata"
 
 
+def test_verdicts_kept_between_calls_follow_their_arguments() -> None:
+    """Verdicts are kept per address and allowed networks (a list or a tuple alike): the same
+    address is refused without its network and allowed with it, call after call, and a refused
+    URL stays refused."""
+    for _ in range(3):
+        assert is_blocked(ip("10.20.5.5"), []) == "private"
+        assert is_blocked(ip("10.20.5.5"), [ipaddress.ip_network("10.20.0.0/16")]) is None
+        assert is_blocked(ip("10.20.5.5"), (ipaddress.ip_network("10.20.0.0/16"),)) is None
+        with pytest.raises(InvalidTargetUrl):
+            validate_url("https://user:pw@example.com/")
+        with pytest.raises(InvalidTargetUrl, match="must be a str"):
+            validate_url(["https://example.com/"])  # type: ignore[arg-type]
+    assert validate_url("https://example.com/a") is validate_url("https://example.com/a")
+
+
 def test_allowed_ipv4_network_covers_its_mapped_form() -> None:
     allowed = parse_allowed_networks(["127.0.0.0/8"])
     assert is_blocked(ip("::ffff:127.0.0.1"), allowed) is None

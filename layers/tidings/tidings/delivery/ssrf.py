@@ -7,6 +7,7 @@ cannot reach a refused address.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import socket
@@ -97,6 +98,13 @@ def validate_url(url: str) -> TargetUrl:
     """Check that ``url`` can be a webhook target and split it into its parts."""
     if not isinstance(url, str):
         raise InvalidTargetUrl(f"the URL must be a str, got {type(url).__name__}")
+    return _validated(url)
+
+
+# A sender checks its endpoints' few URLs again on every request: the answer depends on the
+# string alone, so it is kept (a refused URL raises, which is not kept).
+@functools.lru_cache(maxsize=4096)
+def _validated(url: str) -> TargetUrl:
     if not url:
         raise InvalidTargetUrl("the URL is empty")
     # urlsplit silently drops tabs and newlines; refuse them instead of guessing.
@@ -201,13 +209,20 @@ def is_blocked(ip: IPAddress, allowed: Sequence[IPNetwork]) -> str | None:
     An address inside one of the ``allowed`` networks is always permitted. IPv6 addresses that
     embed an IPv4 address (mapped, 6to4, NAT64) are judged by the IPv4 address they lead to.
     """
+    return _blocked_reason(ip, tuple(allowed))
+
+
+# The verdict depends on the address and the allowed networks alone, and a sender's receivers
+# resolve to few addresses: it is kept rather than worked out against every table per request.
+@functools.lru_cache(maxsize=4096)
+def _blocked_reason(ip: IPAddress, allowed: tuple[IPNetwork, ...]) -> str | None:
     if any(ip.version == net.version and ip in net for net in allowed):
         return None
     if isinstance(ip, ipaddress.IPv4Address):
         return _first_reason(ip, _BLOCKED_V4)
     embedded = _embedded_v4(ip)
     if embedded is not None:
-        return is_blocked(embedded, allowed)
+        return _blocked_reason(embedded, allowed)
     reason = _first_reason(ip, _BLOCKED_V6)
     if reason is None and ip not in _GLOBAL_UNICAST_V6:
         return "reserved"
