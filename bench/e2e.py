@@ -38,7 +38,14 @@ from pathlib import Path
 from typing import Any
 
 import psycopg2
-from support import ServerCpu, fresh_database, give_secret, process_stats, server_dsn
+from support import (
+    ServerCpu,
+    fresh_database,
+    give_secret,
+    process_cpu_s,
+    process_stats,
+    server_dsn,
+)
 
 from tidings.dal.connection import Database
 from tidings.dal.operator import DemoEvent, enqueue_events
@@ -164,10 +171,7 @@ class Timed:
 def backend_cpu_s(db: Database) -> float | None:
     """CPU seconds so far of the server process behind ``db``'s connection (None when the
     server does not run here)."""
-    stats = process_stats().get(db.connection.get_backend_pid())
-    if stats is None:
-        return None
-    return (int(stats[11]) + int(stats[12])) / os.sysconf("SC_CLK_TCK")
+    return process_cpu_s(db.connection.get_backend_pid())
 
 
 def tree_cpu_s(pid: int) -> float | None:

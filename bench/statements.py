@@ -26,18 +26,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import psycopg2
 from e2e import seed
-from support import ServerCpu, fresh_database, server_dsn
+from support import ServerCpu, fresh_database, process_cpu_s, server_dsn
 
 from tidings.config import Settings
 from tidings.dal import delivery
@@ -59,7 +57,6 @@ class Meter:
 
     def __post_init__(self) -> None:
         self.pid = self.db.connection.get_backend_pid()
-        self.tick = os.sysconf("SC_CLK_TCK")
         # The backend's pid names a process here only when the server runs here.
         self.local = ServerCpu.of(self.url).available
 
@@ -72,10 +69,7 @@ class Meter:
         return result
 
     def _cpu_s(self) -> float:
-        if not self.local:
-            return 0.0
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / self.tick
+        return (process_cpu_s(self.pid) or 0.0) if self.local else 0.0
 
     def wal_position(self) -> str:
         with self.db.cursor() as cur:

@@ -123,6 +123,15 @@ def process_stats() -> dict[int, list[str]]:
     return found
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds so far of one process (user and system), or None when it is not here."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class ServerCpu:
     """CPU seconds spent by a PostgreSQL server: the postmaster, the processes it started that
     are still running, and those that ended (counted in the postmaster's children's times).
