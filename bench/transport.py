@@ -3,11 +3,12 @@
 Both POST the same signed body with the same headers to a receiver in its own process
 (``bench/sender.py``'s), over kept-alive connections: the baseline through a plain
 ``requests.Session`` (what a sender written the obvious way does, with none of the transport's
-guards), then ``HttpTransport.post`` (SSRF check, pinned address, deadline, bounded read).
-Each side runs twice: ``--posts`` requests one after another with the receiver answering at
-once (the cost of the code itself, caches warm), then ``--concurrent-posts`` from
-``--concurrency`` threads with the receiver answering after ``--latency-ms`` (as the sender
-runs them: every request sleeps on its socket and wakes its thread again).
+guards), then ``HttpTransport`` (SSRF check, pinned address, deadline, bounded read). Each side
+runs twice: ``--posts`` requests one after another with the receiver answering at once (the
+cost of the code itself, caches warm), then ``--concurrent-posts`` ``--concurrency`` at a time
+with the receiver answering after ``--latency-ms``, each side as it would send a sender's part:
+the session from that many threads (every request sleeps on its socket and wakes its thread
+again), the transport with ``post_all`` (every request of the part on one thread at once).
 
 CPU is this process's (user and system) per request. The last line is JSON:
 ``transport_cpu_ms``, ``session_cpu_ms`` and ``ratio`` (session over transport) for each of the
@@ -30,7 +31,7 @@ from support import ROOT
 sys.path.insert(0, str(ROOT))
 
 from tidings.delivery import signing
-from tidings.delivery.http_transport import HttpTransport
+from tidings.delivery.http_transport import HttpTransport, Post
 from tidings.delivery.ssrf import parse_allowed_networks
 
 BODY = json.dumps(
@@ -47,9 +48,24 @@ def cpu_ms_per_post(post: Callable[[], int], count: int, concurrency: int) -> fl
         started = time.process_time()
         statuses = list(pool.map(lambda _: post(), range(count)))
         spent = time.process_time() - started
+    return _checked(statuses, spent, count)
+
+
+def cpu_ms_per_part(post_part: Callable[[], list[int]], count: int, concurrency: int) -> float:
+    """This process's CPU per request of ``post_part`` (``concurrency`` requests at once on
+    this thread), over ``count`` requests."""
+    # The first part opens the connections; it is not what is measured.
+    post_part()
+    started = time.process_time()
+    statuses = [status for _ in range(count // concurrency) for status in post_part()]
+    spent = time.process_time() - started
+    return _checked(statuses, spent, len(statuses))
+
+
+def _checked(statuses: list[int], spent_s: float, count: int) -> float:
     if set(statuses) != {200}:
         raise SystemExit(f"the receiver answered {sorted(set(statuses))}")
-    return spent * 1000 / count
+    return spent_s * 1000 / count
 
 
 def measure(url: str, count: int, concurrency: int) -> dict[str, float]:
@@ -64,9 +80,17 @@ def measure(url: str, count: int, concurrency: int) -> dict[str, float]:
     def by_transport() -> int:
         return transport.post(url, BODY, headers, TIMEOUT_S).status_code or 0
 
+    part = [Post(url, BODY, headers, TIMEOUT_S)] * concurrency
+
+    def part_by_transport() -> list[int]:
+        return [sent.result.status_code or 0 for sent in transport.post_all(part)]
+
     try:
         session_ms = cpu_ms_per_post(by_session, count, concurrency)
-        transport_ms = cpu_ms_per_post(by_transport, count, concurrency)
+        if concurrency == 1:
+            transport_ms = cpu_ms_per_post(by_transport, count, 1)
+        else:
+            transport_ms = cpu_ms_per_part(part_by_transport, count, concurrency)
     finally:
         session.close()
         transport.close()

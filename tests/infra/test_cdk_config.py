@@ -138,7 +138,8 @@ def test_runtime_requirements_leave_out_what_lambda_provides_and_the_cli_alone_u
     assert names == {
         "psycopg2-binary",
         "requests",
-        "urllib3",  # the sender's transport, pinned since it is used directly
+        "urllib3",  # the API client's retries, pinned since it is used directly
+        "pycurl",  # the sender's transport
         "aws-lambda-powertools",
         "pydantic",
         "cryptography",

@@ -20,6 +20,7 @@ Every request is recorded with its headers and body; accepted connections are co
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -137,7 +138,7 @@ def _behaviour(path: str, receiver: Receiver) -> tuple[str, list[str]]:
 
 
 class Receiver:
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self.lock = threading.Lock()
         self.requests: list[ReceivedRequest] = []
         self.connections = 0
@@ -147,14 +148,19 @@ class Receiver:
         self.stopping = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.receiver = self
+        self.scheme = "http"
+        if tls is not None:
+            # Handshakes happen as connections are accepted; one that fails is dropped.
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+            self.scheme = "https"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def port(self) -> int:
         return int(self._server.server_address[1])
 
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{path.lstrip('/')}"
+    def url(self, path: str, host: str = "127.0.0.1") -> str:
+        return f"{self.scheme}://{host}:{self.port}/{path.lstrip('/')}"
 
     def requests_to(self, path: str) -> list[ReceivedRequest]:
         with self.lock:
@@ -174,8 +180,9 @@ class Receiver:
 
 
 @contextmanager
-def running_receiver() -> Iterator[Receiver]:
-    receiver = Receiver()
+def running_receiver(tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
+    """A receiver on loopback; with ``tls``, one that speaks HTTPS with that server context."""
+    receiver = Receiver(tls)
     receiver.start()
     try:
         yield receiver

@@ -94,27 +94,33 @@ def test_a_request_cut_short_is_incomplete_not_a_bad_signature(
     assert (tally.incomplete, tally.bad_signatures, tally.accepted) == (1, 0, {"msg_cut": 1})
 
 
-# The real sender, killed once its headers have left and before its body does (http.client
-# writes them separately): SIGKILL in the middle of a request, without depending on timing.
+# The real sender's transport, killed once its headers and part of its body have left: SIGKILL
+# in the middle of a request, without depending on timing. The body is large, so libcurl sends
+# it in many writes, and its progress callback (set here, after the transport's own options)
+# ends the process once some of it, and not all, is on its way.
 _KILLED_BETWEEN_HEADERS_AND_BODY = """
-import http.client, os, signal, sys, time
-from tidings.delivery import signing
-from tidings.delivery.http_transport import HttpTransport
+import os, signal, sys, time
+import pycurl
+from tidings.delivery import http_transport, signing
 from tidings.delivery.ssrf import parse_allowed_networks
 
 url, secret = sys.argv[1:3]
-body = b'{"type": "killed", "data": {"n": 1}}'
-send = http.client.HTTPConnection.send
+body = b'{"type": "killed", "data": "' + b"x" * (32 << 20) + b'"}'
+prepare = http_transport._prepare
 
-def send_then_die(self, data):
-    if data == body:
+def die_mid_body(download_total, downloaded, upload_total, uploaded):
+    if 0 < uploaded < upload_total:
         os.kill(os.getpid(), signal.SIGKILL)
-    return send(self, data)
 
-http.client.HTTPConnection.send = send_then_die
-transport = HttpTransport(allowed_networks=parse_allowed_networks(["127.0.0.0/8"]))
+def prepare_to_die_mid_body(curl, *args):
+    prepare(curl, *args)
+    curl.setopt(pycurl.NOPROGRESS, 0)
+    curl.setopt(pycurl.XFERINFOFUNCTION, die_mid_body)
+
+http_transport._prepare = prepare_to_die_mid_body
+transport = http_transport.HttpTransport(allowed_networks=parse_allowed_networks(["127.0.0.0/8"]))
 headers = signing.webhook_headers("msg_killed", int(time.time()), body, [secret])
-transport.post(url, body, headers, 10)
+transport.post(url, body, headers, 30)
 """
 
 

@@ -2,8 +2,9 @@
 
 An endpoint without credentials never reaches this module: the sender asks only when its row
 came with some. An endpoint's credentials are opened once per process and kept, keyed by their
-rows' ids (a changed credential is a new row, so it is opened afresh); so are the TLS contexts
-built from them and the OAuth2 tokens got with them.
+rows' ids (a changed credential is a new row, so it is opened afresh); so are the OAuth2 tokens
+got with them. The sender asks for a request's headers (``authorize``) before it sends a part
+of its batch, and tells after a 401 (``refused``) whether to send once more with a new token.
 
 OAuth2 client credentials: one token per credential row and process, got when first needed
 (one request at a time per credential: concurrent deliveries wait for it rather than ask
@@ -13,10 +14,12 @@ answers 401 to a delivery made with it. The token request goes through the trans
 same SSRF guard, address pinning, size and time limits apply. A token request that fails makes
 the attempt ``auth_failed`` (the token endpoint's status, never its body, in the excerpt).
 
-A client certificate's key is handed to OpenSSL through an anonymous in-memory file
-(``memfd_create``): ``SSLContext.load_cert_chain`` reads only from paths, and such a file
-exists on no file system and goes away when closed. Where there is none (not Linux), a file of
-mode 0600 in a fresh private directory is written, loaded and removed at once.
+A client certificate and its key go to libcurl from memory. They are loaded once by Python's
+``ssl`` when opened, to find one that cannot be used at once; ``SSLContext.load_cert_chain``
+reads only from paths, so the key is handed over through an anonymous in-memory file
+(``memfd_create``), which exists on no file system and goes away when closed. Where there is
+none (not Linux), a file of mode 0600 in a fresh private directory is written, loaded and
+removed at once.
 
 Nothing here logs a credential, a token or a key, nor names one in an exception.
 """
@@ -34,8 +37,6 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from requests.utils import DEFAULT_CA_BUNDLE_PATH
 
 from tidings.delivery.http_transport import HttpResult, HttpTransport, TlsProfile
 from tidings.delivery.retry_policy import AttemptError
@@ -75,6 +76,14 @@ class ReceiverCredentials:
     tls: TlsProfile | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Authorized:
+    """A request's headers with its endpoint's credentials, and the OAuth2 token among them."""
+
+    headers: dict[str, str] = field(repr=False)
+    token: str | None = field(default=None, repr=False)
+
+
 @dataclass(slots=True)
 class _Token:
     value: str = field(repr=False)
@@ -107,36 +116,31 @@ class Credentials:
             self._opened[ids] = opened
         return opened
 
-    def post(
-        self,
-        credentials: ReceiverCredentials,
-        url: str,
-        body: bytes,
-        headers: Mapping[str, str],
-        timeout_s: float,
-    ) -> HttpResult:
-        """POST a delivery with the endpoint's credentials, within ``timeout_s`` in all (a token
-        request included); a 401 to an OAuth2 token gets one more try with a new token."""
-        ends = time.monotonic() + timeout_s
+    def authorize(
+        self, credentials: ReceiverCredentials, headers: Mapping[str, str], ends: float
+    ) -> Authorized | HttpResult:
+        """The request's headers with the endpoint's credentials in them (an OAuth2 token got
+        first when none is kept, within the attempt's deadline ``ends``, monotonic), or the
+        failed attempt when no token could be had."""
         sent = {**credentials.headers, **headers}
         client = credentials.oauth2
         if client is None:
-            return self.transport.post(url, body, sent, timeout_s, credentials.tls)
+            return Authorized(sent)
         token, failure = self._token(client, ends)
         if failure is not None:
             return failure
         sent["Authorization"] = f"Bearer {token}"
-        result = self.transport.post(url, body, sent, _left(ends), credentials.tls)
-        if result.status_code != 401:
-            return result
-        # The receiver no longer takes the token (revoked, or its clock is ahead): once more
-        # with a new one (a concurrent delivery may have got it already).
-        self._forget(client.key, token)
-        token, failure = self._token(client, ends)
-        if failure is not None:
-            return failure
-        sent["Authorization"] = f"Bearer {token}"
-        return self.transport.post(url, body, sent, _left(ends), credentials.tls)
+        return Authorized(sent, token)
+
+    def refused(self, credentials: ReceiverCredentials, authorized: Authorized) -> bool:
+        """After a 401: whether the request is worth making once more with a new token (it was
+        made with an OAuth2 token, which is forgotten now: the receiver no longer takes it,
+        revoked or expired early; a concurrent delivery may have got the next one already)."""
+        client = credentials.oauth2
+        if client is None or authorized.token is None:
+            return False
+        self._forget(client.key, authorized.token)
+        return True
 
     def _token(self, client: OAuth2Client, ends: float) -> tuple[str, HttpResult | None]:
         """A valid token (and None), or the failed attempt."""
@@ -199,18 +203,23 @@ class Credentials:
 def tls_profile(
     client_certificate: Mapping[str, str] | None, server_ca_pem: str | None
 ) -> TlsProfile:
-    """A TLS context trusting ``server_ca_pem`` (else the public roots requests trusts) and
-    presenting the client certificate when given; host names are checked either way."""
-    if server_ca_pem is not None:
-        context = ssl.create_default_context(cadata=server_ca_pem)
-    else:
-        context = ssl.create_default_context(cafile=DEFAULT_CA_BUNDLE_PATH)
+    """The TLS settings of an endpoint: trusting only ``server_ca_pem`` when given (else the
+    public roots), presenting the client certificate when given. Both are loaded once here, as
+    OpenSSL will load them, so that one that cannot be used is found when the credentials are
+    opened, not at every attempt."""
+    context = ssl.create_default_context(cadata=server_ca_pem) if server_ca_pem else None
     if client_certificate is not None:
         _load_cert_chain(
-            context,
+            context or ssl.create_default_context(),
             client_certificate["certificate_pem"] + client_certificate["private_key_pem"],
         )
-    return TlsProfile(context)
+    return TlsProfile(
+        ca_pem=server_ca_pem.encode() if server_ca_pem else None,
+        certificate_pem=(
+            client_certificate["certificate_pem"].encode() if client_certificate else None
+        ),
+        key_pem=client_certificate["private_key_pem"].encode() if client_certificate else None,
+    )
 
 
 def _load_cert_chain(context: ssl.SSLContext, pem: str) -> None:

@@ -20,13 +20,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Protocol
 
 import psycopg2
@@ -34,7 +30,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from tidings.dal import delivery
 from tidings.dal.connection import Database
-from tidings.delivery import fifo, retry_schedule, signing
+from tidings.delivery import fifo, retry_schedule
 from tidings.delivery.attempt import (
     Attempt,
     Decision,
@@ -44,23 +40,22 @@ from tidings.delivery.attempt import (
     decide,
     endpoints_to_disable,
     internal_failure,
-    webhook_id,
 )
-from tidings.delivery.credentials import Credentials, CredentialsUnusable
+from tidings.delivery.credentials import Credentials
 from tidings.delivery.envelope import (
     DeliveryEnvelope,
     MalformedEnvelope,
     envelopes_of,
     send_envelopes,
 )
-from tidings.delivery.http_transport import HttpResult, HttpTransport
+from tidings.delivery.http_transport import HttpTransport
 from tidings.delivery.lanes import Timing, slow_endpoints
-from tidings.delivery.request_body import EVENT_TYPE_HEADER, event_type_header, request_body
-from tidings.delivery.retry_policy import AttemptError, NextAction
+from tidings.delivery.retry_policy import NextAction
+from tidings.delivery.sending import NOT_SENT, PartSender, log_internal_error
 from tidings.observability import logger, metrics
 from tidings.queue import MAX_DELAY_S, DeliveryQueue, OutgoingMessage
 from tidings.secrets.envelope import DataKey
-from tidings.secrets.keyring import Keyring, open_secrets
+from tidings.secrets.keyring import Keyring
 from tidings.secrets.master_keys import KeyUnavailable
 
 
@@ -148,8 +143,9 @@ class Sender:
         self.transport = transport
         self._default_schedule = retry_schedule.deployment_default(settings)
         self.keyring = keyring
-        self.credentials = _shared_credentials(transport)
-        self._executor = _shared_executor(settings.sender_concurrency)
+        self._part_sender = PartSender(
+            transport, _shared_credentials(transport), settings.http_timeout_s
+        )
 
     def process(
         self,
@@ -224,8 +220,8 @@ class Sender:
             return BatchReport(
                 failed_record_ids=frozenset(unsent), skipped=len(jobs) + len(unsendable)
             ), False
-        sent = self._send_all(jobs, budget_s, keys)
-        attempts = sent + [Attempt(job, datetime.now(UTC), _NOT_SENT) for job in unsendable]
+        sent = self._part_sender.send(jobs, budget_s, keys)
+        attempts = sent + [Attempt(job, datetime.now(UTC), NOT_SENT) for job in unsendable]
         # Before deciding and recording: a recorded answer takes an untried endpoint out of its
         # cap, and must not leave it out of the slow lane when that answer was slow; and an
         # endpoint found slow has its retries pass the claim.
@@ -317,92 +313,6 @@ class Sender:
             return {job.record_id for job in jobs}
         return set()
 
-    def _send_all(
-        self, jobs: Sequence[Job], budget_s: float | None, keys: Mapping[int, DataKey]
-    ) -> list[Attempt]:
-        """Send every job concurrently; the attempts in the order they finished."""
-        if not jobs:
-            return []
-        # The last job goes out on this thread, which would otherwise only wait for the others:
-        # one hand-off fewer per part, and none for a part of one (the slow lane's).
-        *others, own = jobs
-        futures = [self._executor.submit(self._send_timed, job, budget_s, keys) for job in others]
-        sent_here = self._send_timed(own, budget_s, keys)
-        # Woken once, when all are done, rather than once per request.
-        wait(futures)
-        finished = sorted(
-            [sent_here, *(future.result() for future in futures)], key=lambda done: done[0]
-        )
-        return [attempt for _, attempt in finished]
-
-    def _send_timed(
-        self, job: Job, budget_s: float | None, keys: Mapping[int, DataKey]
-    ) -> tuple[float, Attempt]:
-        attempt = self._send(job, budget_s, keys)
-        return time.monotonic(), attempt
-
-    def _send(self, job: Job, budget_s: float | None, keys: Mapping[int, DataKey]) -> Attempt:
-        attempted_at = datetime.now(UTC)
-        try:
-            return Attempt(job, attempted_at, self._post(job, budget_s, keys))
-        except Exception as exc:
-            # The transport answers for everything the receiver and the network do; reaching
-            # here is a defect of the sender's own, and it stays with this one record.
-            _log_internal_error(
-                "sending failed inside the sender: a failed attempt (internal_error)",
-                job,
-                exc,
-            )
-            return Attempt(job, attempted_at, _NOT_SENT)
-
-    def _post(self, job: Job, budget_s: float | None, keys: Mapping[int, DataKey]) -> HttpResult:
-        row = job.row
-        # Built once, before signing: the signature covers exactly the bytes sent.
-        body, message_webhook_id, event_type = _request_of(job)
-        timeout_s = (
-            job.row.timeout_ms / 1000 if job.row.timeout_ms else self.settings.http_timeout_s
-        )
-        if budget_s is not None:
-            timeout_s = min(timeout_s, budget_s)
-        try:
-            secrets = open_secrets(keys, job.row.endpoint_id, job.row.secrets)
-            headers = signing.webhook_headers(message_webhook_id, int(time.time()), body, secrets)
-            if event_type is not None:
-                headers[EVENT_TYPE_HEADER] = event_type_header(event_type)
-        except ValueError:
-            # A stored secret that cannot sign (or does not open) must not take the rest of the
-            # batch down.
-            logger.exception(
-                "cannot sign the delivery",
-                extra={"message_id": job.row.message_id, "endpoint_id": job.row.endpoint_id},
-            )
-            return HttpResult(None, AttemptError.SIGNING_FAILED, 0, detail="signing failed")
-        if row.credentials:
-            return self._post_with_credentials(job, body, headers, timeout_s, keys)
-        return self.transport.post(job.row.url, body, headers, timeout_s)
-
-    def _post_with_credentials(
-        self,
-        job: Job,
-        body: bytes,
-        headers: dict[str, str],
-        timeout_s: float,
-        keys: Mapping[int, DataKey],
-    ) -> HttpResult:
-        """POST with the endpoint's receiver credentials (``tidings.delivery.credentials``)."""
-        row = job.row
-        try:
-            receiver = self.credentials.of(row.endpoint_id, row.credentials, keys)
-        except CredentialsUnusable:
-            logger.error(
-                "the endpoint's receiver credentials cannot be used; nothing is sent",
-                extra={"message_id": row.message_id, "endpoint_id": row.endpoint_id},
-            )
-            return HttpResult(
-                None, AttemptError.CREDENTIALS_FAILED, 0, detail="credentials unusable"
-            )
-        return self.credentials.post(receiver, row.url, body, headers, timeout_s)
-
     def _decide(self, attempt: Attempt, now: datetime, *, slow: set[int]) -> Decision:
         """``slow``: the endpoints this batch's attempts put in the slow lane."""
         return decide_or_fail(
@@ -444,7 +354,7 @@ class Sender:
         try:
             return [decision], self._record_together([decision])
         except _REFUSED_VALUES as exc:
-            _log_internal_error(
+            log_internal_error(
                 "an outcome was refused: recorded as a failed attempt (internal_error)",
                 decision.attempt.job,
                 exc,
@@ -460,7 +370,7 @@ class Sender:
         except _REFUSED_VALUES as exc:
             # Nothing more to try: the row stays leased, and the claimer takes it back when
             # its lease runs out.
-            _log_internal_error(
+            log_internal_error(
                 "an internal_error failure was refused: the row waits for its lease to expire",
                 failure.attempt.job,
                 exc,
@@ -496,7 +406,7 @@ class Sender:
             try:
                 outgoing.append(_retry_message(key, d))
             except Exception as exc:
-                _log_internal_error(
+                log_internal_error(
                     "building a retry message failed; the row waits out its delay in the database",
                     d.attempt.job,
                     exc,
@@ -590,7 +500,7 @@ def decide_or_fail(
             turned_slow=turned_slow,
         )
     except Exception as exc:
-        _log_internal_error(
+        log_internal_error(
             "deciding an attempt's fate failed: a failed attempt (internal_error)",
             attempt.job,
             exc,
@@ -608,9 +518,6 @@ def _schedule_of(attempt: Attempt, default: retry_schedule.Schedule) -> retry_sc
         return default
 
 
-# The result of an attempt the sender failed on before an answer came (nothing was sent, or
-# what was sent is unknown): decided as an ``internal_error`` failure.
-_NOT_SENT = HttpResult(None, AttemptError.INTERNAL, 0, detail="internal error in the sender")
 _NOTHING_WRITTEN = delivery.RecordResult(frozenset(), (), frozenset())
 
 
@@ -624,25 +531,6 @@ def _retry_message(key: str, decision: Decision) -> OutgoingMessage:
             decision.attempt.job.payload,
         ).to_body(),
         delay_s=min(MAX_DELAY_S, math.ceil(decision.step.delay_s)),
-    )
-
-
-def _request_of(job: Job) -> tuple[bytes, str, str | None]:
-    """A job's body, its ``webhook-id`` and the event type its ``webhook-event-type`` names: one
-    message's, or, for an endpoint that takes its line in batches, the batch's (``fifo``)."""
-    row = job.row
-    if not row.batched:
-        body = request_body(row.payload_format, row.event_type, row.event_created_at, job.payload)
-        return body, webhook_id(row.message_id), row.event_type
-    carried = [(row, job.payload), *((m, m.payload or "") for m in job.members)]
-    elements = [
-        fifo.BatchElement(m.message_id, m.event_type, m.event_created_at, m.ordering_key, payload)
-        for m, payload in carried
-    ]
-    return (
-        fifo.batch_body(elements),
-        fifo.batch_webhook_id([e.message_id for e in elements]),
-        fifo.batch_event_type(e.event_type for e in elements),
     )
 
 
@@ -666,28 +554,6 @@ def _merged(results: Sequence[delivery.RecordResult]) -> delivery.RecordResult:
         written_ids=frozenset().union(*(r.written_ids for r in results)),
         transitions=tuple(t for r in results for t in r.transitions),
         disabled_endpoint_ids=frozenset().union(*(r.disabled_endpoint_ids for r in results)),
-    )
-
-
-def _log_internal_error(what: str, job: Job, exc: BaseException) -> None:
-    """Log a defect met on one record: its ids, the error's type and where it was raised.
-
-    Never the error's text nor its traceback's messages: they could quote the payload, a header
-    the receiver sent, or the endpoint's URL.
-    """
-    frames = traceback.extract_tb(exc.__traceback__)
-    last = frames[-1] if frames else None
-    logger.error(
-        what,
-        extra={
-            "message_id": job.row.message_id,
-            "endpoint_id": job.row.endpoint_id,
-            "error_type": type(exc).__name__,
-            "sqlstate": getattr(exc, "pgcode", None),
-            "raised_at": f"{Path(last.filename).name}:{last.lineno} in {last.name}"
-            if last
-            else None,
-        },
     )
 
 
@@ -759,7 +625,7 @@ def _report_observations(decisions: Sequence[Decision], recorded: delivery.Recor
             _observe(d, d.outcome.lease.message_id in recorded.written_ids)
         except Exception as exc:
             # Observations are for people; one that cannot be made loses only itself.
-            _log_internal_error(
+            log_internal_error(
                 "reporting an attempt failed; its outcome is recorded", d.attempt.job, exc
             )
     for transition in recorded.transitions:
@@ -817,8 +683,3 @@ def _log_attempt(log: Callable[..., None], d: Decision, written: bool) -> None:
 def _shared_credentials(transport: HttpTransport) -> Credentials:
     """The process's opened credentials and OAuth2 tokens, for the transport that uses them."""
     return Credentials(transport)
-
-
-@functools.cache
-def _shared_executor(workers: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tidings-send")

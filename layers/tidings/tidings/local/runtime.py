@@ -76,12 +76,6 @@ QUEUE_NAME = "tidings-delivery"
 SLOW_QUEUE_NAME = "tidings-delivery-slow"
 LOCAL_SLOW_QUEUE_ARN = f"arn:aws:sqs:local:000000000000:{SLOW_QUEUE_NAME}"
 TOPIC_NAME = "tidings-alerts"
-# Environments on threads share one process, and so one interpreter lock, where each Lambda
-# environment has its own. With many sending threads the answers wait for the lock: with ten an
-# environment (eighty in all) bench/e2e.py's 20 ms receiver measured answers of up to a second,
-# which put its endpoints in the slow lane (54 deliveries/s); with four an environment, 518/s
-# and no answer above half a second. Each environment's share of the pool is capped here.
-LOCAL_SENDING_THREADS_PER_ENVIRONMENT = 4
 # How often the runtime looks at its child processes (sender environments, queue server).
 _CHILDREN_CHECK_S = 1.0
 # What the sender processes together may take to import their handler and connect to the queue.
@@ -246,17 +240,6 @@ class DevRuntime:
         applied = prepare_database(settings, self.keyring)
         if applied:
             logger.info("migrations applied", extra={"migrations": applied})
-        # Environments on threads share the process's pool of sending threads, so the pool gets
-        # each environment's share, as each Lambda environment has a pool of its own (a slow
-        # lane's environment sends one message at a time). A process has a pool of its own.
-        if not config.sender_processes:
-            per_environment = min(
-                settings.sender_concurrency, LOCAL_SENDING_THREADS_PER_ENVIRONMENT
-            )
-            settings = settings.replace(
-                sender_concurrency=per_environment * config.sender_environments
-                + config.slow_sender_environments * SLOW_LANE.batch_size
-            )
         self.settings = settings
         handlers = {
             name: load_handler(name, config.functions_dir)
