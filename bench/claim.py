@@ -1,9 +1,10 @@
 """Claim throughput through the data-access layer, against a bare UPDATE ... RETURNING baseline.
 
 Part 1: lease and complete ``--rows`` queued rows (spread over ``--endpoints`` endpoints) with
-``claim_due`` + ``record_outcomes`` in batches of ``--batch``; then, on the same rows reset to
-pending, the baseline: a bare batch ``UPDATE ... WHERE id = ANY(...) RETURNING`` of the same
-batches, which neither chooses rows fairly nor completes them.
+``claim_due`` + ``record_outcomes`` in batches of ``--batch``; then the baseline, on a copy of
+the same rows in a plain table of its own (``support.make_naive_tables``): a bare batch
+``UPDATE ... WHERE id = ANY(...) RETURNING`` of the same batches, which neither chooses rows
+fairly nor completes them.
 
 Part 2: the claim time with ``--history`` delivered rows in the table against an empty history,
 the median of ``--samples`` claims of 100 rows each.
@@ -20,14 +21,16 @@ import statistics
 import time
 from datetime import UTC, datetime
 
-from support import Stopwatch, fresh_database, server_dsn
+from support import Stopwatch, fresh_database, make_naive_tables, server_dsn
 
 from tidings.dal import delivery
 from tidings.dal.connection import Database
 from tidings.dal.delivery import AttemptOutcome, MessageStatus
 
 
-def seed(db: Database, endpoints: int, rows: int, *, status: str = "pending") -> None:
+def seed(db: Database, endpoints: int, rows: int) -> None:
+    """``rows`` queued messages over ``endpoints`` endpoints, written straight to the message
+    rows and the queue (what the enqueue functions write, without their routing)."""
     # Seeding statements may run longer than a statement timeout allows.
     with db.connection.cursor() as cur:
         cur.execute(
@@ -39,28 +42,28 @@ def seed(db: Database, endpoints: int, rows: int, *, status: str = "pending") ->
             """
             WITH ev AS (
                 INSERT INTO tidings.events (event_type, event_id, payload)
-                SELECT 'bench.event', %(status)s || '-' || g, jsonb_build_object('n', g)
+                SELECT 'bench.event', 'pending-' || g, jsonb_build_object('n', g)
                 FROM generate_series(1, %(rows)s) g
                 RETURNING id
+            ),
+            queued AS (
+                INSERT INTO tidings.message_rows (event_ref, endpoint_id, event_type)
+                SELECT ev.id, (SELECT min(id) FROM tidings.endpoints) + ev.id %% %(endpoints)s,
+                       'bench.event'
+                FROM ev
+                RETURNING id, endpoint_id, next_attempt_at
             )
-            INSERT INTO tidings.messages (event_ref, endpoint_id, event_type, status,
-                                          delivered_at, attempts)
-            SELECT ev.id, (SELECT min(id) FROM tidings.endpoints) + ev.id %% %(endpoints)s,
-                   'bench.event', %(status)s::tidings.message_status,
-                   CASE WHEN %(status)s = 'delivered' THEN now() END,
-                   CASE WHEN %(status)s = 'delivered' THEN 1 ELSE 0 END
-            FROM ev
+            INSERT INTO tidings.queue (message_id, endpoint_id, status, next_attempt_at)
+            SELECT id, endpoint_id, 'pending', next_attempt_at FROM queued
             """,
-            {"rows": rows, "endpoints": endpoints, "status": status},
+            {"rows": rows, "endpoints": endpoints},
         )
     vacuum(db)
 
 
 def vacuum(db: Database) -> None:
     with db.connection.cursor() as cur:
-        cur.execute("VACUUM ANALYZE tidings.messages")
-        cur.execute("VACUUM ANALYZE tidings.events")
-        cur.execute("VACUUM ANALYZE tidings.endpoint_health")
+        cur.execute("VACUUM ANALYZE")
 
 
 def claim_and_complete(db: Database, batch: int) -> tuple[int, float, int]:
@@ -92,13 +95,13 @@ def claim_and_complete(db: Database, batch: int) -> tuple[int, float, int]:
 
 def bare_update(db: Database, batch: int) -> tuple[int, float]:
     with db.cursor() as cur:
-        cur.execute("SELECT id FROM tidings.messages WHERE status = 'pending' ORDER BY id")
+        cur.execute("SELECT id FROM naive_messages WHERE status = 'pending' ORDER BY id")
         ids = [row[0] for row in cur.fetchall()]
     total = 0
     with Stopwatch() as watch, db.cursor() as cur:
         for start in range(0, len(ids), batch):
             cur.execute(
-                "UPDATE tidings.messages SET status = 'in_flight',"
+                "UPDATE naive_messages SET status = 'in_flight',"
                 " lease_token = gen_random_uuid(), next_attempt_at = now() + interval '300 s'"
                 " WHERE id = ANY(%s) RETURNING id",
                 (ids[start : start + batch],),
@@ -107,13 +110,11 @@ def bare_update(db: Database, batch: int) -> tuple[int, float]:
     return total, watch.wall
 
 
-def reset_to_pending(db: Database) -> None:
+def copy_for_baseline(db: Database) -> None:
+    """The baseline's own copy of the queued rows, with a lease column of its own."""
     with db.connection.cursor() as cur:
-        cur.execute(
-            "UPDATE tidings.messages SET status = 'pending', lease_token = NULL, attempts = 0,"
-            " delivered_at = NULL, next_attempt_at = now() - interval '1 s'"
-        )
-        cur.execute("TRUNCATE tidings.attempts")
+        make_naive_tables(cur)
+        cur.execute("ALTER TABLE naive_messages ADD COLUMN lease_token uuid")
     vacuum(db)
 
 
@@ -141,9 +142,9 @@ def main() -> None:
         with fresh_database(dsn) as url:
             db = Database(url)
             seed(db, args.endpoints, args.rows)
+            copy_for_baseline(db)
             claimed, claim_s, statements = claim_and_complete(db, args.batch)
             assert claimed == args.rows, f"claimed {claimed} of {args.rows}"
-            reset_to_pending(db)
             baseline_rows, baseline_s = bare_update(db, args.batch)
             assert baseline_rows == args.rows
             db.close()
@@ -188,7 +189,8 @@ def main() -> None:
 
 
 def seed_history(db: Database, rows: int) -> None:
-    """Delivered rows, in chunks so that no single statement holds too much in memory."""
+    """Delivered rows (message rows alone: a delivered message has no queue row), in chunks so
+    that no single statement holds too much in memory."""
     chunk = 1_000_000
     with db.connection.cursor() as cur:
         cur.execute("SELECT min(id), count(*) FROM tidings.endpoints")
@@ -202,8 +204,8 @@ def seed_history(db: Database, rows: int) -> None:
                     FROM generate_series(%(start)s + 1, %(stop)s) g
                     RETURNING id
                 )
-                INSERT INTO tidings.messages (event_ref, endpoint_id, event_type, status,
-                                              attempts, delivered_at, created_at)
+                INSERT INTO tidings.message_rows (event_ref, endpoint_id, event_type, status,
+                                                  attempts, delivered_at, created_at)
                 SELECT ev.id, %(first)s + ev.id %% %(endpoints)s, 'bench.history', 'delivered', 1,
                        now() - interval '1 day', now() - interval '1 day'
                 FROM ev

@@ -4,9 +4,10 @@ E2E: ``--events`` messages (over ``--endpoints`` endpoints) delivered by the dev
 Lambda handlers: claimer, local queue, ``--senders`` sender environments, each a process of its
 own as on Lambda, or with ``--sender-threads`` threads of the runtime's), timed from the end of
 its start (every environment ready) to the last ``delivered``; CPU is counted from before its
-start. Baseline, on a fresh copy of the same rows: three worker processes, each
-selecting 50 due rows (``FOR UPDATE SKIP LOCKED``), posting them one by one and marking each row
-delivered in the same transaction. Both post to one local receiver (its own process) that answers
+start. Baseline, on a fresh copy of the same rows in a plain table of its own
+(``support.make_naive_tables``): three worker processes, each selecting 50 due rows (``FOR
+UPDATE SKIP LOCKED``), posting them one by one and marking each row delivered in the same
+transaction. Both post to one local receiver (its own process) that answers
 200 at once.
 
 The last line is JSON: e2e_per_s, baseline_per_s, ratio, and where each side's CPU went, in
@@ -42,6 +43,7 @@ from support import (
     ServerCpu,
     fresh_database,
     give_secret,
+    make_naive_tables,
     process_cpu_s,
     process_stats,
     server_dsn,
@@ -64,7 +66,9 @@ def serve_receiver(port_out: Any, stop: Any, latency_s: float) -> None:
     receivers.stop()
 
 
-def seed(url: str, endpoints: int, events: int, receiver_url: str) -> None:
+def seed(url: str, endpoints: int, events: int, receiver_url: str, naive: bool = False) -> None:
+    """Endpoints with a secret and a subscription each, and ``events`` events over them; with
+    ``naive``, the naive loop's copy of their messages too."""
     db = Database(url)
     with db.cursor() as cur:
         for n in range(endpoints):
@@ -85,26 +89,25 @@ def seed(url: str, endpoints: int, events: int, receiver_url: str) -> None:
                 enqueue_events(cur, batch)
                 batch = []
         enqueue_events(cur, batch)
+        if naive:
+            make_naive_tables(cur)
     # VACUUM cannot run in the transaction that the bounded cursor's timeout prefix opens.
     with db.connection.cursor() as cur:
-        cur.execute("VACUUM ANALYZE tidings.messages")
+        cur.execute("VACUUM ANALYZE")
     db.close()
 
 
-def delivered(db: Database) -> int:
+def delivered(db: Database, table: str = "tidings.message_rows") -> int:
     with db.cursor() as cur:
-        cur.execute("SELECT count(*) FROM tidings.messages WHERE status = 'delivered'")
+        cur.execute(f"SELECT count(*) FROM {table} WHERE status = 'delivered'")
         return int(cur.fetchone()[0])
 
 
 def unfinished(db: Database) -> bool:
-    """Whether any row is still to be delivered: one probe of the claim index, cheap enough to
-    ask every 50 ms without adding to the database's load being measured."""
+    """Whether any message is still to be settled (the queue holds it): one probe, cheap enough
+    to ask every 50 ms without adding to the database's load being measured."""
     with db.cursor() as cur:
-        cur.execute(
-            "SELECT EXISTS (SELECT 1 FROM tidings.messages"
-            " WHERE status IN ('pending', 'failed', 'in_flight'))"
-        )
+        cur.execute("SELECT EXISTS (SELECT 1 FROM tidings.queue)")
         return bool(cur.fetchone()[0])
 
 
@@ -316,7 +319,7 @@ def baseline_worker(url: str) -> None:
     while True:
         with db.transaction() as cur:
             cur.execute(
-                "SELECT m.id, e.url, ev.payload::text FROM tidings.messages m"
+                "SELECT m.id, e.url, ev.payload::text FROM naive_messages m"
                 " JOIN tidings.endpoints e ON e.id = m.endpoint_id"
                 " JOIN tidings.events ev ON ev.id = m.event_ref"
                 " WHERE m.status = 'pending' ORDER BY m.id LIMIT %s"
@@ -333,7 +336,7 @@ def baseline_worker(url: str) -> None:
                 )
                 status = "delivered" if reply.ok else "failed"
                 cur.execute(
-                    "UPDATE tidings.messages SET status = %s::tidings.message_status,"
+                    "UPDATE naive_messages SET status = %s::tidings.message_status,"
                     " attempts = attempts + 1,"
                     " delivered_at = CASE WHEN %s = 'delivered' THEN now() END WHERE id = %s",
                     (status, status, message_id),
@@ -355,7 +358,7 @@ def run_baseline(url: str, events: int) -> Timed:
         worker.join()
     elapsed = time.perf_counter() - started
     db = Database(url)
-    done = delivered(db)
+    done = delivered(db, "naive_messages")
     db.close()
     if done != events:
         raise RuntimeError(f"baseline: {done} of {events} delivered")
@@ -397,7 +400,7 @@ def main() -> None:
     try:
         with server_dsn() as dsn:
             with fresh_database(dsn) as url:
-                seed(url, args.endpoints, args.events, receiver_url)
+                seed(url, args.endpoints, args.events, receiver_url, naive=True)
                 baseline_per_s, cpu = measured(
                     "baseline",
                     url,

@@ -4,8 +4,9 @@
 through the ingest handler as API Gateway events for ``POST /v1/events/batch`` with
 ``--batch`` events each (validation, idempotency, fan-out, one transaction per batch). The
 baseline, in a second fresh database of the same server in the same run, writes the same rows
-(events, then their messages) with two bare multi-row INSERTs per batch in one transaction:
-no idempotency, no validation, no HTTP. Then all events are sent through the handler again,
+(events, then their messages, into a plain table of its own: ``support.make_naive_tables``)
+with two bare multi-row INSERTs per batch in one transaction: no idempotency, no validation,
+no HTTP. Then all events are sent through the handler again,
 which must create nothing.
 
 Then the content filters' cost: ``--fanout-events`` events of one type (default 2,000) go
@@ -34,7 +35,7 @@ import json
 from typing import Any
 
 import psycopg2.extras
-from support import Stopwatch, fresh_database, server_dsn
+from support import Stopwatch, fresh_database, make_naive_tables, server_dsn
 
 from tidings import wiring
 from tidings.api.app import handle
@@ -159,7 +160,7 @@ def bare_inserts(
             )
             psycopg2.extras.execute_values(
                 cur,
-                "INSERT INTO tidings.messages (event_ref, endpoint_id, event_type) VALUES %s",
+                "INSERT INTO naive_messages (event_ref, endpoint_id, event_type) VALUES %s",
                 [
                     (ref, endpoint, e["event_type"])
                     for (ref,), e in zip(events, batch, strict=True)
@@ -243,10 +244,10 @@ def fanout_comparison(
     return best[0], best[FANOUT_ENDPOINTS // 2], written[0]
 
 
-def row_count(db: Database) -> int:
+def row_count(db: Database, messages: str = "tidings.messages") -> int:
     with db.cursor() as cur:
         cur.execute(
-            "SELECT (SELECT count(*) FROM tidings.events) + (SELECT count(*) FROM tidings.messages)"
+            f"SELECT (SELECT count(*) FROM tidings.events) + (SELECT count(*) FROM {messages})"
         )
         row = cur.fetchone()
         assert row is not None
@@ -275,6 +276,7 @@ def main() -> None:
                 " ORDER BY endpoint_id"
             )
             fanout_ids = [int(r[0]) for r in cur.fetchall()]
+            make_naive_tables(cur)
 
         settings = Settings(database_url=api_url)
         with wiring.overridden(settings=settings, database_factory=lambda: Database(api_url)):
@@ -291,7 +293,7 @@ def main() -> None:
 
         with Stopwatch() as baseline:
             bare_inserts(base_db, batches, fanout_ids)
-        if row_count(base_db) != rows_after_first:
+        if row_count(base_db, "naive_messages") != rows_after_first:
             raise SystemExit("the baseline wrote a different number of rows")
         api_db.close()
         base_db.close()

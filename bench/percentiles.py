@@ -1,7 +1,8 @@
 """Refreshing every endpoint's latency percentiles, against one exact query per endpoint.
 
 Seeds ``--attempts`` attempts (log-normal latencies) spread over ``--endpoints`` endpoints and the
-last 24 hours, builds the histograms once, then times the refresh a 5-minute schedule runs: the
+last 24 hours (in tallies, as senders record them, and one to a row in a plain table of the
+baseline's own), builds the histograms once, then times the refresh a 5-minute schedule runs: the
 attempts of the last 5 minutes rolled up and every endpoint's p50/p95/p99 rewritten (median of
 ``--runs`` runs after ``--warmup`` untimed ones, the histograms vacuumed after the build). The
 baseline, in the same run and on the same data, loops over the endpoints with one exact
@@ -21,7 +22,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
-from support import fresh_database, server_dsn
+from support import fresh_database, make_naive_tables, server_dsn
 
 from tidings.config import Settings
 from tidings.dal.connection import Database
@@ -31,16 +32,24 @@ SCHEDULE = timedelta(minutes=5)
 
 
 def seed_attempts(db: Database, count: int, start: datetime, end: datetime) -> None:
-    """``count`` attempts spread evenly over the endpoints and over [start, end)."""
+    """``count`` attempts spread evenly over the endpoints and over [start, end), recorded as
+    senders record them (a hundred to a tally, in time order, each tally's attempts at its
+    moment) and, for the exact queries, logged one to a row in the baseline's plain table."""
     with db.connection.cursor() as cur:
         cur.execute(
             """
-            INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, attempted_at,
-                                          status_code, response_ms)
-            SELECT g, e.first_id + g %% e.endpoints, 1,
-                   -- In time order, as senders insert them.
-                   %(start)s + (g - random()) / %(count)s * (%(end)s::timestamptz - %(start)s),
-                   200,
+            CREATE TEMPORARY TABLE IF NOT EXISTS fresh_attempts (
+                n bigint, endpoint_id bigint, at timestamptz, response_ms integer
+            )
+            """
+        )
+        cur.execute("TRUNCATE fresh_attempts")
+        cur.execute(
+            """
+            INSERT INTO fresh_attempts
+            SELECT g, e.first_id + g %% e.endpoints,
+                   %(start)s + ((g - 1) / 100 * 100)::double precision / %(count)s
+                       * (%(end)s::timestamptz - %(start)s),
                    -- Log-normal: each endpoint has its own median, 20 ms to 3 s.
                    round(exp(ln(20 + (g %% e.endpoints) * 3)
                              + 0.8 * sqrt(-2 * ln(1 - random()))
@@ -51,7 +60,23 @@ def seed_attempts(db: Database, count: int, start: datetime, end: datetime) -> N
             """,
             {"count": count, "start": start, "end": end},
         )
-        cur.execute("VACUUM ANALYZE tidings.attempts")
+        cur.execute(
+            """
+            INSERT INTO tidings.attempt_tallies (recorded_at, endpoint_ids, message_ids,
+                                                 response_ms, delivered)
+            SELECT min(at), array_agg(endpoint_id ORDER BY n), array_agg(n ORDER BY n),
+                   array_agg(response_ms ORDER BY n), array_agg(true ORDER BY n)
+            FROM fresh_attempts
+            GROUP BY (n - 1) / 100
+            """
+        )
+        cur.execute(
+            "INSERT INTO naive_attempts (message_id, endpoint_id, attempt_number, attempted_at,"
+            " status_code, response_ms)"
+            " SELECT n, endpoint_id, 1, at, 200, response_ms FROM fresh_attempts"
+        )
+        cur.execute("VACUUM ANALYZE tidings.attempt_tallies")
+        cur.execute("VACUUM ANALYZE naive_attempts")
 
 
 def baseline(db: Database, now: datetime, window_from: datetime) -> dict[int, float]:
@@ -63,7 +88,7 @@ def baseline(db: Database, now: datetime, window_from: datetime) -> dict[int, fl
             cur.execute(
                 "SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99])"
                 " WITHIN GROUP (ORDER BY response_ms), count(*)"
-                " FROM tidings.attempts"
+                " FROM naive_attempts"
                 " WHERE endpoint_id = %s AND attempted_at >= %s AND attempted_at < %s"
                 " AND response_ms IS NOT NULL",
                 (endpoint_id, window_from, now),
@@ -82,7 +107,7 @@ def worst_relative_error(db: Database, now: datetime, window_from: datetime) -> 
                 SELECT endpoint_id,
                        percentile_disc(ARRAY[0.5, 0.95, 0.99])
                            WITHIN GROUP (ORDER BY response_ms) AS p
-                FROM tidings.attempts
+                FROM naive_attempts
                 WHERE attempted_at >= %s AND attempted_at < %s AND response_ms IS NOT NULL
                 GROUP BY endpoint_id
             )
@@ -118,6 +143,8 @@ def main() -> None:
                 " SELECT 'https://receiver.example/' || g FROM generate_series(1, %s) g",
                 (args.endpoints,),
             )
+            cur.execute("SELECT tidings.ensure_attempt_partitions(current_date - 2, 5, 60000)")
+            make_naive_tables(cur)
         # The day before the first timed run, then each run's 5 minutes of new attempts.
         seed_attempts(db, args.attempts, now - window, now)
         started = time.perf_counter()

@@ -12,12 +12,14 @@ Measures, in one run and on the same server:
 - one run of each scheduled job on the large database, as its schedule runs it: the percentiles
   (its first runs, 5 minutes apart, which build the histograms from a day of attempts a slice at
   a time: how many runs that takes and the longest of them; then the next run, which every
-  later run is like), the health monitor, the dead-letter report and the pruner.
+  later run is like), the health monitor, the dead-letter report and the pruner (and how many
+  delivered messages it pruned: those of the day past the retention).
 
 The large database holds, besides the busy endpoints' due rows: 1,000,000 delivered messages over
-the last 8 days (a day's worth past the 7-day retention), 20,000 dead letters over the last two
-days (half of them reported), and 10,000,000 attempts over the last 48 hours spread over every
-endpoint, 2 % of them failures, a hundred endpoints failing for six days.
+the last 8 days (a day's worth past the 7-day retention) with the tallies of their deliveries,
+20,000 dead letters over the last two days (half of them reported), and 10,000,000 attempts
+over the last 48 hours spread over every endpoint (tallied a hundred to a row; the 2 % that
+failed in the attempt log too), a hundred endpoints failing for six days.
 
 The last line is JSON. Run: ``python bench/scale.py`` (embedded PostgreSQL) or with
 ``DATABASE_URL`` set; seeding takes several minutes.
@@ -78,9 +80,12 @@ def add_endpoints(db: Database, count: int) -> list[int]:
 
 
 def add_history(db: Database, attempts: int, delivered: int, dead_letters: int) -> None:
-    """Delivered messages and dead letters with their events, and the attempt log."""
+    """Delivered messages and dead letters with their events, and the attempts' record, written
+    where the delivery path writes them: every attempt in a tally (a hundred to a row, as a
+    sender's record of a busy part would write them), failures in the attempt log too."""
     with db.connection.cursor() as cur:
-        cur.execute("SELECT tidings.create_attempt_partitions(current_date - 3, 7)")
+        # As the pruner makes them (owned by the schema's owner, whose functions prune them).
+        cur.execute("SELECT tidings.ensure_attempt_partitions(current_date - 9, 13, 60000)")
         cur.execute(
             """
             WITH ev AS (
@@ -89,12 +94,25 @@ def add_history(db: Database, attempts: int, delivered: int, dead_letters: int) 
                        now() - (g::double precision / %(n)s) * interval '8 days'
                 FROM generate_series(1, %(n)s) g
                 RETURNING id, created_at
+            ),
+            done AS (
+                INSERT INTO tidings.message_rows (event_ref, endpoint_id, event_type, status,
+                                                  attempts, created_at, delivered_at,
+                                                  last_attempted_at, last_status_code,
+                                                  last_response_ms)
+                SELECT ev.id, 1 + ev.id %% e.n, 'bench.old', 'delivered', 1, ev.created_at,
+                       ev.created_at + interval '1 second', ev.created_at + interval '1 second',
+                       200, 40
+                FROM ev, (SELECT count(*) AS n FROM tidings.endpoints) e
+                RETURNING id, endpoint_id, delivered_at
             )
-            INSERT INTO tidings.messages (event_ref, endpoint_id, event_type, status, attempts,
-                                          created_at, delivered_at)
-            SELECT ev.id, 1 + ev.id %% e.n, 'bench.old', 'delivered', 1, ev.created_at,
-                   ev.created_at + interval '1 second'
-            FROM ev, (SELECT count(*) AS n FROM tidings.endpoints) e
+            INSERT INTO tidings.attempt_tallies (recorded_at, endpoint_ids, message_ids,
+                                                 response_ms, delivered)
+            SELECT max(delivered_at), array_agg(endpoint_id ORDER BY id),
+                   array_agg(id ORDER BY id), array_agg(40 ORDER BY id),
+                   array_agg(true ORDER BY id)
+            FROM done
+            GROUP BY id / 100
             """,
             {"n": delivered},
         )
@@ -107,9 +125,10 @@ def add_history(db: Database, attempts: int, delivered: int, dead_letters: int) 
                 FROM generate_series(1, %(n)s) g
                 RETURNING id, created_at
             )
-            INSERT INTO tidings.messages (event_ref, endpoint_id, event_type, status, attempts,
-                                          created_at, dead_lettered_at, dead_letter_reported_at,
-                                          last_error, last_status_code)
+            INSERT INTO tidings.message_rows (event_ref, endpoint_id, event_type, status,
+                                              attempts, created_at, dead_lettered_at,
+                                              dead_letter_reported_at, last_error,
+                                              last_status_code)
             SELECT ev.id, 1 + (ev.id * 7919) %% 1000, 'bench.dead', 'dead_letter', 5,
                    ev.created_at, ev.created_at + interval '1 hour',
                    CASE WHEN ev.id %% 2 = 0 THEN now() END, 'http_503', 503
@@ -117,26 +136,38 @@ def add_history(db: Database, attempts: int, delivered: int, dead_letters: int) 
             """,
             {"n": dead_letters},
         )
-        # In time order, as senders insert them; 2 % failures; the last 100 endpoints only fail.
-        cur.execute(
-            """
-            INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, attempted_at,
-                                          status_code, response_ms, error_class)
-            SELECT g, e.endpoint_id, 1, e.at,
-                   CASE WHEN e.failing THEN 503 ELSE 200 END,
-                   (20 + random() * 400)::integer,
-                   CASE WHEN e.failing THEN 'http_503' END
-            FROM (SELECT count(*) AS n FROM tidings.endpoints) c
-            CROSS JOIN generate_series(1, %(n)s) g
-            CROSS JOIN LATERAL (
-                SELECT 1 + g %% c.n AS endpoint_id,
-                       now() - interval '48 hours' + (g::double precision / %(n)s)
-                           * interval '48 hours' AS at,
-                       g %% 50 = 0 OR g %% c.n >= c.n - 100 AS failing
-            ) e
-            """,
-            {"n": attempts},
-        )
+        # In time order, as senders record them, a million at a time; 2 % failures; the last
+        # 100 endpoints only fail. Their messages are long gone (ids past every message's).
+        chunk = 1_000_000
+        for start in range(0, attempts, chunk):
+            cur.execute(
+                """
+                WITH attempt AS MATERIALIZED (
+                    SELECT g, 1 + g %% c.n AS endpoint_id,
+                           now() - interval '48 hours' + (g::double precision / %(n)s)
+                               * interval '48 hours' AS at,
+                           g %% 50 = 0 OR g %% c.n >= c.n - 100 AS failing,
+                           (20 + random() * 400)::integer AS ms
+                    FROM (SELECT count(*) AS n FROM tidings.endpoints) c
+                    CROSS JOIN generate_series(%(start)s + 1, %(stop)s) g
+                ),
+                logged AS (
+                    INSERT INTO tidings.attempt_log (message_id, endpoint_id, attempt_number,
+                                                     attempted_at, status_code, response_ms,
+                                                     error_class)
+                    SELECT 1000000000 + g, endpoint_id, 1, at, 503, ms, 'http_503'
+                    FROM attempt WHERE failing
+                )
+                INSERT INTO tidings.attempt_tallies (recorded_at, endpoint_ids, message_ids,
+                                                     response_ms, delivered)
+                SELECT max(at), array_agg(endpoint_id ORDER BY g),
+                       array_agg(1000000000 + g ORDER BY g), array_agg(ms ORDER BY g),
+                       array_agg(NOT failing ORDER BY g)
+                FROM attempt
+                GROUP BY g / 100
+                """,
+                {"n": attempts, "start": start, "stop": min(attempts, start + chunk)},
+            )
         cur.execute(
             "UPDATE tidings.endpoint_health"
             " SET last_failure_at = now(), last_success_at = now() - interval '6 days'"
@@ -244,7 +275,10 @@ def main() -> None:
         notifier = MemoryNotifier()
         result["health_monitor_s"] = timed(lambda: run_monitor(db, notifier, settings))
         result["dead_letter_report_s"] = timed(lambda: run_report(db, notifier, settings))
-        result["pruner_s"] = timed(lambda: prune(db, settings))
+        started = time.perf_counter()
+        pruned = prune(db, settings)
+        result["pruner_s"] = round(time.perf_counter() - started, 2)
+        result["pruned_delivered"] = pruned.delivered_deleted
         db.close()
     result["claim_ratio"] = round(result["claim_ms_100k"] / result["claim_ms_100"], 2)
     print(json.dumps(result))

@@ -1,9 +1,10 @@
 """Sender throughput: the sender Lambda handler, ten queue messages a batch, against a naive worker.
 
 A receiver in its own process answers every POST after ``--latency-ms`` (100 ms). In one run:
-- the baseline, a naive worker, delivers ``--baseline`` rows one at a time, each in its own
-  transaction: BEGIN, select a due row FOR UPDATE SKIP LOCKED, POST, insert the attempt, update
-  the row, update the endpoint's health, COMMIT (seven round trips per delivery);
+- the baseline, a naive worker, delivers ``--baseline`` rows of plain tables of its own
+  (``support.make_naive_tables``) one at a time, each in its own transaction: BEGIN, select a
+  due row FOR UPDATE SKIP LOCKED, POST, insert the attempt, update the row, update the
+  endpoint's health, COMMIT (seven round trips per delivery);
 - then the sender handler (``tidings.handlers.sender``, one process standing for one Lambda
   execution environment, so batches run one after another) delivers ``--messages`` rows that the
   claimer leases in batches of ``--claim-batch`` onto a local queue with the SQS contract, with
@@ -40,7 +41,7 @@ from typing import Any
 import psycopg2
 import psycopg2.extensions
 import requests
-from support import ROOT, Stopwatch, fresh_database, give_secret, server_dsn
+from support import ROOT, Stopwatch, fresh_database, give_secret, make_naive_tables, server_dsn
 
 sys.path.insert(0, str(ROOT))
 
@@ -186,7 +187,9 @@ def _billed(payload_bytes: int) -> int:
 # ---------------------------------------------------------------- seeding
 
 
-def seed(url: str, receiver_url: str, endpoints: int, rows: int) -> None:
+def seed(url: str, receiver_url: str, endpoints: int, rows: int, naive_rows: int) -> None:
+    """``rows`` messages for the sender and ``naive_rows`` more, moved to the naive worker's own
+    table, over ``endpoints`` endpoints with one signing secret."""
     conn = psycopg2.connect(url)
     conn.autocommit = True
     with conn.cursor() as cur:
@@ -211,10 +214,16 @@ def seed(url: str, receiver_url: str, endpoints: int, rows: int) -> None:
                    'bench.event'
             FROM ev
             """,
-            {"rows": rows, "endpoints": endpoints},
+            {"rows": rows + naive_rows, "endpoints": endpoints},
         )
-        cur.execute("VACUUM ANALYZE tidings.messages")
-        cur.execute("VACUUM ANALYZE tidings.events")
+        make_naive_tables(cur)
+        cur.execute(
+            "DELETE FROM naive_messages WHERE id NOT IN"
+            " (SELECT id FROM naive_messages ORDER BY id LIMIT %s)",
+            (naive_rows,),
+        )
+        cur.execute("DELETE FROM tidings.messages WHERE id IN (SELECT id FROM naive_messages)")
+        cur.execute("VACUUM ANALYZE")
     conn.close()
 
 
@@ -224,7 +233,7 @@ def seed(url: str, receiver_url: str, endpoints: int, rows: int) -> None:
 # the sender does; that only flatters the baseline).
 NAIVE_SELECT = """
 SELECT m.id, m.endpoint_id, m.attempts, e.url, ev.payload::text
-FROM tidings.messages m
+FROM naive_messages m
 JOIN tidings.endpoints e ON e.id = m.endpoint_id
 JOIN tidings.events ev ON ev.id = m.event_ref
 WHERE m.status IN ('pending', 'failed') AND m.next_attempt_at <= now()
@@ -233,11 +242,11 @@ LIMIT 1
 FOR UPDATE OF m SKIP LOCKED
 """
 NAIVE_INSERT_ATTEMPT = """
-INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, status_code, response_ms)
+INSERT INTO naive_attempts (message_id, endpoint_id, attempt_number, status_code, response_ms)
 VALUES (%s, %s, %s, %s, %s)
 """
 NAIVE_UPDATE_ROW = """
-UPDATE tidings.messages
+UPDATE naive_messages
 SET status = 'delivered', attempts = attempts + 1, delivered_at = now(),
     last_status_code = %s, last_response_ms = %s
 WHERE id = %s
@@ -383,10 +392,10 @@ def sender_run(url: str, count: int, claim_batch: int) -> SenderRun:
     )
 
 
-def delivered_rows(url: str) -> int:
+def delivered_rows(url: str, table: str = "tidings.messages") -> int:
     conn = psycopg2.connect(url)
     with conn.cursor() as cur:
-        cur.execute("SELECT count(*) FROM tidings.messages WHERE status = 'delivered'")
+        cur.execute(f"SELECT count(*) FROM {table} WHERE status = 'delivered'")
         (count,) = cur.fetchone()
     conn.close()
     return int(count)
@@ -424,7 +433,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with server_dsn() as dsn, fresh_database(dsn) as url, receiver(args.latency_ms) as target:
-        seed(url, target, args.endpoints, args.messages + args.baseline)
+        seed(url, target, args.endpoints, args.messages, args.baseline)
         with counting_connections():
             base_n, base_wall, _, base_trips = naive_worker(url, args.baseline)
             with stdout_silenced():
@@ -435,7 +444,7 @@ def main() -> None:
                     run.cpu_s,
                     run.round_trips,
                 )
-        total_delivered = delivered_rows(url)
+        total_delivered = delivered_rows(url) + delivered_rows(url, "naive_messages")
 
     if base_n != args.baseline or sent_n != args.messages:
         raise SystemExit(f"incomplete run: baseline {base_n}, sender {sent_n}")

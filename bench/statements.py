@@ -5,9 +5,9 @@ Tidings: ``--events`` messages (over ``--endpoints`` endpoints, each with a sign
 connection with nothing else running: the claimer's ``claim_due`` (``--batch`` rows), the
 sender's ``begin_attempts`` for the rows claimed, and ``record_outcomes`` a part of ``--part``
 rows at a time (the sender's concurrency: it records each part once its requests are back), every
-outcome a delivery. Baseline, on a fresh copy of the same rows: the naive worker of
-``bench/e2e.py`` without its requests (select 50 pending rows ``FOR UPDATE SKIP LOCKED``, mark
-each delivered by an ``UPDATE`` of its own, commit).
+outcome a delivery. Baseline, on a fresh copy of the same rows in a plain table of its own: the
+naive worker of ``bench/e2e.py`` without its requests (select 50 pending rows ``FOR UPDATE SKIP
+LOCKED``, mark each delivered by an ``UPDATE`` of its own, commit).
 
 Per delivery, for each statement and in all: the server's CPU (the connection's backend process,
 read from /proc, so only with the server on this machine) and the write-ahead log it wrote.
@@ -149,14 +149,14 @@ def record_part(meter: Meter, settings: Settings, rows: list[delivery.StartedAtt
 def run_naive(meter: Meter) -> int:
     def one_batch(cur: Cursor) -> int:
         cur.execute(
-            "SELECT m.id FROM tidings.messages m WHERE m.status = 'pending'"
+            "SELECT m.id FROM naive_messages m WHERE m.status = 'pending'"
             " ORDER BY m.id LIMIT %s FOR UPDATE OF m SKIP LOCKED",
             (NAIVE_BATCH,),
         )
         ids = [row[0] for row in cur.fetchall()]
         for message_id in ids:
             cur.execute(
-                "UPDATE tidings.messages SET status = 'delivered', attempts = attempts + 1,"
+                "UPDATE naive_messages SET status = 'delivered', attempts = attempts + 1,"
                 " delivered_at = now() WHERE id = %s",
                 (message_id,),
             )
@@ -200,10 +200,16 @@ def can_inspect_wal(dsn: str) -> bool:
 
 
 def measure(
-    dsn: str, events: int, endpoints: int, run: Callable[[Meter], int], detail: bool
+    dsn: str,
+    events: int,
+    endpoints: int,
+    run: Callable[[Meter], int],
+    *,
+    detail: bool,
+    naive: bool,
 ) -> tuple[Meter, int, dict[str, Any]]:
     with fresh_database(dsn) as url:
-        seed(url, endpoints, events, UNREACHABLE)
+        seed(url, endpoints, events, UNREACHABLE, naive=naive)
         db = Database(url)
         meter = Meter(db, url)
         start = meter.wal_position()
@@ -235,13 +241,16 @@ def main() -> None:
                 file=sys.stderr,
             )
             raise SystemExit(2)
-        naive, naive_done, _ = measure(dsn, args.events, args.endpoints, run_naive, False)
+        naive, naive_done, _ = measure(
+            dsn, args.events, args.endpoints, run_naive, detail=False, naive=True
+        )
         tidings, done, detail = measure(
             dsn,
             args.events,
             args.endpoints,
             lambda meter: run_tidings(meter, settings, args.batch, args.part),
-            args.wal_detail,
+            detail=args.wal_detail,
+            naive=False,
         )
     result: dict[str, Any] = {
         "events": args.events,

@@ -93,6 +93,21 @@ def fresh_database(dsn: str) -> Iterator[str]:
         admin.close()
 
 
+def make_naive_tables(cur: psycopg2.extensions.cursor) -> None:
+    """The naive baselines' own tables, ``naive_messages`` (a copy of the seeded message rows)
+    and ``naive_attempts`` (empty), each as a plain table with the columns, constraints and
+    indexes of Tidings' own (``tidings.message_rows``, ``tidings.attempt_log``) and no foreign
+    key. Tidings' ``messages`` and ``attempts`` are views whose writes its triggers spread over
+    several tables; a naive loop writing there would pay for that bookkeeping, which it would
+    not have."""
+    cur.execute("CREATE TABLE public.naive_messages (LIKE tidings.message_rows INCLUDING ALL)")
+    cur.execute(
+        "INSERT INTO public.naive_messages OVERRIDING SYSTEM VALUE"
+        " SELECT * FROM tidings.message_rows"
+    )
+    cur.execute("CREATE TABLE public.naive_attempts (LIKE tidings.attempt_log INCLUDING ALL)")
+
+
 class Stopwatch:
     """Wall time and this process's CPU time of a block, and the part of that CPU time the kernel
     spent on its behalf (``system``: sockets, locks, thread switches)."""

@@ -92,6 +92,23 @@ def test_a_uid_wins_over_an_id(api: Api) -> None:
     assert api.get(f"/v1/apps/{numeric['id']}").body["uid"] == numeric["uid"]
 
 
+def test_a_deleted_applications_uid_never_comes_to_name_another(api: Api) -> None:
+    """A reference that named an application by its uid keeps naming it once it is deleted: a
+    second DELETE of the same reference deletes nothing else, nor does any read reach another
+    application whose id reads the same."""
+    acme = create(api, "acme")
+    numeric = create(api, str(acme["id"]))
+    assert api.call("DELETE", f"/v1/apps/{numeric['uid']}").status == 204
+    for method, path in (
+        ("GET", f"/v1/apps/{numeric['uid']}"),
+        ("GET", f"/v1/apps/{numeric['uid']}/status"),
+        ("DELETE", f"/v1/apps/{numeric['uid']}"),
+    ):
+        reply = api.call(method, path)
+        assert (reply.status, reply.error["code"]) == (404, "application_not_found"), path
+    assert api.get("/v1/apps/acme").body["id"] == acme["id"]
+
+
 def test_an_applications_routes_act_inside_it(api: Api, db: Database) -> None:
     acme = create(api, "acme")
     endpoint = api.post("/v1/apps/acme/endpoints", {"url": PUBLIC_URL, "event_types": ["*"]})

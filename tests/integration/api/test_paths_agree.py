@@ -56,7 +56,7 @@ def rows(db: Database) -> list[Any]:
 
 def clear(db: Database) -> None:
     with db.cursor() as cur:
-        cur.execute("TRUNCATE tidings.messages, tidings.events")
+        cur.execute("TRUNCATE tidings.queue, tidings.message_rows, tidings.events")
 
 
 def test_both_paths_agree(db: Database) -> None:

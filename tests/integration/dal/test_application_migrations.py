@@ -64,10 +64,11 @@ def test_an_upgrade_keeps_every_event_in_default_and_rewrites_no_table(empty_dat
         "0052_enqueue_to_applications",
     ]
     with conn.cursor() as cur:
-        # Adding the column and the key rewrote neither events nor messages.
+        # Adding the column and the key rewrote neither events nor messages (whose table is
+        # tidings.message_rows since migration 0150: renamed, not rewritten).
         cur.execute(
             "SELECT pg_relation_filenode('tidings.events'),"
-            " pg_relation_filenode('tidings.messages')"
+            " pg_relation_filenode('tidings.message_rows')"
         )
         assert cur.fetchone() == files_before
         cur.execute("SELECT app_id FROM tidings.events")

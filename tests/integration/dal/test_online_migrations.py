@@ -27,16 +27,17 @@ CLAIMS_AROUND = 10
 T = TypeVar("T")
 FAST = LockPolicy(lock_timeout_ms=LOCK_TIMEOUT_MS, attempts=40, first_wait_s=0.2, max_wait_s=0.4)
 
+# On the queue, which every claim writes.
 INDEX_IN_TRANSACTION = Migration(
-    9001, "test_index", "CREATE INDEX messages_test_created ON tidings.messages (created_at);"
+    9001, "test_index", "CREATE INDEX queue_test_due ON tidings.queue (next_attempt_at);"
 )
 INDEX_CONCURRENTLY = Migration(
     9002,
     "test_index_concurrently",
     """-- tidings:no-transaction
 -- A failed run may have left an invalid index behind: it goes first.
-DROP INDEX CONCURRENTLY IF EXISTS tidings.messages_test_event;
-CREATE INDEX CONCURRENTLY messages_test_event ON tidings.messages (event_type, created_at);
+DROP INDEX CONCURRENTLY IF EXISTS tidings.queue_test_endpoint;
+CREATE INDEX CONCURRENTLY queue_test_endpoint ON tidings.queue (endpoint_id, status);
 """,
 )
 
@@ -56,7 +57,7 @@ class ClaimTraffic:
         db = Database(self.database_url)
         try:
             while not self.stop.is_set():
-                # Both statements write messages, so either may be the one that queues behind a
+                # Both statements write the queue, so either may be the one that queues behind a
                 # migration's lock: each is timed.
                 rows = self.timed(
                     db, lambda cur: delivery.claim_due(cur, batch_size=20, lease_s=60)
@@ -108,16 +109,16 @@ def claim_traffic(database_url: str, claimers: int = 2) -> Iterator[ClaimTraffic
     assert not traffic.errors, traffic.errors
 
 
-def hold_messages_lock(database_url: str, mode: str, seconds: float) -> threading.Thread:
-    """A transaction that holds a lock on messages for ``seconds`` (the long transaction a
-    migration must not let the queue wait behind)."""
+def hold_queue_lock(database_url: str, mode: str, seconds: float) -> threading.Thread:
+    """A transaction that holds a lock on the queue for ``seconds`` (the long transaction a
+    migration must not let the claims wait behind)."""
     ready = threading.Event()
 
     def hold() -> None:
         conn = psycopg2.connect(database_url)
         try:
             with conn.cursor() as cur:
-                cur.execute(f"LOCK TABLE tidings.messages IN {mode} MODE")
+                cur.execute(f"LOCK TABLE tidings.queue IN {mode} MODE")
                 ready.set()
                 time.sleep(seconds)
             conn.commit()
@@ -176,7 +177,7 @@ def test_an_index_migration_never_blocks_a_claim_longer_than_the_lock_timeout(
     with claim_traffic(database_url) as traffic:
         # A long transaction writes messages: the index build's lock waits for it, and every
         # claim that comes after queues behind that wait.
-        blocker = hold_messages_lock(database_url, "ROW EXCLUSIVE", BLOCKER_HOLDS_S)
+        blocker = hold_queue_lock(database_url, "ROW EXCLUSIVE", BLOCKER_HOLDS_S)
         started = time.monotonic()
         names = migrate_extra(database_url, INDEX_IN_TRANSACTION, FAST)
         took = time.monotonic() - started
@@ -186,7 +187,7 @@ def test_an_index_migration_never_blocks_a_claim_longer_than_the_lock_timeout(
     assert names == ["9001_test_index"]
     # It was applied once the long transaction had ended, after tries that gave up in between.
     assert took >= BLOCKER_HOLDS_S - 0.5
-    assert index_valid(database_url, "messages_test_created") is True
+    assert index_valid(database_url, "queue_test_due") is True
     assert traffic.longest_s < LOCK_TIMEOUT_MS / 1000 + MARGIN_S, traffic.longest_s
 
 
@@ -197,7 +198,7 @@ def test_without_a_lock_timeout_the_claims_wait_for_the_whole_long_transaction(
     # and the claimer with it.
     unbounded = LockPolicy(lock_timeout_ms=0, attempts=1)
     with claim_traffic(database_url) as traffic:
-        blocker = hold_messages_lock(database_url, "ROW EXCLUSIVE", BLOCKER_HOLDS_S)
+        blocker = hold_queue_lock(database_url, "ROW EXCLUSIVE", BLOCKER_HOLDS_S)
         migrate_extra(database_url, INDEX_IN_TRANSACTION, unbounded)
         blocker.join()
     assert traffic.longest_s > BLOCKER_HOLDS_S - 1.0, traffic.longest_s
@@ -210,13 +211,13 @@ def test_an_index_built_concurrently_outside_a_transaction_leaves_the_claims_alo
     with claim_traffic(database_url) as traffic:
         # CREATE INDEX CONCURRENTLY waits for this transaction to end, past its lock timeout:
         # the first tries fail (leaving an invalid index), a later one drops it and succeeds.
-        blocker = hold_messages_lock(database_url, "ROW EXCLUSIVE", 1.5)
+        blocker = hold_queue_lock(database_url, "ROW EXCLUSIVE", 1.5)
         names = migrate_extra(database_url, INDEX_CONCURRENTLY, FAST)
         blocker.join()
         time.sleep(0.2)
 
     assert names == ["9002_test_index_concurrently"]
-    assert index_valid(database_url, "messages_test_event") is True
+    assert index_valid(database_url, "queue_test_endpoint") is True
     assert traffic.longest_s < LOCK_TIMEOUT_MS / 1000 + MARGIN_S, traffic.longest_s
     assert 9002 in applied(database_url)
 
@@ -224,12 +225,12 @@ def test_an_index_built_concurrently_outside_a_transaction_leaves_the_claims_alo
 def test_a_migration_that_never_gets_its_locks_fails_naming_itself_and_leaves_no_trace(
     database_url: str, queued: Database
 ) -> None:
-    blocker = hold_messages_lock(database_url, "ACCESS SHARE", 3.0)
+    blocker = hold_queue_lock(database_url, "ACCESS SHARE", 3.0)
     try:
         with pytest.raises(MigrationError, match="9003_test_column could not take its locks"):
             migrate_extra(
                 database_url,
-                Migration(9003, "test_column", "ALTER TABLE tidings.messages ADD COLUMN x int;"),
+                Migration(9003, "test_column", "ALTER TABLE tidings.queue ADD COLUMN x int;"),
                 LockPolicy(lock_timeout_ms=100, attempts=3, first_wait_s=0.05, max_wait_s=0.1),
             )
     finally:
@@ -240,7 +241,7 @@ def test_a_migration_that_never_gets_its_locks_fails_naming_itself_and_leaves_no
         with conn.cursor() as cur:
             cur.execute(
                 "SELECT count(*) FROM information_schema.columns"
-                " WHERE table_schema = 'tidings' AND table_name = 'messages' AND column_name = 'x'"
+                " WHERE table_schema = 'tidings' AND table_name = 'queue' AND column_name = 'x'"
             )
             assert cur.fetchone() == (0,)
     finally:

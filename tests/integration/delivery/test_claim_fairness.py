@@ -134,7 +134,7 @@ def test_a_claim_never_waits_for_locked_rows_buckets_or_cursors(database_url: st
             seed_messages(cur, endpoint_id, 3)
     other = psycopg2.connect(database_url)  # another claimer, mid-transaction
     with other.cursor() as cur:
-        cur.execute("SELECT 1 FROM tidings.messages WHERE endpoint_id = %s FOR UPDATE", (held,))
+        cur.execute("SELECT 1 FROM tidings.queue WHERE endpoint_id = %s FOR UPDATE", (held,))
         cur.execute(
             "SELECT 1 FROM tidings.endpoint_health WHERE endpoint_id = %s FOR UPDATE", (limited,)
         )
@@ -152,6 +152,50 @@ def test_a_claim_never_waits_for_locked_rows_buckets_or_cursors(database_url: st
     assert elapsed < 0.5
     assert {r.endpoint_id for r in rows} == {free}
     assert cursor_after == 0, "a cursor held by another claimer is followed, not moved"
+    db.close()
+
+
+def test_a_claim_never_waits_for_a_late_record_of_its_expired_lease(database_url: str) -> None:
+    """A sender that outran its lease records while the claim takes the row back: the record
+    holds the queue row and then wants the message row, so a claim that waited for the queue row
+    while holding the message row would deadlock with it. The claim skips the row instead."""
+    db = Database(database_url)
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur)
+        seed_messages(cur, endpoint_id, 1)
+        [row] = claim(cur, 1)
+        cur.execute(
+            "UPDATE tidings.queue SET next_attempt_at = now() - interval '1 second'"
+            " WHERE message_id = %s",
+            (row.message_id,),
+        )
+    recorder = psycopg2.connect(database_url)
+    try:
+        with recorder.cursor() as late:
+            late.execute("SET lock_timeout = '2s'")
+            # The record's first write: the settled message leaves the queue.
+            late.execute(
+                "DELETE FROM tidings.queue WHERE message_id = %s AND lease_token = %s",
+                (row.message_id, str(row.lease_token)),
+            )
+            assert late.rowcount == 1
+            with db.cursor() as cur:
+                cur.execute("SET lock_timeout = '2s'")
+                started = time.monotonic()
+                assert claim(cur, 10) == []
+                assert time.monotonic() - started < 1
+                # Its second, while the claim's transaction is still open: nothing holds it.
+                late.execute(
+                    "UPDATE tidings.message_rows SET status = 'delivered', attempts = 1,"
+                    " delivered_at = now() WHERE id = %s",
+                    (row.message_id,),
+                )
+        recorder.commit()
+    finally:
+        recorder.close()
+    with db.cursor() as cur:
+        cur.execute("SELECT status::text FROM tidings.messages WHERE id = %s", (row.message_id,))
+        assert cur.fetchone() == ("delivered",)
     db.close()
 
 

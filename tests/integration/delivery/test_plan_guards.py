@@ -23,7 +23,7 @@ from tidings.dal.delivery import AttemptOutcome, AttemptRequest, CircuitSummary,
 
 IDLE_ENDPOINTS = 20_000
 BUSY = (17, 9_000, 19_999)
-QUEUE_TABLES = {"messages", "events", "endpoints", "endpoint_health"}
+QUEUE_TABLES = {"queue", "message_rows", "events", "endpoints", "endpoint_health"}
 COOLDOWNS = {"base_cooldown_s": 300.0, "max_cooldown_s": 3600.0}
 
 
@@ -35,12 +35,14 @@ def queue(request: pytest.FixtureRequest, db: Database) -> Iterator[Database]:
             " SELECT 'https://r.example/' || g FROM generate_series(1, %s) g",
             (IDLE_ENDPOINTS,),
         )
-        # History: delivered messages with their attempts, outside the claim's index.
+        # History: delivered messages, outside the queue, each with a failed attempt logged
+        # before the one that delivered it.
         seed_messages(cur, 5, 30_000, status="delivered")
         cur.execute(
-            "INSERT INTO tidings.attempts (message_id, endpoint_id, attempt_number, attempted_at,"
-            " status_code, response_ms)"
-            " SELECT id, endpoint_id, 1, delivered_at, 200, 5 FROM tidings.messages"
+            "INSERT INTO tidings.attempt_log (message_id, endpoint_id, attempt_number,"
+            " attempted_at, status_code, response_ms)"
+            " SELECT id, endpoint_id, 1, delivered_at - interval '1 minute', 503, 5"
+            " FROM tidings.message_rows"
         )
         for endpoint_id in BUSY:
             seed_messages(cur, endpoint_id, 300)
@@ -153,7 +155,7 @@ def _fifo_backlog(db: Database, lines: int, per_line: int) -> int:
             )
         cur.execute("SELECT tidings.advance_noted_lines_v1(100000)")
     with db.connection.cursor() as cur:
-        cur.execute("ANALYZE tidings.messages")
+        cur.execute("ANALYZE tidings.queue, tidings.message_rows")
     return endpoint_id
 
 
@@ -165,11 +167,13 @@ def test_a_fifo_backlog_costs_the_claim_its_heads_only(queue: Database) -> None:
     )
     assert len(found) == 10
     assert not scanned(reads) & QUEUE_TABLES, reads
-    # A probe per endpoint with queued rows, the rows picked (each endpoint's part and one past
-    # it) and the rows leased, by id: the 40 lines' 5,960 waiting messages are not in the
-    # claim's index at all.
+    # Of the queue, a probe per endpoint with queued rows (in each of the claim's two indexes),
+    # the rows picked (each endpoint's part and one past it) and the rows leased, by id; of the
+    # message rows, those picked (locked) and those leased (read): the 40 lines' 5,960 waiting
+    # messages are not in the claim's indexes at all.
     endpoints = len(BUSY) + 1
-    assert reads["messages"].index_rows <= endpoints + (10 + endpoints) + 10, reads["messages"]
+    assert reads["queue"].index_rows <= 2 * endpoints + (10 + endpoints) + 10, reads["queue"]
+    assert reads["message_rows"].index_rows <= 2 * (10 + endpoints), reads["message_rows"]
     mine = [row for row in found if row.endpoint_id == endpoint_id]
     assert mine and all(row.attempts == 0 for row in mine)
 
@@ -187,4 +191,4 @@ def test_moving_a_line_on_reads_its_next_message_only(queue: Database) -> None:
         lambda cur: delivery.advance_lines(cur, [delivery.Line(endpoint_id, "k0")], lease_s=60),
     )
     assert not scanned(reads) & QUEUE_TABLES, reads
-    assert reads["messages"].index_rows <= 5, reads["messages"]
+    assert reads["queue"].index_rows + reads["message_rows"].index_rows <= 5, reads

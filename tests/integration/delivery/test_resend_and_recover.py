@@ -5,6 +5,7 @@ anything."""
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -119,10 +120,9 @@ def test_a_resent_dead_letter_is_never_written_by_its_old_delivery(
     pipeline.claim_and_deliver()
     message = only_message_id(db)
     assert message_row(db, message)["status"] == "dead_letter"
-    with db.cursor() as cur:
-        # As if its last outcome had been written under a lease that stayed on the row.
-        cur.execute("UPDATE tidings.messages SET lease_token = gen_random_uuid()")
-    dead = {**message_row(db, message), "endpoint_id": endpoint}
+    # The lease its last outcome was written under (a settled message is out of the queue, and its
+    # lease with it: any token stands for the old one).
+    dead = {**message_row(db, message), "endpoint_id": endpoint, "lease_token": uuid.uuid4()}
 
     resent = resend_message(db, message)
 

@@ -27,7 +27,7 @@ def day_name(day: date) -> str:
 def partitions(cur: Cursor) -> list[str]:
     cur.execute(
         "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-        " WHERE i.inhparent = 'tidings.attempts'::regclass ORDER BY c.relname"
+        " WHERE i.inhparent = 'tidings.attempt_log'::regclass ORDER BY c.relname"
     )
     return [row[0] for row in cur.fetchall()]
 

@@ -31,7 +31,7 @@ def partitions(db: Database) -> list[str]:
     with db.cursor() as cur:
         cur.execute(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-            " WHERE i.inhparent = 'tidings.attempts'::regclass ORDER BY c.relname"
+            " WHERE i.inhparent = 'tidings.attempt_log'::regclass ORDER BY c.relname"
         )
         return [row[0] for row in cur.fetchall()]
 
@@ -226,6 +226,31 @@ def test_batches_are_bounded_per_run(db: Database) -> None:
     assert (first.delivered_deleted, first.complete) == (6, False)
     second = prune(db, SETTINGS.replace(prune_batch_size=3, prune_max_batches=2), now)
     assert (second.delivered_deleted, second.complete) == (4, True)
+
+
+def test_tallies_naming_many_messages_are_read_by_the_messages_they_name(db: Database) -> None:
+    now = datetime.now(UTC)
+    day = now.date() - timedelta(days=9)
+    at = datetime.combine(day, datetime.min.time(), UTC) + timedelta(hours=6)
+    with db.cursor() as cur:
+        cur.execute("SELECT tidings.ensure_attempt_partitions(%s, 1, 1000)", (day,))
+        endpoint = make_endpoint(cur)
+        ids = make_messages(cur, endpoint, 8, status="delivered", delivered_at=at)
+        # As record calls write them: five deliveries in one, three in the next.
+        cur.execute("TRUNCATE tidings.attempt_tallies")
+        for part in (ids[:5], ids[5:]):
+            cur.execute(
+                "INSERT INTO tidings.attempt_tallies (recorded_at, endpoint_ids, message_ids,"
+                " response_ms, delivered) VALUES (%s, %s, %s, %s, %s)",
+                (at, [endpoint] * len(part), part, [5] * len(part), [True] * len(part)),
+            )
+    # Batches of two messages: each tally is read whole, one to a batch, and the day goes after.
+    first = prune(db, SETTINGS.replace(prune_batch_size=2, prune_max_batches=2), now)
+    assert (first.delivered_deleted, first.complete) == (8, False)
+    assert first.tally_partitions_dropped == ()
+    second = prune(db, SETTINGS.replace(prune_batch_size=2, prune_max_batches=2), now)
+    assert (second.delivered_deleted, second.complete) == (0, True), second
+    assert second.tally_partitions_dropped == ("attempt_tallies_" + day.strftime("%Y%m%d"),)
 
 
 def test_rows_held_by_another_session_are_skipped(database_url: str) -> None:

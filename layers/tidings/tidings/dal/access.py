@@ -158,10 +158,12 @@ AUTHORIZER = _role(
 )
 PERCENTILES = _role(
     "tidings_percentiles",
-    "The percentiles job: latency histograms from the attempt log, figures per endpoint",
+    "The percentiles job: latency histograms and the minutes of the hourly charts from the "
+    "tallies of recorded attempts, figures per endpoint",
     "lock_percentiles_state",
     "reset_latency_window",
     "advance_latency_window",
+    "roll_up_attempt_minutes",
     "delete_emptied_latency_window",
     "analyze_latency_histograms",
     "allow_large_rollup",
@@ -199,15 +201,20 @@ DEAD_LETTER_REPORT = _role(
 )
 PRUNER = _role(
     "tidings_pruner",
-    "The pruner: attempt partitions made and dropped (the attempts of kept messages moved "
-    "aside first), finished messages, events past their window and expired rotated-out secrets "
-    "deleted",
+    "The pruner: attempt and tally partitions made and dropped (the attempts of kept messages "
+    "moved aside first, the messages a day's tallies delivered deleted first), dead letters, "
+    "events past their window and expired rotated-out secrets deleted",
     "ensure_attempt_partitions",
     "oldest_attempt_partition",
     "keep_live_attempts",
     "drop_attempt_partition",
     "prune_default_attempts",
-    "prune_finished_messages",
+    "oldest_tally_partition",
+    "tally_pruning_progress",
+    "save_tally_pruning_progress",
+    "prune_tallied_messages",
+    "prune_default_tallies",
+    "prune_dead_letters",
     "prune_orphan_events",
     "prune_expired_secrets",
 )
@@ -249,23 +256,22 @@ ROLES_BY_NAME: Mapping[str, DatabaseRole] = {role.name: role for role in ROLES}
 # so that code still running while a release is deployed keeps working; no query of this
 # release needs them. The next release's migration drops them and removes them here.
 PREVIOUS_RELEASE_FUNCTIONS: Mapping[str, frozenset[str]] = {
-    # Replaced by begin_attempts_v2 (migration 0093), which adds the payload format, then by
-    # begin_attempts_v3 (migration 0097), which adds the receiver credentials, then by
-    # begin_attempts_v4 (migration 0131), which adds FIFO lines and batches.
-    "tidings_sender": frozenset({"begin_attempts_v1", "begin_attempts_v2", "begin_attempts_v3"}),
-    # Replaced by claim_due_v2 (migration 0094), which names each row's lane.
-    "tidings_claimer": frozenset({"claim_due_v1"}),
+    # Replaced by begin_attempts_v4 (migration 0131), which adds FIFO lines and batches: 0.2.0's
+    # senders call v3 (it works through the tidings.messages view since migration 0150).
+    "tidings_sender": frozenset({"begin_attempts_v3"}),
 }
 
 # Run by the migrator (or `tidings schema` / `tidings secrets reencrypt`) as a member of the
 # owner role: reading the catalogs, and the secrets' upkeep, which opens every stored secret.
 OWNER_QUERIES: frozenset[str] = frozenset(
     {
+        "schema_server_major",
         "schema_enums",
         "schema_tables",
         "schema_columns",
         "schema_constraints",
         "schema_indexes",
+        "schema_views",
         "schema_functions",
         "schema_triggers",
         "schema_grants",
@@ -290,7 +296,7 @@ OWNER_QUERIES: frozenset[str] = frozenset(
 
 # Functions that run with their owner's rights (SECURITY DEFINER, with a fixed search_path), so
 # that a role needs only EXECUTE on them: what a producer may do is exactly what tidings.enqueue
-# does; the sender reads secrets only through begin_attempts_v4 (v3, v2, v1 before it), for rows it
+# does; the sender reads secrets only through begin_attempts_v4 (v3 before it), for rows it
 # holds. Every overload of each name. A later CREATE OR REPLACE resets both attributes, so a
 # migration that redefines one must say SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 # again (a test fails otherwise).
@@ -299,11 +305,8 @@ SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
         "enqueue",
         "enqueue_batch",
         "enqueue_event",
-        "claim_due_v1",
         "claim_due_v2",
         "mark_slow_v1",
-        "begin_attempts_v1",
-        "begin_attempts_v2",
         "begin_attempts_v3",
         "begin_attempts_v4",
         "advance_lines_v1",
@@ -321,8 +324,13 @@ SECURITY_DEFINER_FUNCTIONS: frozenset[str] = frozenset(
         "drop_oldest_attempt_partition",
         "keep_live_attempts",
         "drop_attempt_partition",
+        "prune_tallied_messages",
+        "prune_default_tallies",
         "analyze_latency_histograms",
         "create_endpoint_health",
+        # Writes through tidings.messages and tidings.attempts (views) reach their tables.
+        "write_messages_view",
+        "write_attempts_view",
     }
 )
 DEFINER_SEARCH_PATH = "pg_catalog, pg_temp"

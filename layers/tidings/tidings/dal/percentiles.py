@@ -106,6 +106,17 @@ def advance_latency_window(
     return WindowChanges(endpoint_ids, buckets, counts)
 
 
+def roll_up_attempt_minutes(
+    cur: Cursor, *, now: datetime, reroll_from: datetime, keep_from: datetime
+) -> None:
+    """Count each endpoint's attempts per minute (successes and the others) recorded in
+    ``[reroll_from, now)``, and forget the minutes before ``keep_from``."""
+    cur.execute(
+        sql("roll_up_attempt_minutes"),
+        {"now": now, "reroll_from": reroll_from, "keep_from": keep_from},
+    )
+
+
 def allow_large_rollup(
     cur: Cursor, *, work_mem: str = "128MB", statement_timeout_ms: int = 600_000
 ) -> None:

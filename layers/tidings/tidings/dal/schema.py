@@ -3,7 +3,7 @@
 
 It is read from the catalogs of a freshly migrated database, so it shows the sum of the
 migrations, not what any one of them says, grants to the database roles included. The daily
-partitions of ``attempts`` (made by the pruner) are left out.
+partitions of the attempt log and of the tallies (made by the pruner) are left out.
 """
 
 from __future__ import annotations
@@ -21,7 +21,16 @@ HEADER = (
 
 def dump_schema(cur: Cursor) -> str:
     """The schema ``tidings`` of the connected database as SQL text."""
-    parts = [HEADER, "CREATE SCHEMA tidings;\n"]
+    cur.execute(sql("schema_server_major"))
+    version = cur.fetchone()
+    assert version is not None  # the statement returns one row
+    major = version[0]
+    # PostgreSQL prints a view's query its own way, which changed in 16 (a query of one table
+    # no longer names it before each column): the file says whose way it shows.
+    parts = [
+        HEADER + f"-- Views as PostgreSQL {major} prints them.\n",
+        "CREATE SCHEMA tidings;\n",
+    ]
     cur.execute(sql("schema_enums"))
     for row in fetch_dicts(cur):
         labels = ", ".join(f"'{label}'" for label in row["labels"])
@@ -31,6 +40,9 @@ def dump_schema(cur: Cursor) -> str:
         parts.append(_table(cur, table))
     cur.execute(sql("schema_indexes"))
     parts.append("".join(f"{row['definition']};\n" for row in fetch_dicts(cur)))
+    cur.execute(sql("schema_views"))
+    for view in fetch_dicts(cur):
+        parts.append(_view(cur, view))
     cur.execute(sql("schema_functions"))
     parts.extend(f"{row['definition'].rstrip()};\n" for row in fetch_dicts(cur))
     cur.execute(sql("schema_triggers"))
@@ -73,6 +85,19 @@ def _table(cur: Cursor, table: dict[str, object]) -> str:
     if table["options"]:
         text += " WITH (" + ", ".join(table["options"]) + ")"  # type: ignore[arg-type]
     return text + ";\n"
+
+
+def _view(cur: Cursor, view: dict[str, object]) -> str:
+    name = str(view["name"])
+    text = f"CREATE VIEW tidings.{name} AS\n{str(view['definition']).rstrip().rstrip(';')};\n"
+    cur.execute(sql("schema_columns"), {"table": name})
+    for column in fetch_dicts(cur):
+        if column["default_value"] is not None:
+            text += (
+                f"ALTER VIEW tidings.{name} ALTER COLUMN {column['name']}"
+                f" SET DEFAULT {column['default_value']};\n"
+            )
+    return text
 
 
 def _column(column: dict[str, object]) -> str:

@@ -8,10 +8,13 @@ that rank, reported as the point of the bucket with the smallest worst-case rela
 (``(G - 1) / (G + 1)``, just under 1 %) of the exact sample of the same rank: the q-th percentile
 of N samples is the sample of rank ceil(q * N), as ``percentile_disc`` defines it.
 
-The window is whole minutes: a refresh at ``now`` covers the attempts made from
-``floor_minute(floor_minute(now) - window)`` until ``now``. Each run re-reads the attempts of the
-last ``percentiles_rollup_margin_s`` before the previous run, because attempts made earlier may
-commit later; counts are stored idempotently, so re-reading never double counts.
+The window is whole minutes: a refresh at ``now`` covers the attempts recorded from
+``floor_minute(floor_minute(now) - window)`` until ``now``, as the record statements' tallies
+(``tidings.attempt_tallies``: each attempt's endpoint and latency, by the time it was recorded)
+give them. Each run re-reads the tallies of the last ``percentiles_rollup_margin_s`` before the
+previous run, because records made earlier may commit later; counts are stored idempotently, so
+re-reading never double counts. The same roll-up counts each endpoint's successes and failures
+per minute (``tidings.attempt_minutes``, the last day), which the endpoints' hourly charts read.
 
 Each endpoint keeps, per percentile, the bucket holding it and the counts before and in that
 bucket. A run applies the window's changes to those counts and steps to a neighbouring bucket only
@@ -46,7 +49,10 @@ MAX_RELATIVE_ERROR = (BUCKET_GROWTH - 1) / (BUCKET_GROWTH + 1)
 # histogram each endpoint keeps between runs, in the order they are stored.
 PERCENTILES = (50, 95, 99)
 # Stored with the histograms: histograms and positions built otherwise are rebuilt, not mixed.
-LAYOUT = {"growth": BUCKET_GROWTH, "percentiles": list(PERCENTILES)}
+# (The source: the tallies of recorded attempts, migration 0150; the attempt log before.)
+LAYOUT = {"growth": BUCKET_GROWTH, "percentiles": list(PERCENTILES), "source": "tallies"}
+# The endpoints' hourly charts show the last day: the minutes counted are kept that long.
+CHART_S = 25 * 3600
 # Marks, beside the layout, histograms still being built.
 BUILDING = "building"
 
@@ -188,6 +194,7 @@ def refresh_percentiles(
         window_from=plan.window_from,
         growth=BUCKET_GROWTH,
     )
+    _count_minutes(cur, now, plan.reroll_from)
     assert state.rolled_to is not None  # a plan that is not building follows a complete build
     dal.save_percentiles_state(
         cur,
@@ -220,6 +227,7 @@ def _build(
             window_from=plan.window_from,
             growth=BUCKET_GROWTH,
         )
+        _count_minutes(cur, until, rolled_to)
         rolled_to = until
         if time.monotonic() >= deadline:
             break
@@ -238,6 +246,13 @@ def _build(
     dal.analyze_latency_histograms(cur)
     endpoints = _place(cur, settings, now, WindowChanges(), rebuilt=True)
     return PercentileRefresh(endpoints, rebuilt=True, rolled_to=rolled_to)
+
+
+def _count_minutes(cur: Cursor, now: datetime, reroll_from: datetime) -> None:
+    """The per-minute counts of the endpoints' hourly charts, rolled up with the histograms."""
+    dal.roll_up_attempt_minutes(
+        cur, now=now, reroll_from=reroll_from, keep_from=now - timedelta(seconds=CHART_S)
+    )
 
 
 def _place(

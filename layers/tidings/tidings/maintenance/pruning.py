@@ -11,9 +11,16 @@ batches; no attempt leaves before the message it explains.
   waiting drop for long (a drop that times out is left to the next run). The partitions of the
   coming days are created ahead. Rows in the default partition (no daily partition existed for
   their day) go in batches once their message is gone.
-- Delivered messages older than their retention and dead letters older than theirs are deleted
-  in batches of ``prune_batch_size`` rows, each batch its own short transaction (rows another
-  session holds are skipped), with their kept attempts.
+- A delivered message is named by the tally of the record that delivered it
+  (``tidings.attempt_tallies``, in daily partitions too): a day's tallies go once their whole
+  day is older than the delivered retention (and than the latency window and the day the hourly
+  charts show, which read them), after the messages they delivered that are still delivered
+  (not resent since) were deleted, in batches of the tallies that name about
+  ``prune_batch_size`` messages, with their kept attempts. A message is so kept until the
+  end of the day its retention ends in.
+- Dead letters older than their retention are deleted in batches of ``prune_batch_size`` rows,
+  each batch its own short transaction (rows another session holds are skipped), with their kept
+  attempts.
 - Events go when no message refers to them and their idempotency window is over: the same
   ``event_id`` is answered as a repeat for as long as its event is kept.
 - Rotated-out signing secrets whose overlap has ended are deleted (a rotation drops them too, but
@@ -31,8 +38,8 @@ import psycopg2.errors
 
 from tidings.dal import pruning as dal
 from tidings.dal import secrets as secrets_dal
-from tidings.dal.connection import Database
-from tidings.dal.pruning import KeptBatch, PrunedBatch
+from tidings.dal.connection import Cursor, Database
+from tidings.dal.pruning import KeptBatch, TalliedBatch
 from tidings.maintenance.batches import BatchRun, in_batches
 from tidings.observability import logger
 
@@ -75,6 +82,8 @@ class PruneResult:
     # False when some table still had rows due after prune_max_batches batches.
     complete: bool
     expired_secrets_deleted: int = 0
+    # Tally partitions dropped once the messages they delivered were pruned.
+    tally_partitions_dropped: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -84,6 +93,7 @@ class PruneResult:
             "attempts_kept": self.attempts_kept,
             "default_attempts_deleted": self.default_attempts_deleted,
             "delivered_deleted": self.delivered_deleted,
+            "tally_partitions_dropped": list(self.tally_partitions_dropped),
             "dead_letters_deleted": self.dead_letters_deleted,
             "events_deleted": self.events_deleted,
             "complete": self.complete,
@@ -94,6 +104,18 @@ class PruneResult:
 def attempts_cutoff(settings: PruneSettings, now: datetime) -> datetime:
     """Attempts made before this moment are no longer needed."""
     keep_s = max(settings.latency_window_s, settings.attempts_retention_s)
+    return now - timedelta(seconds=keep_s)
+
+
+# The endpoints' hourly charts read the last day of tallies (those the percentiles job has not
+# rolled up yet).
+CHART_S = 25 * 3600
+
+
+def tallies_cutoff(settings: PruneSettings, now: datetime) -> datetime:
+    """Tallies recorded before this moment are no longer needed, nor the messages they delivered
+    (should they still be delivered)."""
+    keep_s = max(settings.delivered_retention_s, settings.latency_window_s, CHART_S)
     return now - timedelta(seconds=keep_s)
 
 
@@ -122,19 +144,18 @@ def prune(db: Database, settings: PruneSettings, now: datetime | None = None) ->
         max_batches=settings.prune_max_batches,
     )
     events_cutoff = moment - timedelta(seconds=settings.idempotency_window_s)
-    delivered = _finished_in_batches(
+    delivered = _tallied_messages(db, settings, tallies_cutoff(settings, moment), events_cutoff)
+    dead = in_batches(
         db,
-        settings,
-        "delivered",
-        moment - timedelta(seconds=settings.delivered_retention_s),
-        events_cutoff,
-    )
-    dead = _finished_in_batches(
-        db,
-        settings,
-        "dead_letter",
-        moment - timedelta(seconds=settings.dead_letter_retention_s),
-        events_cutoff,
+        lambda cur: dal.prune_dead_letters(
+            cur,
+            cutoff=moment - timedelta(seconds=settings.dead_letter_retention_s),
+            events_cutoff=events_cutoff,
+            batch_size=batch,
+        ),
+        size=lambda pruned: pruned.messages,
+        batch_size=batch,
+        max_batches=settings.prune_max_batches,
     )
     orphans = in_batches(
         db,
@@ -156,9 +177,11 @@ def prune(db: Database, settings: PruneSettings, now: datetime | None = None) ->
         partitions_deferred=parts.deferred,
         attempts_kept=parts.kept,
         default_attempts_deleted=sum(default.results),
-        delivered_deleted=sum(b.messages for b in delivered.results),
+        delivered_deleted=delivered.messages,
         dead_letters_deleted=sum(b.messages for b in dead.results),
-        events_deleted=sum(b.events for b in delivered.results + dead.results)
+        tally_partitions_dropped=delivered.dropped,
+        events_deleted=delivered.events
+        + sum(b.events for b in dead.results)
         + sum(orphans.results),
         expired_secrets_deleted=sum(secrets.results),
         complete=parts.complete
@@ -236,19 +259,105 @@ def _keep_live_attempts(
     return BatchRun(tuple(results), complete=False)
 
 
-def _finished_in_batches(
-    db: Database, settings: PruneSettings, status: str, cutoff: datetime, events_cutoff: datetime
-) -> BatchRun[PrunedBatch]:
-    return in_batches(
+def _tallied_batch(
+    cur: Cursor,
+    *,
+    partition: str,
+    after_ctid: str,
+    batch_size: int,
+    cutoff: datetime,
+    events_cutoff: datetime,
+) -> TalliedBatch:
+    """One batch of a day's tallies, and, in its transaction, how far the day has been gone
+    through (not past a batch with messages another session held)."""
+    batch = dal.prune_tallied_messages(
+        cur,
+        partition=partition,
+        after_ctid=after_ctid,
+        batch_size=batch_size,
+        cutoff=cutoff,
+        events_cutoff=events_cutoff,
+    )
+    if not batch.held and batch.last_ctid is not None:
+        dal.save_tally_pruning_progress(cur, partition=partition, after_ctid=batch.last_ctid)
+    return batch
+
+
+@dataclass(frozen=True, slots=True)
+class _Tallied:
+    messages: int
+    events: int
+    dropped: tuple[str, ...]
+    complete: bool
+
+
+def _tallied_messages(
+    db: Database, settings: PruneSettings, cutoff: datetime, events_cutoff: datetime
+) -> _Tallied:
+    """Prune the messages delivered on each day whose tallies are past the cutoff (oldest day
+    first), dropping each day's tallies once none of those messages is left; then those the
+    default partition took. Stops, incomplete, at the batch budget."""
+    budget = settings.prune_max_batches
+    batch_size = settings.prune_batch_size
+    messages = events = 0
+    dropped: list[str] = []
+    while budget > 0:
+        name = db.run(lambda cur: dal.oldest_tally_partition(cur, cutoff=cutoff))
+        if name is None:
+            break
+        # A day too large for one run's budget is taken up where the last run left it.
+        saved = db.run(dal.tally_pruning_progress)
+        after = saved.after_ctid if saved is not None and saved.partition == name else "(0,0)"
+        while budget > 0:
+            batch = db.run(
+                partial(
+                    _tallied_batch,
+                    partition=name,
+                    after_ctid=after,
+                    batch_size=batch_size,
+                    cutoff=cutoff,
+                    events_cutoff=events_cutoff,
+                )
+            )
+            budget -= 1
+            messages, events = messages + batch.messages, events + batch.events
+            if batch.held:
+                # Another session held some of these messages: the next run takes this batch
+                # again, and the day goes once they are gone.
+                return _Tallied(messages, events, tuple(dropped), complete=False)
+            if batch.named < batch_size or batch.last_ctid is None:
+                break
+            after = batch.last_ctid
+        else:
+            return _Tallied(messages, events, tuple(dropped), complete=False)
+        try:
+            db.run(
+                partial(
+                    dal.drop_attempt_partition,
+                    partition=name,
+                    lock_timeout_ms=settings.prune_lock_timeout_ms,
+                )
+            )
+        except psycopg2.errors.LockNotAvailable:
+            logger.warning(
+                "tally partition busy; its drop is left to the next run", extra={"partition": name}
+            )
+            return _Tallied(messages, events, tuple(dropped), complete=True)
+        dropped.append(name)
+    else:
+        return _Tallied(messages, events, tuple(dropped), complete=False)
+    default = in_batches(
         db,
-        lambda cur: dal.prune_finished_messages(
-            cur,
-            status=status,
-            cutoff=cutoff,
-            events_cutoff=events_cutoff,
-            batch_size=settings.prune_batch_size,
+        lambda cur: dal.prune_default_tallies(
+            cur, cutoff=cutoff, events_cutoff=events_cutoff, batch_size=batch_size
         ),
-        size=lambda pruned: pruned.messages,
-        batch_size=settings.prune_batch_size,
-        max_batches=settings.prune_max_batches,
+        size=lambda batch: batch.named,
+        batch_size=batch_size,
+        max_batches=max(budget, 1),
+    )
+    return _Tallied(
+        messages + sum(b.messages for b in default.results),
+        events + sum(b.events for b in default.results),
+        tuple(dropped),
+        complete=default.complete,
     )

@@ -7,13 +7,17 @@ RETURNING id, uid, name, metadata, default_payload_format, created_at, updated_a
 
 -- name: find_application
 -- The live application a reference names: the one whose uid it is, else, for a reference made of
--- digits, the one whose id it is (a uid wins over an id).
+-- digits, the one whose id it is (a uid wins over an id). A uid keeps naming its application once
+-- it is deleted (uids are never reused), so a reference never moves on to another application:
+-- nothing, then.
 SELECT a.id, a.uid, a.name, a.metadata, a.default_payload_format, a.created_at, a.updated_at
-FROM tidings.applications a
+FROM (SELECT n.id, n.uid, n.name, n.metadata, n.default_payload_format, n.created_at,
+             n.updated_at, n.deleted_at
+      FROM tidings.applications n
+      WHERE n.uid = %(ref)s OR n.id = %(id)s::bigint
+      ORDER BY n.uid = %(ref)s DESC
+      LIMIT 1) a
 WHERE a.deleted_at IS NULL
-  AND (a.uid = %(ref)s OR a.id = %(id)s::bigint)
-ORDER BY a.uid = %(ref)s DESC
-LIMIT 1
 
 -- name: list_applications
 -- A page of live applications by ascending id after the cursor id (0 for the first page); one
@@ -62,7 +66,7 @@ FOR UPDATE
 -- The last step of deleting an application, in the transaction of the second, with a snapshot
 -- taken after it (so it sees every event sent to the application until it was deleted): disables its endpoints, and dead-letters their undelivered
 -- messages with the reason (kept as history, replayable should the application come back),
--- clearing leases so that an attempt in flight records nothing. Returns the endpoints disabled
+-- out of the queue, so that an attempt in flight records nothing. Returns the endpoints disabled
 -- and the messages dead-lettered.
 WITH retired AS (
     UPDATE tidings.endpoints e
@@ -71,14 +75,19 @@ WITH retired AS (
     WHERE e.app_id = %(app_id)s AND e.deleted_at IS NULL
     RETURNING e.id
 ),
-abandoned AS (
-    UPDATE tidings.messages m
-    SET status = 'dead_letter', dead_lettered_at = now(), dead_letter_reported_at = NULL,
-        lease_token = NULL, last_error = 'endpoint disabled: application deleted'
-    FROM tidings.endpoints e
+dequeued AS (
+    DELETE FROM tidings.queue q
+    USING tidings.endpoints e
     WHERE e.app_id = %(app_id)s
-      AND m.endpoint_id = e.id
-      AND m.status IN ('pending', 'waiting', 'failed', 'in_flight')
+      AND q.endpoint_id = e.id
+    RETURNING q.message_id
+),
+abandoned AS (
+    UPDATE tidings.message_rows m
+    SET status = 'dead_letter', dead_lettered_at = now(), dead_letter_reported_at = NULL,
+        last_error = 'endpoint disabled: application deleted'
+    FROM dequeued q
+    WHERE m.id = q.message_id
     RETURNING m.id
 )
 SELECT (SELECT count(*) FROM retired) AS endpoints, (SELECT count(*) FROM abandoned) AS messages

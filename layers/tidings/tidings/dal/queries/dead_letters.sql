@@ -12,11 +12,10 @@ SELECT m.endpoint_id, e.url, a.uid AS app_uid,
        min(m.dead_lettered_at) AS first_at,
        max(m.dead_lettered_at) AS last_at,
        avg(m.attempts)::double precision AS mean_attempts
-FROM tidings.messages m
+FROM tidings.message_rows m
 JOIN tidings.endpoints e ON e.id = m.endpoint_id
 JOIN tidings.applications a ON a.id = e.app_id
-WHERE m.status = 'dead_letter'
-  AND m.dead_lettered_at > %(since)s AND m.dead_lettered_at <= %(now)s
+WHERE m.dead_lettered_at > %(since)s AND m.dead_lettered_at <= %(now)s
   AND (%(app_id)s::bigint IS NULL OR e.app_id = %(app_id)s::bigint)
 GROUP BY m.endpoint_id, e.url, a.uid
 ORDER BY count(*) DESC, m.endpoint_id;
@@ -30,14 +29,15 @@ ORDER BY count(*) DESC, m.endpoint_id;
 -- is dropped by the lock's recheck of the WHERE clause.
 WITH chosen AS (
     SELECT id
-    FROM tidings.messages
-    WHERE status = 'dead_letter' AND dead_letter_reported_at IS NULL
+    FROM tidings.message_rows
+    WHERE dead_lettered_at IS NOT NULL AND status = 'dead_letter'
+      AND dead_letter_reported_at IS NULL
     ORDER BY dead_lettered_at, id
     LIMIT %(max_rows)s
     FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
-    UPDATE tidings.messages m
+    UPDATE tidings.message_rows m
     SET dead_letter_reported_at = now()
     FROM chosen c
     WHERE m.id = c.id
@@ -62,17 +62,18 @@ ORDER BY count(*) DESC, c.endpoint_id;
 -- How many dead letters no report has claimed yet (after a claim in the same transaction: those
 -- left for the next run).
 SELECT count(*)
-FROM tidings.messages
-WHERE status = 'dead_letter' AND dead_letter_reported_at IS NULL;
+FROM tidings.message_rows
+WHERE dead_lettered_at IS NOT NULL AND status = 'dead_letter'
+  AND dead_letter_reported_at IS NULL;
 
 -- name: dead_letter_ids
 -- The ids of an application's dead letters matching every given filter (a NULL filter matches
 -- all), in id order: what a replay will requeue, listed up front so that a long replay can show
 -- progress.
 SELECT m.id
-FROM tidings.messages m
+FROM tidings.message_rows m
 JOIN tidings.endpoints e ON e.id = m.endpoint_id
-WHERE m.status = 'dead_letter'
+WHERE m.dead_lettered_at IS NOT NULL AND m.status = 'dead_letter'
   AND e.app_id = %(app_id)s
   AND (%(endpoint_id)s::bigint IS NULL OR m.endpoint_id = %(endpoint_id)s::bigint)
   AND (%(since)s::timestamptz IS NULL OR m.dead_lettered_at >= %(since)s::timestamptz)

@@ -229,8 +229,8 @@ LEFT JOIN tidings.endpoint_health h ON h.endpoint_id = c.id
 -- name: soft_delete_endpoint
 -- Marks an endpoint of an application deleted and disabled, keeping its row for the history of
 -- its messages. Its undelivered messages become dead letters ("endpoint deleted") in the same
--- statement, so none waits forever for an endpoint that is gone; clearing the lease voids any
--- attempt in flight. Its signing secrets and receiver credentials go: a deleted endpoint never
+-- statement, so none waits forever for an endpoint that is gone; leaving the queue voids any
+-- attempt in flight (its lease with it). Its signing secrets and receiver credentials go: a deleted endpoint never
 -- signs or authenticates again. The operational event endpoint.deleted is recorded in the same
 -- statement.
 WITH deleted AS (
@@ -247,12 +247,18 @@ reported AS (
                'endpoint_id', d.id, 'endpoint_url', d.url, 'data', '{}'::jsonb))) AS events
     FROM deleted d JOIN tidings.applications a ON a.id = d.app_id
 ),
+dequeued AS (
+    DELETE FROM tidings.queue q
+    USING deleted d
+    WHERE q.endpoint_id = d.id
+    RETURNING q.message_id
+),
 abandoned AS (
-    UPDATE tidings.messages m
+    UPDATE tidings.message_rows m
     SET status = 'dead_letter', dead_lettered_at = now(), dead_letter_reported_at = NULL,
-        lease_token = NULL, last_error = 'endpoint deleted'
-    FROM deleted d
-    WHERE m.endpoint_id = d.id AND m.status IN ('pending', 'failed', 'in_flight', 'waiting')
+        last_error = 'endpoint deleted'
+    FROM dequeued q
+    WHERE m.id = q.message_id
 ),
 forgotten AS (
     DELETE FROM tidings.endpoint_secrets s
@@ -273,9 +279,15 @@ SELECT h.endpoint_id, h.state, h.consecutive_failures, h.failure_threshold, h.co
        h.opened_at, h.last_success_at, h.last_failure_at, h.p50_ms, h.p95_ms, h.p99_ms,
        h.sample_count, h.percentiles_at,
        coalesce((SELECT jsonb_object_agg(c.status, c.n)
-                 FROM (SELECT m.status, count(*) AS n
-                       FROM tidings.messages m
+                 FROM (SELECT q.status, count(*) AS n
+                       FROM tidings.queue q
+                       WHERE q.endpoint_id = h.endpoint_id
+                       GROUP BY q.status
+                       UNION ALL
+                       SELECT m.status, count(*) AS n
+                       FROM tidings.message_rows m
                        WHERE m.endpoint_id = h.endpoint_id
+                         AND m.status IN ('delivered', 'dead_letter')
                        GROUP BY m.status) c), '{}') AS counts,
        now() AS db_now
 FROM tidings.endpoint_health h
@@ -283,17 +295,39 @@ JOIN tidings.endpoints e ON e.id = h.endpoint_id
 WHERE h.endpoint_id = %(endpoint_id)s AND e.app_id = %(app_id)s AND e.deleted_at IS NULL
 
 -- name: endpoint_hourly_attempts
--- An application's endpoint's attempts of the last 24 hours by the hour they were made in
--- (through attempts_by_endpoint_time): how many succeeded (a 2xx answer) and how many did not.
--- Only the hours with attempts; the hours are those of the database's clock, as now() gives it.
-SELECT date_trunc('hour', a.attempted_at) AS hour,
-       count(*) FILTER (WHERE a.status_code BETWEEN 200 AND 299) AS delivered,
-       count(*) FILTER (WHERE NOT coalesce(a.status_code BETWEEN 200 AND 299, false)) AS failed,
+-- An application's endpoint's attempts of the last 24 hours by the hour they were recorded in:
+-- how many succeeded (a 2xx answer) and how many did not. The minutes the percentiles job has
+-- rolled up (tidings.attempt_minutes) up to the minute of its last run, the tallies from that
+-- minute on (a few minutes of them; all of the day before the job's first run). Only the hours
+-- with attempts; the hours are those of the database's clock, as now() gives it.
+WITH since AS (
+    SELECT date_trunc('hour', now()) - interval '23 hours' AS day_from,
+           greatest(date_trunc('hour', now()) - interval '23 hours',
+                    coalesce((SELECT date_trunc('minute', s.rolled_to) FROM tidings.job_state s
+                              WHERE s.job = 'percentiles'),
+                             '-infinity')) AS tail_from
+),
+counted AS (
+    SELECT m.minute AS at, m.delivered, m.failed
+    FROM tidings.attempt_minutes m, since s
+    WHERE m.endpoint_id = %(endpoint_id)s
+      AND m.minute >= s.day_from AND m.minute < s.tail_from
+    UNION ALL
+    SELECT t.recorded_at,
+           (u.delivered)::integer, (NOT u.delivered)::integer
+    FROM tidings.attempt_tallies t
+    CROSS JOIN since s
+    CROSS JOIN LATERAL unnest(t.endpoint_ids, t.delivered) AS u (endpoint_id, delivered)
+    WHERE t.recorded_at >= s.tail_from
+      AND u.endpoint_id = %(endpoint_id)s
+)
+SELECT date_trunc('hour', c.at) AS hour,
+       sum(c.delivered)::bigint AS delivered,
+       sum(c.failed)::bigint AS failed,
        date_trunc('hour', now()) AS current_hour
-FROM tidings.attempts a
-JOIN tidings.endpoints e ON e.id = a.endpoint_id
-WHERE a.endpoint_id = %(endpoint_id)s AND e.app_id = %(app_id)s
-  AND a.attempted_at >= date_trunc('hour', now()) - interval '23 hours'
+FROM counted c
+WHERE EXISTS (SELECT 1 FROM tidings.endpoints e
+              WHERE e.id = %(endpoint_id)s AND e.app_id = %(app_id)s)
 GROUP BY 1
 ORDER BY 1
 

@@ -1,44 +1,59 @@
 -- name: health_summary
--- The queue at a glance, of one application (app_id) or of all (app_id NULL): rows per state, what
--- was delivered, failed and dead-lettered in the recent period, the age of the oldest undelivered
--- message and its application, and the end-to-end delivery latency (created to delivered) of the
--- messages delivered in the recent period. (With app_id NULL the application conditions fold
--- away when the statement is planned: the whole-queue figures cost what they did.)
+-- The queue at a glance, of one application (app_id) or of all (app_id NULL): rows per state (the
+-- queue's, and the dead letters), what was delivered, failed and dead-lettered in the recent
+-- period, the age of the oldest undelivered message and its application, and the end-to-end
+-- delivery latency (created to delivered) of the messages delivered in the recent period (named
+-- by the tallies of that period). (With app_id NULL the application conditions fold away when
+-- the statement is planned: the whole-queue figures cost what they did.)
 WITH app_endpoints AS (
     SELECT e.id FROM tidings.endpoints e WHERE e.app_id = %(app_id)s::bigint
 ),
-scoped AS (
-    SELECT m.status, m.created_at, m.delivered_at, m.dead_lettered_at, m.endpoint_id
-    FROM tidings.messages m
-    WHERE %(app_id)s::bigint IS NULL OR m.endpoint_id IN (SELECT id FROM app_endpoints)
+queued AS (
+    SELECT q.message_id, q.status
+    FROM tidings.queue q
+    WHERE %(app_id)s::bigint IS NULL OR q.endpoint_id IN (SELECT id FROM app_endpoints)
 ),
 recent_deliveries AS (
-    SELECT extract(epoch FROM delivered_at - created_at) * 1000 AS latency_ms
-    FROM scoped
-    WHERE status = 'delivered'
-      AND delivered_at > %(since)s AND delivered_at <= %(now)s
+    SELECT extract(epoch FROM m.delivered_at - m.created_at) * 1000 AS latency_ms
+    FROM (SELECT DISTINCT u.message_id
+          FROM tidings.attempt_tallies t
+          CROSS JOIN LATERAL unnest(t.message_ids, t.endpoint_ids, t.delivered)
+              AS u (message_id, endpoint_id, delivered)
+          -- A tally is recorded in the transaction that delivers its messages (at the same now()).
+          WHERE t.recorded_at > %(since)s AND t.recorded_at <= %(now)s
+            AND u.delivered
+            AND (%(app_id)s::bigint IS NULL
+                 OR u.endpoint_id IN (SELECT id FROM app_endpoints))) d
+    JOIN tidings.message_rows m ON m.id = d.message_id
+    WHERE m.status = 'delivered'
+      AND m.delivered_at > %(since)s AND m.delivered_at <= %(now)s
+),
+dead AS (
+    SELECT m.dead_lettered_at
+    FROM tidings.message_rows m
+    WHERE m.dead_lettered_at IS NOT NULL AND m.status = 'dead_letter'
+      AND (%(app_id)s::bigint IS NULL OR m.endpoint_id IN (SELECT id FROM app_endpoints))
 ),
 oldest AS (
-    SELECT created_at, endpoint_id
-    FROM scoped
-    WHERE status IN ('pending', 'waiting', 'failed', 'in_flight')
-    ORDER BY created_at
+    SELECT m.created_at, m.endpoint_id
+    FROM queued q
+    JOIN tidings.message_rows m ON m.id = q.message_id
+    ORDER BY m.created_at
     LIMIT 1
 )
 SELECT
     -- Pending counts the messages waiting in FIFO lines too.
-    (SELECT count(*) FROM scoped WHERE status IN ('pending', 'waiting')) AS pending,
-    (SELECT count(*) FROM scoped WHERE status = 'failed') AS awaiting_retry,
-    (SELECT count(*) FROM scoped WHERE status = 'in_flight') AS in_flight,
-    (SELECT count(*) FROM scoped WHERE status = 'dead_letter') AS dead_letters,
+    (SELECT count(*) FROM queued WHERE status IN ('pending', 'waiting')) AS pending,
+    (SELECT count(*) FROM queued WHERE status = 'failed') AS awaiting_retry,
+    (SELECT count(*) FROM queued WHERE status = 'in_flight') AS in_flight,
+    (SELECT count(*) FROM dead) AS dead_letters,
     (SELECT count(*) FROM recent_deliveries) AS delivered_recently,
-    (SELECT count(*) FROM tidings.attempts a
+    (SELECT count(*) FROM tidings.attempt_log a
      WHERE a.attempted_at > %(since)s AND a.attempted_at <= %(now)s
        AND (%(app_id)s::bigint IS NULL OR a.endpoint_id IN (SELECT id FROM app_endpoints))
        AND NOT coalesce(a.status_code BETWEEN 200 AND 299, false)) AS failed_attempts_recently,
-    (SELECT count(*) FROM scoped
-     WHERE status = 'dead_letter'
-       AND dead_lettered_at > %(since)s AND dead_lettered_at <= %(now)s) AS dead_lettered_recently,
+    (SELECT count(*) FROM dead
+     WHERE dead_lettered_at > %(since)s AND dead_lettered_at <= %(now)s) AS dead_lettered_recently,
     (SELECT extract(epoch FROM %(now)s - o.created_at)::double precision FROM oldest o)
         AS oldest_undelivered_age_s,
     (SELECT ap.uid FROM oldest o
@@ -59,20 +74,36 @@ SELECT
 -- Per application that has undelivered messages or dead letters (of the applications named in
 -- uids, or of all when uids is NULL): how many are pending, awaiting a retry, in flight and dead,
 -- and the age of its oldest undelivered message. By uid.
-SELECT a.uid AS app_uid,
-       count(*) FILTER (WHERE m.status IN ('pending', 'waiting')) AS pending,
-       count(*) FILTER (WHERE m.status = 'failed') AS awaiting_retry,
-       count(*) FILTER (WHERE m.status = 'in_flight') AS in_flight,
-       count(*) FILTER (WHERE m.status = 'dead_letter') AS dead_letters,
-       extract(epoch FROM %(now)s - min(m.created_at)
-                                  FILTER (WHERE m.status <> 'dead_letter'))::double precision
-           AS oldest_undelivered_age_s
-FROM tidings.messages m
-JOIN tidings.endpoints e ON e.id = m.endpoint_id
-JOIN tidings.applications a ON a.id = e.app_id
-WHERE m.status IN ('pending', 'waiting', 'failed', 'in_flight', 'dead_letter')
-  AND (%(uids)s::text[] IS NULL OR a.uid = ANY (%(uids)s::text[]))
-GROUP BY a.uid
+WITH counted AS (
+    SELECT e.app_id,
+           count(*) FILTER (WHERE q.status IN ('pending', 'waiting')) AS pending,
+           count(*) FILTER (WHERE q.status = 'failed') AS awaiting_retry,
+           count(*) FILTER (WHERE q.status = 'in_flight') AS in_flight,
+           0 AS dead_letters,
+           min(m.created_at) AS oldest_at
+    FROM tidings.queue q
+    JOIN tidings.message_rows m ON m.id = q.message_id
+    JOIN tidings.endpoints e ON e.id = q.endpoint_id
+    GROUP BY e.app_id
+    UNION ALL
+    SELECT e.app_id, 0, 0, 0, count(*), NULL
+    FROM tidings.message_rows m
+    JOIN tidings.endpoints e ON e.id = m.endpoint_id
+    WHERE m.dead_lettered_at IS NOT NULL AND m.status = 'dead_letter'
+    GROUP BY e.app_id
+),
+per_app AS (
+    SELECT c.app_id, sum(c.pending) AS pending, sum(c.awaiting_retry) AS awaiting_retry,
+           sum(c.in_flight) AS in_flight, sum(c.dead_letters) AS dead_letters,
+           min(c.oldest_at) AS oldest_at
+    FROM counted c
+    GROUP BY c.app_id
+)
+SELECT a.uid AS app_uid, p.pending, p.awaiting_retry, p.in_flight, p.dead_letters,
+       extract(epoch FROM %(now)s - p.oldest_at)::double precision AS oldest_undelivered_age_s
+FROM per_app p
+JOIN tidings.applications a ON a.id = p.app_id
+WHERE %(uids)s::text[] IS NULL OR a.uid = ANY (%(uids)s::text[])
 ORDER BY a.uid;
 
 -- name: endpoints_needing_attention
@@ -97,10 +128,10 @@ ORDER BY e.id;
 -- name: count_dead_lettered_between
 -- How many messages were dead-lettered in (since, now], per application (by uid, largest first).
 SELECT a.uid AS app_uid, count(*) AS dead_lettered
-FROM tidings.messages m
+FROM tidings.message_rows m
 JOIN tidings.endpoints e ON e.id = m.endpoint_id
 JOIN tidings.applications a ON a.id = e.app_id
-WHERE m.status = 'dead_letter' AND m.dead_lettered_at > %(since)s AND m.dead_lettered_at <= %(now)s
+WHERE m.dead_lettered_at > %(since)s AND m.dead_lettered_at <= %(now)s
 GROUP BY a.uid
 ORDER BY count(*) DESC, a.uid;
 
@@ -112,7 +143,7 @@ UPDATE tidings.endpoint_health h
 SET failing_since = CASE
         WHEN h.last_failure_at > coalesce(h.last_success_at, '-infinity') THEN
             coalesce((SELECT min(a.attempted_at)
-                      FROM tidings.attempts a
+                      FROM tidings.attempt_log a
                       WHERE a.endpoint_id = h.endpoint_id
                         AND a.attempted_at > coalesce(h.last_success_at, '-infinity')),
                      h.last_failure_at)
@@ -175,24 +206,31 @@ RETURNING e.id;
 -- delivered or dead-lettered and can be replayed once its endpoint is enabled again. Catches
 -- what a disabling path left behind: messages held back from a sender, and those a producer's
 -- transaction committed after the endpoint was deleted. Rows a sender holds under a live lease
--- are left to it (the circuit gate holds them back at once).
-UPDATE tidings.messages m
-SET status = 'dead_letter', dead_lettered_at = now(), dead_letter_reported_at = NULL,
-    lease_token = NULL,
-    last_error = CASE WHEN u.deleted_at IS NOT NULL THEN 'endpoint deleted'
-                      ELSE 'endpoint disabled: ' || coalesce(u.disabled_reason, 'no reason given')
-                 END
-FROM (
-    SELECT q.id, e.deleted_at, e.disabled_reason
+-- are left to it (the circuit gate holds them back at once), and so are queued messages another
+-- transaction holds.
+WITH chosen AS (
+    SELECT q.message_id AS id, e.deleted_at, e.disabled_reason
     FROM tidings.endpoints e
-    JOIN tidings.messages q ON q.endpoint_id = e.id
+    JOIN tidings.queue q ON q.endpoint_id = e.id
     WHERE (e.deleted_at IS NOT NULL OR NOT e.enabled)
-      AND q.status IN ('pending', 'waiting', 'failed', 'in_flight')
       AND (q.status <> 'in_flight' OR q.next_attempt_at <= now())
     LIMIT %(batch_size)s
     FOR UPDATE OF q SKIP LOCKED
-) u
-WHERE m.id = u.id
+),
+dequeued AS (
+    DELETE FROM tidings.queue q
+    USING chosen c
+    WHERE q.message_id = c.id
+    RETURNING q.message_id
+)
+UPDATE tidings.message_rows m
+SET status = 'dead_letter', dead_lettered_at = now(), dead_letter_reported_at = NULL,
+    last_error = CASE WHEN c.deleted_at IS NOT NULL THEN 'endpoint deleted'
+                      ELSE 'endpoint disabled: ' || coalesce(c.disabled_reason, 'no reason given')
+                 END
+FROM dequeued d
+JOIN chosen c ON c.id = d.message_id
+WHERE m.id = d.message_id
 RETURNING m.id;
 
 -- name: report_expiring_certificates

@@ -11,7 +11,7 @@ SELECT tidings.reorder_endpoint_v1(%(endpoint_id)s);
 -- tells whether another page follows.
 SELECT f.ordering_key, f.paused_at, h.id AS head_message_id, h.status::text AS head_status,
        h.attempts AS head_attempts, h.next_attempt_at AS head_next_attempt_at,
-       (SELECT count(*) FROM (SELECT 1 FROM tidings.messages w
+       (SELECT count(*) FROM (SELECT 1 FROM tidings.queue w
                               WHERE w.endpoint_id = f.endpoint_id
                                 AND w.line_key = f.ordering_key AND w.status = 'waiting'
                               LIMIT %(count_limit)s) c)::integer AS waiting

@@ -2,7 +2,7 @@
 -- One message of an application's endpoints with its event (key, payload text and channels), and
 -- what decides when it is sent: its lease, its endpoint's state, circuit and speed lane (as the claim
 -- tells it) with its own cap and its rows in flight under a live lease (counted up to 1000, the
--- largest cap; through messages_in_flight_by_endpoint), and, for a message in a FIFO line, its
+-- largest cap; through queue_in_flight), and, for a message in a FIFO line, its
 -- ordering key, the line's head (its id and status) and whether the line is paused, read at one
 -- moment (now() is that moment).
 SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status, m.attempts,
@@ -18,7 +18,7 @@ SELECT m.id, m.endpoint_id, m.event_type, ev.event_id, m.status::text AS status,
        CASE WHEN h.slow_until > now() THEN h.slow_until END AS slow_until,
        (h.last_success_at IS NULL AND h.last_failure_at IS NULL) AS untried,
        (SELECT count(*)::integer
-        FROM (SELECT 1 FROM tidings.messages f
+        FROM (SELECT 1 FROM tidings.queue f
               WHERE f.endpoint_id = m.endpoint_id
                 AND f.status = 'in_flight'
                 AND f.next_attempt_at > now()
@@ -39,22 +39,27 @@ WHERE m.id = %(message_id)s AND e.app_id = %(app_id)s
 
 -- name: attempts_of_message
 -- Every recorded HTTP attempt of one message of an application's endpoints, in the order they
--- were made: from the attempt partitions, and from attempts_kept for days whose partition was
--- dropped while the message was kept.
+-- were made: those that did not deliver it (the attempt log's partitions, and attempts_kept for
+-- days whose partition was dropped while the message was kept) and the one that did (its row).
 SELECT h.attempt_number, h.attempted_at, h.status_code, h.response_ms, h.error_class,
        h.response_excerpt
 FROM (
     SELECT a.id, a.attempt_number, a.attempted_at, a.status_code, a.response_ms, a.error_class,
            a.response_excerpt
-    FROM tidings.attempts a
+    FROM tidings.attempt_log a
     WHERE a.message_id = %(message_id)s
     UNION ALL
     SELECT k.id, k.attempt_number, k.attempted_at, k.status_code, k.response_ms, k.error_class,
            k.response_excerpt
     FROM tidings.attempts_kept k
     WHERE k.message_id = %(message_id)s
+    UNION ALL
+    SELECT NULL, m.attempts, m.last_attempted_at, m.last_status_code, m.last_response_ms,
+           NULL, m.last_excerpt
+    FROM tidings.message_rows m
+    WHERE m.id = %(message_id)s AND m.status = 'delivered' AND m.last_attempted_at IS NOT NULL
 ) h
-WHERE EXISTS (SELECT 1 FROM tidings.messages m
+WHERE EXISTS (SELECT 1 FROM tidings.message_rows m
               JOIN tidings.endpoints e ON e.id = m.endpoint_id
               WHERE m.id = %(message_id)s AND e.app_id = %(app_id)s)
 ORDER BY h.attempted_at, h.attempt_number, h.id
@@ -81,18 +86,19 @@ LIMIT %(limit)s + 1
 
 -- name: replay_dead_letters
 -- Puts up to batch_size dead letters of an application's endpoints that match every given filter (message ids, endpoint,
--- dead-lettered time range; NULL means no filter) back to pending, due now, with the attempt
--- count reset and no report mark (should one die again, the scheduled report names it again);
--- their attempts rows stay. Endpoints that are deleted are skipped. Rows another transaction
--- holds (the dead-letter report while it publishes, a concurrent replay) are waited for, not
--- skipped: a replay must requeue every match. Locks are taken in id order, so two replays
--- cannot deadlock; a row a concurrent replay requeued meanwhile drops out of this batch on the
--- recheck, so a batch can come back short while more match: callers repeat until one is empty.
+-- dead-lettered time range; NULL means no filter) back in the queue, pending and due now, with
+-- the attempt count reset and no report mark (should one die again, the scheduled report names
+-- it again); their attempts rows stay. Endpoints that are deleted are skipped. Rows another
+-- transaction holds (the dead-letter report while it publishes, a concurrent replay) are waited
+-- for, not skipped: a replay must requeue every match. Locks are taken in id order, so two
+-- replays cannot deadlock; a row a concurrent replay requeued meanwhile drops out of this batch
+-- on the recheck, so a batch can come back short while more match: callers repeat until one is
+-- empty.
 WITH chosen AS (
     SELECT m.id
-    FROM tidings.messages m
+    FROM tidings.message_rows m
     JOIN tidings.endpoints e ON e.id = m.endpoint_id
-    WHERE m.status = 'dead_letter'
+    WHERE m.dead_lettered_at IS NOT NULL AND m.status = 'dead_letter'
       AND e.app_id = %(app_id)s
       AND e.deleted_at IS NULL
       AND (%(message_ids)s::bigint[] IS NULL OR m.id = ANY (%(message_ids)s::bigint[]))
@@ -102,20 +108,29 @@ WITH chosen AS (
     ORDER BY m.id
     LIMIT %(batch_size)s
     FOR UPDATE OF m
+),
+replayed AS (
+    UPDATE tidings.message_rows m
+    SET status = 'pending', attempts = 0, next_attempt_at = now(), dead_lettered_at = NULL,
+        dead_letter_reported_at = NULL
+    FROM chosen
+    WHERE m.id = chosen.id
+    RETURNING m.id, m.endpoint_id, m.line_key, m.line_seq
+),
+queued AS (
+    INSERT INTO tidings.queue (message_id, endpoint_id, status, next_attempt_at, line_key,
+                               line_seq)
+    SELECT r.id, r.endpoint_id, 'pending', now(), r.line_key, r.line_seq
+    FROM replayed r
 )
-UPDATE tidings.messages m
-SET status = 'pending', attempts = 0, next_attempt_at = now(), dead_lettered_at = NULL,
-    dead_letter_reported_at = NULL, lease_token = NULL
-FROM chosen
-WHERE m.id = chosen.id
-RETURNING m.id
+SELECT r.id FROM replayed r
 
 -- name: messages_outside_application
 -- Of the given message ids, those that are not messages of the application's endpoints (in
 -- ascending order): a replay that names one is refused as a request for an unknown message.
 SELECT wanted.id
 FROM unnest(%(message_ids)s::bigint[]) AS wanted (id)
-WHERE NOT EXISTS (SELECT 1 FROM tidings.messages m
+WHERE NOT EXISTS (SELECT 1 FROM tidings.message_rows m
                   JOIN tidings.endpoints e ON e.id = m.endpoint_id
                   WHERE m.id = wanted.id AND e.app_id = %(app_id)s)
 ORDER BY wanted.id
@@ -128,30 +143,58 @@ SELECT EXISTS (SELECT 1 FROM tidings.endpoints e
 
 -- name: resend_message
 -- Starts a new delivery of a delivered or dead-lettered message of an application's endpoints,
--- whose endpoint is enabled and not deleted: pending, due now, a fresh attempt budget (attempts
--- 0), no lease token (an outcome of the old delivery that arrives late finds no row to write to),
--- no report mark; its attempts rows and its id (so its webhook-id) stay. Answers with the message
--- as it is now, and why it was not resent otherwise (its status and its endpoint's state; nothing
--- when the application has no such message).
+-- whose endpoint is enabled and not deleted: back in the queue, pending and due now, a fresh
+-- attempt budget (attempts 0), no lease token (an outcome of the old delivery that arrives late
+-- finds no row to write to), no report mark; its attempts and its id (so its webhook-id) stay:
+-- the attempt that delivered it, kept on its row, joins the attempt log. Answers with the
+-- message as it is now, and why it was not resent otherwise (its status and its endpoint's
+-- state; nothing when the application has no such message).
 WITH target AS (
     SELECT m.id, e.enabled AND e.deleted_at IS NULL AS endpoint_open,
            e.deleted_at IS NOT NULL AS endpoint_deleted
-    FROM tidings.messages m
+    FROM tidings.message_rows m
     JOIN tidings.endpoints e ON e.id = m.endpoint_id
     WHERE m.id = %(message_id)s AND e.app_id = %(app_id)s
 ),
+chosen AS (
+    SELECT m.id, m.endpoint_id, m.attempts, m.status, m.last_attempted_at, m.last_status_code,
+           m.last_response_ms, m.last_excerpt
+    FROM tidings.message_rows m
+    JOIN target t ON t.id = m.id
+    WHERE t.endpoint_open AND m.status IN ('delivered', 'dead_letter')
+    FOR UPDATE OF m
+),
+kept AS (
+    INSERT INTO tidings.attempt_log (message_id, endpoint_id, attempt_number, attempted_at,
+                                     status_code, response_ms, response_excerpt)
+    SELECT c.id, c.endpoint_id, c.attempts, c.last_attempted_at, c.last_status_code,
+           c.last_response_ms, c.last_excerpt
+    FROM chosen c
+    WHERE c.status = 'delivered' AND c.last_attempted_at IS NOT NULL
+    ON CONFLICT (message_id, attempted_at, attempt_number) DO NOTHING
+),
 resent AS (
-    UPDATE tidings.messages m
-    SET status = 'pending', attempts = 0, next_attempt_at = now(), lease_token = NULL,
-        delivered_at = NULL, dead_lettered_at = NULL, dead_letter_reported_at = NULL
-    FROM target t
-    WHERE m.id = t.id AND t.endpoint_open AND m.status IN ('delivered', 'dead_letter')
+    UPDATE tidings.message_rows m
+    SET status = 'pending', attempts = 0, next_attempt_at = now(), delivered_at = NULL,
+        dead_lettered_at = NULL, dead_letter_reported_at = NULL, last_attempted_at = NULL,
+        last_excerpt = NULL
+    FROM chosen c
+    WHERE m.id = c.id
     RETURNING m.id, m.endpoint_id, m.event_ref, m.event_type, m.status, m.attempts, m.max_attempts,
               m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at, m.last_error,
-              m.last_status_code, m.last_response_ms
+              m.last_status_code, m.last_response_ms, m.line_key, m.line_seq
+),
+queued AS (
+    INSERT INTO tidings.queue (message_id, endpoint_id, status, next_attempt_at, line_key,
+                               line_seq)
+    SELECT r.id, r.endpoint_id, 'pending', r.next_attempt_at, r.line_key, r.line_seq
+    FROM resent r
 ),
 now_is AS (
-    SELECT r.* FROM resent r
+    SELECT r.id, r.endpoint_id, r.event_ref, r.event_type, r.status, r.attempts, r.max_attempts,
+           r.created_at, r.next_attempt_at, r.delivered_at, r.dead_lettered_at, r.last_error,
+           r.last_status_code, r.last_response_ms
+    FROM resent r
     UNION ALL
     SELECT m.id, m.endpoint_id, m.event_ref, m.event_type, m.status, m.attempts, m.max_attempts,
            m.created_at, m.next_attempt_at, m.delivered_at, m.dead_lettered_at, m.last_error,
@@ -169,22 +212,24 @@ JOIN tidings.events ev ON ev.id = n.event_ref
 
 -- name: recovery_candidates
 -- The ids, in order, of one endpoint's messages created in [since, until) that are not delivered
--- and not being attempted: dead letters and failed messages awaiting a retry, each found through
--- the partial index that holds them (a message created at or after since died after it too).
+-- and not being attempted: dead letters (through message_rows_dead_letters; a message created
+-- at or after since died after it too) and failed messages awaiting a retry (through
+-- queue_claimable).
 SELECT c.id
 FROM (
     SELECT m.id
-    FROM tidings.messages m
+    FROM tidings.message_rows m
     WHERE m.endpoint_id = %(endpoint_id)s
-      AND m.status = 'dead_letter'
+      AND m.dead_lettered_at IS NOT NULL AND m.status = 'dead_letter'
       AND m.dead_lettered_at >= %(since)s
       AND m.created_at >= %(since)s
       AND m.created_at < %(until)s
     UNION ALL
-    SELECT m.id
-    FROM tidings.messages m
-    WHERE m.endpoint_id = %(endpoint_id)s
-      AND m.status = 'failed'
+    SELECT q.message_id
+    FROM tidings.queue q
+    JOIN tidings.message_rows m ON m.id = q.message_id
+    WHERE q.endpoint_id = %(endpoint_id)s
+      AND q.status = 'failed'
       AND m.created_at >= %(since)s
       AND m.created_at < %(until)s
 ) c
@@ -195,19 +240,37 @@ ORDER BY c.id
 -- letters or awaiting a retry: pending, due now, attempts reset, no lease token (a retry message
 -- already in the queue, and any late outcome of the old delivery, no longer hold the row), no
 -- report mark; attempts rows stay. Locks are taken in id order and waited for; a row that
--- changed meanwhile (replayed, resent, delivered) is rechecked and left out. Returns the ids.
+-- changed meanwhile (replayed, resent, delivered) is rechecked and left out: what the lock
+-- returns is the row as it is now. Returns the ids.
 WITH chosen AS (
-    SELECT m.id
-    FROM tidings.messages m
+    SELECT m.id, m.endpoint_id, m.status, m.line_key, m.line_seq
+    FROM tidings.message_rows m
     WHERE m.id = ANY (%(ids)s::bigint[])
       AND m.endpoint_id = %(endpoint_id)s
-      AND m.status IN ('dead_letter', 'failed')
     ORDER BY m.id
     FOR UPDATE OF m
+),
+requeued AS (
+    UPDATE tidings.queue q
+    SET status = 'pending', next_attempt_at = now(), lease_token = NULL
+    FROM chosen c
+    WHERE q.message_id = c.id AND q.status = 'failed'
+    RETURNING q.message_id
+),
+revived AS (
+    INSERT INTO tidings.queue (message_id, endpoint_id, status, next_attempt_at, line_key,
+                               line_seq)
+    SELECT c.id, c.endpoint_id, 'pending', now(), c.line_key, c.line_seq
+    FROM chosen c
+    WHERE c.status = 'dead_letter'
+    RETURNING message_id
+),
+reset AS (
+    UPDATE tidings.message_rows m
+    SET status = 'pending', attempts = 0, next_attempt_at = now(), dead_lettered_at = NULL,
+        dead_letter_reported_at = NULL
+    FROM (SELECT r.message_id FROM requeued r UNION ALL SELECT v.message_id FROM revived v) r
+    WHERE m.id = r.message_id
+    RETURNING m.id
 )
-UPDATE tidings.messages m
-SET status = 'pending', attempts = 0, next_attempt_at = now(), lease_token = NULL,
-    dead_lettered_at = NULL, dead_letter_reported_at = NULL
-FROM chosen
-WHERE m.id = chosen.id
-RETURNING m.id
+SELECT id FROM reset

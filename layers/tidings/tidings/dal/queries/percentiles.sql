@@ -21,7 +21,8 @@ WITH minutes AS (
 DELETE FROM tidings.latency_window;
 
 -- name: advance_latency_window
--- Rolls the attempts made in [reroll_from, now) up into per-minute log-scale histograms
+-- Rolls the attempts recorded in [reroll_from, now) (the tallies' latencies) up into per-minute
+-- log-scale histograms
 -- (re-reading the minutes already rolled, since attempts may commit late, and storing only the
 -- counts that changed, so re-reading never double counts), then moves the window histogram
 -- forward: adds what changed in the minutes from window_from on, and subtracts (and deletes) the
@@ -30,16 +31,17 @@ DELETE FROM tidings.latency_window;
 -- than upserts: runs take turns under the percentiles state lock, so the counts read stay true
 -- until they are written.
 WITH fresh AS (
-    SELECT a.endpoint_id,
-           date_trunc('minute', a.attempted_at) AS minute,
-           CASE WHEN a.response_ms <= 0 THEN -1
-                ELSE floor(ln(a.response_ms::double precision) / ln(%(growth)s))
+    SELECT u.endpoint_id,
+           date_trunc('minute', t.recorded_at) AS minute,
+           CASE WHEN u.response_ms <= 0 THEN -1
+                ELSE floor(ln(u.response_ms::double precision) / ln(%(growth)s))
            END::smallint AS bucket,
            count(*)::integer AS n
-    FROM tidings.attempts a
-    WHERE a.attempted_at >= %(reroll_from)s
-      AND a.attempted_at < %(now)s
-      AND a.response_ms IS NOT NULL
+    FROM tidings.attempt_tallies t
+    CROSS JOIN LATERAL unnest(t.endpoint_ids, t.response_ms) AS u (endpoint_id, response_ms)
+    WHERE t.recorded_at >= %(reroll_from)s
+      AND t.recorded_at < %(now)s
+      AND u.response_ms IS NOT NULL
     GROUP BY 1, 2, 3
 ),
 changed AS (
@@ -90,6 +92,30 @@ moved AS (
 SELECT net.endpoint_id, net.bucket, net.n AS change, moved.n = 0 AS emptied
 FROM net
 JOIN moved USING (endpoint_id, bucket);
+
+-- name: roll_up_attempt_minutes
+-- Counts, per endpoint and minute, the attempts recorded in [reroll_from, now) whose answer was a
+-- success and those whose was not (re-reading the minutes already rolled, as the histograms do,
+-- and writing only counts that changed), and forgets the minutes before keep_from: what the
+-- endpoints' hourly charts read for the last day.
+WITH fresh AS (
+    SELECT u.endpoint_id, date_trunc('minute', t.recorded_at) AS minute,
+           count(*) FILTER (WHERE u.delivered)::integer AS delivered,
+           count(*) FILTER (WHERE NOT u.delivered)::integer AS failed
+    FROM tidings.attempt_tallies t
+    CROSS JOIN LATERAL unnest(t.endpoint_ids, t.delivered) AS u (endpoint_id, delivered)
+    WHERE t.recorded_at >= %(reroll_from)s
+      AND t.recorded_at < %(now)s
+    GROUP BY 1, 2
+),
+stored AS (
+    INSERT INTO tidings.attempt_minutes AS m (endpoint_id, minute, delivered, failed)
+    SELECT f.endpoint_id, f.minute, f.delivered, f.failed FROM fresh f
+    ON CONFLICT (endpoint_id, minute) DO UPDATE
+    SET delivered = excluded.delivered, failed = excluded.failed
+    WHERE (m.delivered, m.failed) IS DISTINCT FROM (excluded.delivered, excluded.failed)
+)
+DELETE FROM tidings.attempt_minutes m WHERE m.minute < %(keep_from)s;
 
 -- name: delete_emptied_latency_window
 -- Deletes the window buckets that the last advance emptied (parallel arrays).

@@ -1,3 +1,7 @@
+-- name: schema_server_major
+-- The major version of the server (16 for 16.4).
+SELECT current_setting('server_version_num')::integer / 10000 AS major;
+
 -- name: schema_enums
 -- The enum types of schema tidings with their labels in order.
 SELECT t.typname AS name, array_agg(e.enumlabel ORDER BY e.enumsortorder) AS labels
@@ -9,8 +13,8 @@ GROUP BY t.typname
 ORDER BY t.typname;
 
 -- name: schema_tables
--- The tables of schema tidings, leaving out the daily partitions of attempts (made by the
--- pruner, one per day): name, partition key, the parent and bound of a partition, storage options.
+-- The tables of schema tidings, leaving out the daily partitions of the attempt log and of the
+-- tallies (made by the pruner, one per day): name, partition key, the parent and bound of a partition, storage options.
 SELECT c.relname AS name,
        CASE WHEN c.relkind = 'p' THEN pg_get_partkeydef(c.oid) END AS partition_key,
        parent.relname AS partition_of,
@@ -21,11 +25,11 @@ JOIN pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
 LEFT JOIN pg_class parent ON parent.oid = i.inhparent
 WHERE n.nspname = 'tidings' AND c.relkind IN ('r', 'p')
-  AND c.relname !~ '^attempts_[0-9]{8}$'
+  AND c.relname !~ '^(attempts|attempt_tallies)_[0-9]{8}$'
 ORDER BY c.relname;
 
 -- name: schema_columns
--- The columns of one table in order: type, default, identity and whether they may be NULL.
+-- The columns of one table or view in order: type, default, identity and whether they may be NULL.
 SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type,
        pg_get_expr(d.adbin, d.adrelid) AS default_value, a.attidentity AS identity,
        a.attnotnull AS not_null
@@ -46,17 +50,25 @@ ORDER BY con.conname;
 
 -- name: schema_indexes
 -- The indexes of schema tidings that are not there for a constraint, leaving out those of the
--- daily partitions of attempts.
+-- daily partitions.
 SELECT pg_get_indexdef(i.indexrelid) AS definition
 FROM pg_index i
 JOIN pg_class ic ON ic.oid = i.indexrelid
 JOIN pg_class tc ON tc.oid = i.indrelid
 JOIN pg_namespace n ON n.oid = tc.relnamespace
 WHERE n.nspname = 'tidings'
-  AND tc.relname !~ '^attempts_[0-9]{8}$'
+  AND tc.relname !~ '^(attempts|attempt_tallies)_[0-9]{8}$'
   AND NOT EXISTS (SELECT 1 FROM pg_constraint con WHERE con.conindid = i.indexrelid
                   AND con.conrelid = i.indrelid)
 ORDER BY tc.relname, ic.relname;
+
+-- name: schema_views
+-- The views of schema tidings with their definitions, by name.
+SELECT c.relname AS name, pg_get_viewdef(c.oid, true) AS definition
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'tidings' AND c.relkind = 'v'
+ORDER BY c.relname;
 
 -- name: schema_functions
 -- The functions of schema tidings as CREATE statements, by name and arguments.
@@ -78,7 +90,7 @@ ORDER BY c.relname, t.tgname;
 -- name: schema_grants
 -- What is granted on schema tidings and its objects to other roles than their owner, one row
 -- per object, grantee and privilege (with the columns when it is granted on some columns only),
--- leaving out the daily partitions of attempts.
+-- leaving out the daily partitions.
 WITH granted AS (
     SELECT 'SCHEMA tidings' AS object, NULL::name AS column_name, x.grantee, x.privilege_type,
            n.nspowner AS owner
@@ -90,7 +102,7 @@ WITH granted AS (
            NULL, x.grantee, x.privilege_type, c.relowner
     FROM pg_class c, aclexplode(c.relacl) x
     WHERE c.relnamespace = 'tidings'::regnamespace
-      AND c.relname !~ '^attempts_[0-9]{8}$'
+      AND c.relname !~ '^(attempts|attempt_tallies)_[0-9]{8}$'
     UNION ALL
     SELECT 'TABLE tidings.' || quote_ident(c.relname), a.attname, x.grantee, x.privilege_type,
            c.relowner
@@ -98,7 +110,7 @@ WITH granted AS (
     JOIN pg_class c ON c.oid = a.attrelid
     CROSS JOIN aclexplode(a.attacl) x
     WHERE c.relnamespace = 'tidings'::regnamespace
-      AND c.relname !~ '^attempts_[0-9]{8}$'
+      AND c.relname !~ '^(attempts|attempt_tallies)_[0-9]{8}$'
       AND a.attnum > 0 AND NOT a.attisdropped
     UNION ALL
     SELECT 'FUNCTION tidings.' || quote_ident(p.proname)
