@@ -111,6 +111,25 @@ def test_recording_never_reads_through_the_queue_or_the_attempt_log(queue: Datab
     assert sum(r.index_rows for r in attempts.values()) <= len(started), attempts
 
 
+def test_recording_finds_its_rows_by_key_among_many_leases(queue: Database) -> None:
+    """The statistics saw no row in flight; now hundreds are. The record still reads its own
+    rows by their primary key, not every lease of queue_in_flight."""
+    leased = _claim_many(queue, 300)
+    assert len(leased) >= 300
+    started = queue.run(lambda cur: _begin(cur, leased[:10]))
+    reads = reads_during(queue, lambda cur: _record(cur, started))
+    assert reads["queue"].index_rows <= 2 * len(started), reads["queue"]
+
+
+def _claim_many(db: Database, at_least: int) -> list[delivery.ClaimedMessage]:
+    leased: list[delivery.ClaimedMessage] = []
+    while len(leased) < at_least:
+        batch = db.run(lambda cur: delivery.claim_due(cur, batch_size=100, lease_s=60))
+        assert batch, f"only {len(leased)} rows could be leased"
+        leased.extend(batch)
+    return leased
+
+
 def test_the_guard_sees_a_sequential_scan(queue: Database) -> None:
     """The counters are read after the work, not before it: a scan does show. (The condition on
     the payload, which no index holds, keeps the planner from counting through an index.)"""
