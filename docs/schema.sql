@@ -697,6 +697,7 @@ CREATE OR REPLACE FUNCTION tidings.begin_attempts_v4(p_ids bigint[], p_tokens uu
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_column
 BEGIN

@@ -153,11 +153,15 @@ class Settings:
     backoff_max_s: float | None = None
     sqs_max_delay_s: int = 900
     response_excerpt_bytes: int = 1024
-    # Requests a sender has open at once; a batch's further deliveries wait for a free one. More
-    # at once shortens a batch of fast receivers, but each answer needs the function's CPU (256 MB
-    # has a seventh of a vCPU): a hundred answers at once stretch each request's measured time,
-    # and a stretched one can put its endpoint in the slow lane.
-    sender_concurrency: int = 10
+    # Requests a sender has open at once, and the rows of one record statement: a batch goes out
+    # and is recorded a part of this many at a time. More at once shortens a batch of fast
+    # receivers and halves the record calls per delivery against ten (the record's fixed cost
+    # per call is most of its database CPU: bench/e2e.py), but each answer needs the function's
+    # CPU (256 MB has a seventh of a vCPU; about 0.12 ms a POST through libcurl): a hundred
+    # answers at once stretch each request's measured time, and a stretched one can put its
+    # endpoint in the slow lane. A database lost mid-batch costs the part in flight a second
+    # delivery.
+    sender_concurrency: int = 20
 
     # Circuit breaker
     circuit_failure_threshold: int = 10

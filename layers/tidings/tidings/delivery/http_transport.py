@@ -6,8 +6,8 @@ keep the host name, so a DNS answer that changes after the check (rebinding) can
 connection elsewhere, and a connection is only ever reused for the address it was made to.
 
 Requests go out through libcurl (``pycurl``): every request of a batch is one transfer of a
-multi handle, driven on the calling thread, so a part of ten deliveries costs one thread and
-one event loop rather than ten threads that each wake for their answer (a fifth of the CPU a
+multi handle, driven on the calling thread, so a part of a batch's deliveries costs one thread
+and one event loop rather than a thread for each that wakes for its answer (a fifth of the CPU a
 POST cost through urllib3 on ten threads: ``bench/transport.py``). Each thread keeps a multi
 handle of its own, whose connections are reused across invocations. What a webhook sender must
 not do is switched off: proxies from the environment, redirects, cookies, protocols other than
