@@ -2179,227 +2179,320 @@ DECLARE
     v_message_changes jsonb;
     v_counted bigint[];
 BEGIN
-    -- 1. The delivery's own writes.
-    WITH outcome AS (
-        SELECT *
-        FROM jsonb_to_recordset(p_outcomes)
-            AS o(id bigint, token uuid, endpoint_id bigint, status tidings.message_status,
-                 retry_at timestamptz, keep_lease boolean, attempt_number integer,
-                 attempted_at timestamptz, status_code integer, response_ms integer,
-                 error_class text, excerpt text, members bigint[])
-    ),
-    -- The outcomes still held by the lease and attempt they were made under: a settled message
-    -- leaves the queue, a retried one waits there for its retry (keeping its lease when its
-    -- retry travels through the delivery queue). Only in-flight rows carry the lease of an
-    -- attempt begun. Their status is compared as text so that the rows are found by their
-    -- primary key: an equality on the enum would let the planner read all of queue_in_flight
-    -- instead, which its statistics may call nearly empty while it holds every lease of the
-    -- moment and the dead entries of those that ended (milliseconds a call under load).
-    settled AS (
-        DELETE FROM tidings.queue q
-        USING outcome o
-        WHERE q.message_id = ANY (ARRAY(SELECT oo.id FROM outcome oo))
-          AND q.message_id = o.id
-          AND q.lease_token = o.token
-          AND q.status::text = 'in_flight'
-          AND o.status IN ('delivered', 'dead_letter')
-          AND EXISTS (SELECT 1 FROM tidings.message_rows m
-                      WHERE m.id = o.id AND m.attempts = o.attempt_number - 1)
-        RETURNING q.message_id
-    ),
-    retried AS (
-        UPDATE tidings.queue q
-        SET status = 'failed',
-            next_attempt_at = o.retry_at,
-            lease_token = CASE WHEN o.keep_lease THEN q.lease_token END
-        FROM outcome o
-        WHERE q.message_id = ANY (ARRAY(SELECT oo.id FROM outcome oo))
-          AND q.message_id = o.id
-          AND q.lease_token = o.token
-          AND q.status::text = 'in_flight'
-          AND o.status = 'failed'
-          AND EXISTS (SELECT 1 FROM tidings.message_rows m
-                      WHERE m.id = o.id AND m.attempts = o.attempt_number - 1)
-        RETURNING q.message_id
-    ),
-    -- The message rows: no column an index holds changes here (a HOT update).
-    written AS (
-        UPDATE tidings.message_rows m
-        SET status = o.status,
-            attempts = m.attempts + 1,
-            delivered_at = CASE WHEN o.status = 'delivered' THEN now() END,
-            dead_lettered_at = CASE WHEN o.status = 'dead_letter' THEN now() END,
-            -- A new dead letter is one the scheduled report has yet to report.
-            dead_letter_reported_at = NULL,
-            last_error = o.error_class,
-            last_status_code = o.status_code,
-            last_response_ms = o.response_ms,
-            last_attempted_at = o.attempted_at,
-            last_excerpt = o.excerpt
-        FROM outcome o
-        WHERE m.id = ANY (ARRAY(SELECT s.message_id FROM settled s
-                                UNION ALL
-                                SELECT r.message_id FROM retried r))
-          AND m.id = o.id
-        RETURNING m.id, m.status, m.attempts, m.endpoint_id, m.event_type, m.dead_lettered_at,
-                  m.line_key, m.line_seq, m.line_batch_through
-    ),
-    -- The messages a FIFO head's batch carried (begin_attempts_v4) share its outcome: delivered
-    -- or dead-lettered with it (and out of the queue), or waiting with it for its retry. Guarded
-    -- by the head's write (its lease and attempt) and by each member still waiting behind it in
-    -- its line.
-    carried AS (
-        SELECT c.id, h.id AS head_id, h.status AS head_status, h.endpoint_id, h.line_key,
-               h.line_seq, h.line_batch_through
-        FROM written h
-        JOIN outcome o ON o.id = h.id
-        CROSS JOIN LATERAL unnest(o.members) AS c (id)
-        WHERE o.members IS NOT NULL
-    ),
-    members_settled AS (
-        DELETE FROM tidings.queue q
-        USING carried c
-        WHERE q.message_id = ANY (ARRAY(SELECT cc.id FROM carried cc))
-          AND q.message_id = c.id
-          AND c.head_status IN ('delivered', 'dead_letter')
-          AND q.status = 'waiting'
-          AND q.endpoint_id = c.endpoint_id AND q.line_key = c.line_key
-          AND q.line_seq > c.line_seq AND q.line_seq <= c.line_batch_through
-        RETURNING q.message_id, c.head_id
-    ),
-    members_waiting AS (
-        SELECT q.message_id, c.head_id
-        FROM carried c
-        JOIN tidings.queue q ON q.message_id = c.id
-        WHERE c.head_status NOT IN ('delivered', 'dead_letter')
-          AND q.status = 'waiting'
-          AND q.endpoint_id = c.endpoint_id AND q.line_key = c.line_key
-          AND q.line_seq > c.line_seq AND q.line_seq <= c.line_batch_through
-    ),
-    batch_written AS (
-        UPDATE tidings.message_rows m
-        SET status = CASE WHEN h.status IN ('delivered', 'dead_letter') THEN h.status
-                          ELSE 'waiting' END,
-            attempts = m.attempts + 1,
-            delivered_at = CASE WHEN h.status = 'delivered' THEN now() END,
-            dead_lettered_at = CASE WHEN h.status = 'dead_letter' THEN now() END,
-            dead_letter_reported_at = NULL,
-            last_error = o.error_class,
-            last_status_code = o.status_code,
-            last_response_ms = o.response_ms,
-            last_attempted_at = o.attempted_at,
-            last_excerpt = o.excerpt
-        FROM (SELECT ms.message_id, ms.head_id FROM members_settled ms
-              UNION ALL
-              SELECT mw.message_id, mw.head_id FROM members_waiting mw) mb
-        JOIN written h ON h.id = mb.head_id
-        JOIN outcome o ON o.id = h.id
-        WHERE m.id = mb.message_id
-        RETURNING m.id, m.status, m.attempts, m.endpoint_id, m.event_type, m.dead_lettered_at,
-                  h.id AS head_id
-    ),
-    -- What the attempt log holds: the attempts that did not deliver their message (a delivered
-    -- one is on its message's row), and any attempt this call could not write to its message
-    -- (its lease had gone: the attempt happened all the same). A delivered attempt already on its
-    -- row was written by an earlier call, whose answer was lost with the connection; so was a
-    -- logged one whose insert finds it there (attempted_at is the sender's own clock reading).
-    delivered_before AS (
-        SELECT o.id
-        FROM outcome o
-        JOIN tidings.message_rows m ON m.id = o.id
-        WHERE o.status = 'delivered'
-          AND NOT EXISTS (SELECT 1 FROM written w WHERE w.id = o.id)
-          AND m.status = 'delivered' AND m.attempts = o.attempt_number
-          AND m.last_attempted_at = o.attempted_at
-    ),
-    logged AS (
-        INSERT INTO tidings.attempt_log (message_id, endpoint_id, attempt_number, attempted_at,
-                                         status_code, response_ms, error_class,
-                                         response_excerpt)
-        SELECT o.id, o.endpoint_id, o.attempt_number, o.attempted_at,
-               o.status_code, o.response_ms, o.error_class, o.excerpt
-        FROM outcome o
-        WHERE (o.status <> 'delivered' OR NOT EXISTS (SELECT 1 FROM written w WHERE w.id = o.id))
-          AND NOT EXISTS (SELECT 1 FROM delivered_before d WHERE d.id = o.id)
-        ON CONFLICT (message_id, attempted_at, attempt_number) DO NOTHING
-        RETURNING message_id, endpoint_id
-    ),
-    batch_logged AS (
-        INSERT INTO tidings.attempt_log (message_id, endpoint_id, attempt_number, attempted_at,
-                                         status_code, response_ms, error_class,
-                                         response_excerpt)
-        SELECT b.id, b.endpoint_id, b.attempts, o.attempted_at,
-               o.status_code, o.response_ms, o.error_class, o.excerpt
-        FROM batch_written b
-        JOIN outcome o ON o.id = b.head_id
-        WHERE b.status <> 'delivered'
-        ON CONFLICT (message_id, attempted_at, attempt_number) DO NOTHING
-    ),
-    -- Every attempt this call recorded, one row for the call (endpoint, message, latency,
-    -- whether the answer was a success): what the latency figures, the hourly counts and the
-    -- pruning of delivered messages read.
-    tallied AS (
-        INSERT INTO tidings.attempt_tallies (endpoint_ids, message_ids, response_ms, delivered)
-        SELECT array_agg(t.endpoint_id), array_agg(t.id), array_agg(t.response_ms),
-               array_agg(coalesce(t.status_code BETWEEN 200 AND 299, false))
-        FROM (SELECT w.endpoint_id, w.id, o.response_ms, o.status_code
-              FROM written w JOIN outcome o ON o.id = w.id
-              UNION ALL
-              SELECT b.endpoint_id, b.id, o.response_ms, o.status_code
-              FROM batch_written b JOIN outcome o ON o.id = b.head_id
-              UNION ALL
-              SELECT l.endpoint_id, l.message_id, o.response_ms, o.status_code
-              FROM logged l JOIN outcome o ON o.id = l.message_id
-              WHERE NOT EXISTS (SELECT 1 FROM written w WHERE w.id = l.message_id)) t
-        HAVING count(*) > 0
-    ),
-    -- A FIFO head settled: its line may move on, which the sender asks for next
-    -- (tidings.advance_lines_v1) and the claimer does should the sender not.
-    line_noted AS (
-        INSERT INTO tidings.fifo_line_moves (endpoint_id, ordering_key)
-        SELECT DISTINCT w.endpoint_id, w.line_key
-        FROM written w
-        WHERE w.line_key IS NOT NULL AND w.status IN ('delivered', 'dead_letter')
-    ),
-    recorded_before AS (
-        SELECT d.id FROM delivered_before d
-        UNION ALL
-        SELECT o.id
-        FROM outcome o
-        WHERE o.status <> 'delivered'
-          AND NOT EXISTS (SELECT 1 FROM written w WHERE w.id = o.id)
-          AND NOT EXISTS (SELECT 1 FROM logged l WHERE l.message_id = o.id)
-    ),
-    message_change AS (
-        -- Messages dead-lettered, and those failing for the Nth time that will be retried (a
-        -- batch's messages with their head, whose attempt they shared), with what their
-        -- operational events say of that attempt.
-        SELECT w.id, w.endpoint_id, w.event_type, w.attempts, w.dead_lettered_at,
-               CASE WHEN w.status = 'dead_letter' THEN 'message.attempt.exhausted'
-                    ELSE 'message.attempt.failing' END AS event_type_out,
-               o.status_code, o.error_class, o.attempted_at
-        FROM (SELECT w.id, w.status, w.attempts, w.endpoint_id, w.event_type, w.dead_lettered_at,
-                     w.id AS head_id
-              FROM written w
-              UNION ALL
-              SELECT b.id, b.status, b.attempts, b.endpoint_id, b.event_type, b.dead_lettered_at,
-                     b.head_id
-              FROM batch_written b) w
-        JOIN outcome o ON o.id = w.head_id
-        WHERE w.status = 'dead_letter'
-           OR (w.status IN ('failed', 'waiting')
-               AND w.attempts = (SELECT s.value FROM tidings.settings s
-                                 WHERE s.name = 'operational_failing_attempt'))
-    )
-    SELECT (SELECT coalesce(array_agg(w.id ORDER BY w.id), '{}')
-            FROM (SELECT id FROM written UNION SELECT id FROM recorded_before) w),
-           (SELECT coalesce(array_agg(DISTINCT n.endpoint_id), '{}')
-            FROM (SELECT w.endpoint_id FROM written w
+    -- 1. The delivery's own writes. A call whose outcomes all delivered their messages, none of
+    -- them carrying a FIFO batch (most calls, by far), makes them through a statement without the
+    -- steps of retries, batches and operational events: each step costs its executor start-up and
+    -- shutdown on every call even when it has no row to act on. It writes what the full statement
+    -- below would write for such a call, by the same guards.
+    IF NOT jsonb_path_exists(p_outcomes,
+                             '$[*] ? (@.status != "delivered" || @.members != null)') THEN
+        WITH outcome AS (
+            SELECT *
+            FROM jsonb_to_recordset(p_outcomes)
+                AS o(id bigint, token uuid, endpoint_id bigint, attempt_number integer,
+                     attempted_at timestamptz, status_code integer, response_ms integer,
+                     error_class text, excerpt text)
+        ),
+        settled AS (
+            DELETE FROM tidings.queue q
+            USING outcome o
+            WHERE q.message_id = ANY (ARRAY(SELECT oo.id FROM outcome oo))
+              AND q.message_id = o.id
+              AND q.lease_token = o.token
+              AND q.status::text = 'in_flight'
+              AND EXISTS (SELECT 1 FROM tidings.message_rows m
+                          WHERE m.id = o.id AND m.attempts = o.attempt_number - 1)
+            RETURNING q.message_id
+        ),
+        written AS (
+            UPDATE tidings.message_rows m
+            SET status = 'delivered',
+                attempts = m.attempts + 1,
+                delivered_at = now(),
+                dead_lettered_at = NULL,
+                dead_letter_reported_at = NULL,
+                last_error = o.error_class,
+                last_status_code = o.status_code,
+                last_response_ms = o.response_ms,
+                last_attempted_at = o.attempted_at,
+                last_excerpt = o.excerpt
+            FROM outcome o
+            WHERE m.id = ANY (ARRAY(SELECT s.message_id FROM settled s))
+              AND m.id = o.id
+            RETURNING m.id, m.endpoint_id, m.line_key
+        ),
+        delivered_before AS (
+            SELECT o.id
+            FROM outcome o
+            JOIN tidings.message_rows m ON m.id = o.id
+            -- Looked up by key (a join alone may be planned as a scan of message_rows).
+            WHERE m.id = ANY (ARRAY(SELECT oo.id FROM outcome oo))
+              AND NOT EXISTS (SELECT 1 FROM written w WHERE w.id = o.id)
+              AND m.status = 'delivered' AND m.attempts = o.attempt_number
+              AND m.last_attempted_at = o.attempted_at
+        ),
+        logged AS (
+            INSERT INTO tidings.attempt_log (message_id, endpoint_id, attempt_number,
+                                             attempted_at, status_code, response_ms, error_class,
+                                             response_excerpt)
+            SELECT o.id, o.endpoint_id, o.attempt_number, o.attempted_at,
+                   o.status_code, o.response_ms, o.error_class, o.excerpt
+            FROM outcome o
+            WHERE NOT EXISTS (SELECT 1 FROM written w WHERE w.id = o.id)
+              AND NOT EXISTS (SELECT 1 FROM delivered_before d WHERE d.id = o.id)
+            ON CONFLICT (message_id, attempted_at, attempt_number) DO NOTHING
+            RETURNING message_id, endpoint_id
+        ),
+        tallied AS (
+            INSERT INTO tidings.attempt_tallies (endpoint_ids, message_ids, response_ms,
+                                                 delivered)
+            SELECT array_agg(t.endpoint_id), array_agg(t.id), array_agg(t.response_ms),
+                   array_agg(coalesce(t.status_code BETWEEN 200 AND 299, false))
+            FROM (SELECT w.endpoint_id, w.id, o.response_ms, o.status_code
+                  FROM written w JOIN outcome o ON o.id = w.id
                   UNION ALL
-                  SELECT l.endpoint_id FROM logged l) n),
-           EXISTS (SELECT 1 FROM outcome),
-           (SELECT jsonb_agg(to_jsonb(mc)) FROM message_change mc)
-    INTO written_ids, v_logged_endpoints, v_any_outcome, v_message_changes;
+                  SELECT l.endpoint_id, l.message_id, o.response_ms, o.status_code
+                  FROM logged l JOIN outcome o ON o.id = l.message_id) t
+            HAVING count(*) > 0
+        ),
+        line_noted AS (
+            INSERT INTO tidings.fifo_line_moves (endpoint_id, ordering_key)
+            SELECT DISTINCT w.endpoint_id, w.line_key
+            FROM written w
+            WHERE w.line_key IS NOT NULL
+        )
+        SELECT (SELECT coalesce(array_agg(w.id ORDER BY w.id), '{}')
+                FROM (SELECT id FROM written UNION SELECT id FROM delivered_before) w),
+               (SELECT coalesce(array_agg(DISTINCT n.endpoint_id), '{}')
+                FROM (SELECT w.endpoint_id FROM written w
+                      UNION ALL
+                      SELECT l.endpoint_id FROM logged l) n),
+               EXISTS (SELECT 1 FROM outcome)
+        INTO written_ids, v_logged_endpoints, v_any_outcome;
+    ELSE
+        WITH outcome AS (
+            SELECT *
+            FROM jsonb_to_recordset(p_outcomes)
+                AS o(id bigint, token uuid, endpoint_id bigint, status tidings.message_status,
+                     retry_at timestamptz, keep_lease boolean, attempt_number integer,
+                     attempted_at timestamptz, status_code integer, response_ms integer,
+                     error_class text, excerpt text, members bigint[])
+        ),
+        -- The outcomes still held by the lease and attempt they were made under: a settled message
+        -- leaves the queue, a retried one waits there for its retry (keeping its lease when its
+        -- retry travels through the delivery queue). Only in-flight rows carry the lease of an
+        -- attempt begun. Their status is compared as text so that the rows are found by their
+        -- primary key: an equality on the enum would let the planner read all of queue_in_flight
+        -- instead, which its statistics may call nearly empty while it holds every lease of the
+        -- moment and the dead entries of those that ended (milliseconds a call under load).
+        settled AS (
+            DELETE FROM tidings.queue q
+            USING outcome o
+            WHERE q.message_id = ANY (ARRAY(SELECT oo.id FROM outcome oo))
+              AND q.message_id = o.id
+              AND q.lease_token = o.token
+              AND q.status::text = 'in_flight'
+              AND o.status IN ('delivered', 'dead_letter')
+              AND EXISTS (SELECT 1 FROM tidings.message_rows m
+                          WHERE m.id = o.id AND m.attempts = o.attempt_number - 1)
+            RETURNING q.message_id
+        ),
+        retried AS (
+            UPDATE tidings.queue q
+            SET status = 'failed',
+                next_attempt_at = o.retry_at,
+                lease_token = CASE WHEN o.keep_lease THEN q.lease_token END
+            FROM outcome o
+            WHERE q.message_id = ANY (ARRAY(SELECT oo.id FROM outcome oo))
+              AND q.message_id = o.id
+              AND q.lease_token = o.token
+              AND q.status::text = 'in_flight'
+              AND o.status = 'failed'
+              AND EXISTS (SELECT 1 FROM tidings.message_rows m
+                          WHERE m.id = o.id AND m.attempts = o.attempt_number - 1)
+            RETURNING q.message_id
+        ),
+        -- The message rows: no column an index holds changes here (a HOT update).
+        written AS (
+            UPDATE tidings.message_rows m
+            SET status = o.status,
+                attempts = m.attempts + 1,
+                delivered_at = CASE WHEN o.status = 'delivered' THEN now() END,
+                dead_lettered_at = CASE WHEN o.status = 'dead_letter' THEN now() END,
+                -- A new dead letter is one the scheduled report has yet to report.
+                dead_letter_reported_at = NULL,
+                last_error = o.error_class,
+                last_status_code = o.status_code,
+                last_response_ms = o.response_ms,
+                last_attempted_at = o.attempted_at,
+                last_excerpt = o.excerpt
+            FROM outcome o
+            WHERE m.id = ANY (ARRAY(SELECT s.message_id FROM settled s
+                                    UNION ALL
+                                    SELECT r.message_id FROM retried r))
+              AND m.id = o.id
+            RETURNING m.id, m.status, m.attempts, m.endpoint_id, m.event_type, m.dead_lettered_at,
+                      m.line_key, m.line_seq, m.line_batch_through
+        ),
+        -- The messages a FIFO head's batch carried (begin_attempts_v4) share its outcome:
+        -- delivered or dead-lettered with it (and out of the queue), or waiting with it for its
+        -- retry. Guarded by the head's write (its lease and attempt) and by each member still
+        -- waiting behind it in its line.
+        carried AS (
+            SELECT c.id, h.id AS head_id, h.status AS head_status, h.endpoint_id, h.line_key,
+                   h.line_seq, h.line_batch_through
+            FROM written h
+            JOIN outcome o ON o.id = h.id
+            CROSS JOIN LATERAL unnest(o.members) AS c (id)
+            WHERE o.members IS NOT NULL
+        ),
+        members_settled AS (
+            DELETE FROM tidings.queue q
+            USING carried c
+            WHERE q.message_id = ANY (ARRAY(SELECT cc.id FROM carried cc))
+              AND q.message_id = c.id
+              AND c.head_status IN ('delivered', 'dead_letter')
+              AND q.status = 'waiting'
+              AND q.endpoint_id = c.endpoint_id AND q.line_key = c.line_key
+              AND q.line_seq > c.line_seq AND q.line_seq <= c.line_batch_through
+            RETURNING q.message_id, c.head_id
+        ),
+        members_waiting AS (
+            SELECT q.message_id, c.head_id
+            FROM carried c
+            JOIN tidings.queue q ON q.message_id = c.id
+            WHERE c.head_status NOT IN ('delivered', 'dead_letter')
+              AND q.status = 'waiting'
+              AND q.endpoint_id = c.endpoint_id AND q.line_key = c.line_key
+              AND q.line_seq > c.line_seq AND q.line_seq <= c.line_batch_through
+        ),
+        batch_written AS (
+            UPDATE tidings.message_rows m
+            SET status = CASE WHEN h.status IN ('delivered', 'dead_letter') THEN h.status
+                              ELSE 'waiting' END,
+                attempts = m.attempts + 1,
+                delivered_at = CASE WHEN h.status = 'delivered' THEN now() END,
+                dead_lettered_at = CASE WHEN h.status = 'dead_letter' THEN now() END,
+                dead_letter_reported_at = NULL,
+                last_error = o.error_class,
+                last_status_code = o.status_code,
+                last_response_ms = o.response_ms,
+                last_attempted_at = o.attempted_at,
+                last_excerpt = o.excerpt
+            FROM (SELECT ms.message_id, ms.head_id FROM members_settled ms
+                  UNION ALL
+                  SELECT mw.message_id, mw.head_id FROM members_waiting mw) mb
+            JOIN written h ON h.id = mb.head_id
+            JOIN outcome o ON o.id = h.id
+            WHERE m.id = mb.message_id
+            RETURNING m.id, m.status, m.attempts, m.endpoint_id, m.event_type, m.dead_lettered_at,
+                      h.id AS head_id
+        ),
+        -- What the attempt log holds: the attempts that did not deliver their message (a
+        -- delivered one is on its message's row), and any attempt this call could not write to
+        -- its message (its lease had gone: the attempt happened all the same). A delivered
+        -- attempt already on its row was written by an earlier call, whose answer was lost with
+        -- the connection; so was a logged one whose insert finds it there (attempted_at is the
+        -- sender's own clock reading).
+        delivered_before AS (
+            SELECT o.id
+            FROM outcome o
+            JOIN tidings.message_rows m ON m.id = o.id
+            WHERE o.status = 'delivered'
+              AND NOT EXISTS (SELECT 1 FROM written w WHERE w.id = o.id)
+              AND m.status = 'delivered' AND m.attempts = o.attempt_number
+              AND m.last_attempted_at = o.attempted_at
+        ),
+        logged AS (
+            INSERT INTO tidings.attempt_log (message_id, endpoint_id, attempt_number, attempted_at,
+                                             status_code, response_ms, error_class,
+                                             response_excerpt)
+            SELECT o.id, o.endpoint_id, o.attempt_number, o.attempted_at,
+                   o.status_code, o.response_ms, o.error_class, o.excerpt
+            FROM outcome o
+            WHERE (o.status <> 'delivered'
+                   OR NOT EXISTS (SELECT 1 FROM written w WHERE w.id = o.id))
+              AND NOT EXISTS (SELECT 1 FROM delivered_before d WHERE d.id = o.id)
+            ON CONFLICT (message_id, attempted_at, attempt_number) DO NOTHING
+            RETURNING message_id, endpoint_id
+        ),
+        batch_logged AS (
+            INSERT INTO tidings.attempt_log (message_id, endpoint_id, attempt_number, attempted_at,
+                                             status_code, response_ms, error_class,
+                                             response_excerpt)
+            SELECT b.id, b.endpoint_id, b.attempts, o.attempted_at,
+                   o.status_code, o.response_ms, o.error_class, o.excerpt
+            FROM batch_written b
+            JOIN outcome o ON o.id = b.head_id
+            WHERE b.status <> 'delivered'
+            ON CONFLICT (message_id, attempted_at, attempt_number) DO NOTHING
+        ),
+        -- Every attempt this call recorded, one row for the call (endpoint, message, latency,
+        -- whether the answer was a success): what the latency figures, the hourly counts and the
+        -- pruning of delivered messages read.
+        tallied AS (
+            INSERT INTO tidings.attempt_tallies (endpoint_ids, message_ids, response_ms, delivered)
+            SELECT array_agg(t.endpoint_id), array_agg(t.id), array_agg(t.response_ms),
+                   array_agg(coalesce(t.status_code BETWEEN 200 AND 299, false))
+            FROM (SELECT w.endpoint_id, w.id, o.response_ms, o.status_code
+                  FROM written w JOIN outcome o ON o.id = w.id
+                  UNION ALL
+                  SELECT b.endpoint_id, b.id, o.response_ms, o.status_code
+                  FROM batch_written b JOIN outcome o ON o.id = b.head_id
+                  UNION ALL
+                  SELECT l.endpoint_id, l.message_id, o.response_ms, o.status_code
+                  FROM logged l JOIN outcome o ON o.id = l.message_id
+                  WHERE NOT EXISTS (SELECT 1 FROM written w WHERE w.id = l.message_id)) t
+            HAVING count(*) > 0
+        ),
+        -- A FIFO head settled: its line may move on, which the sender asks for next
+        -- (tidings.advance_lines_v1) and the claimer does should the sender not.
+        line_noted AS (
+            INSERT INTO tidings.fifo_line_moves (endpoint_id, ordering_key)
+            SELECT DISTINCT w.endpoint_id, w.line_key
+            FROM written w
+            WHERE w.line_key IS NOT NULL AND w.status IN ('delivered', 'dead_letter')
+        ),
+        recorded_before AS (
+            SELECT d.id FROM delivered_before d
+            UNION ALL
+            SELECT o.id
+            FROM outcome o
+            WHERE o.status <> 'delivered'
+              AND NOT EXISTS (SELECT 1 FROM written w WHERE w.id = o.id)
+              AND NOT EXISTS (SELECT 1 FROM logged l WHERE l.message_id = o.id)
+        ),
+        message_change AS (
+            -- Messages dead-lettered, and those failing for the Nth time that will be retried (a
+            -- batch's messages with their head, whose attempt they shared), with what their
+            -- operational events say of that attempt.
+            SELECT w.id, w.endpoint_id, w.event_type, w.attempts, w.dead_lettered_at,
+                   CASE WHEN w.status = 'dead_letter' THEN 'message.attempt.exhausted'
+                        ELSE 'message.attempt.failing' END AS event_type_out,
+                   o.status_code, o.error_class, o.attempted_at
+            FROM (SELECT w.id, w.status, w.attempts, w.endpoint_id, w.event_type,
+                         w.dead_lettered_at, w.id AS head_id
+                  FROM written w
+                  UNION ALL
+                  SELECT b.id, b.status, b.attempts, b.endpoint_id, b.event_type,
+                         b.dead_lettered_at, b.head_id
+                  FROM batch_written b) w
+            JOIN outcome o ON o.id = w.head_id
+            WHERE w.status = 'dead_letter'
+               OR (w.status IN ('failed', 'waiting')
+                   AND w.attempts = (SELECT s.value FROM tidings.settings s
+                                     WHERE s.name = 'operational_failing_attempt'))
+        )
+        SELECT (SELECT coalesce(array_agg(w.id ORDER BY w.id), '{}')
+                FROM (SELECT id FROM written UNION SELECT id FROM recorded_before) w),
+               (SELECT coalesce(array_agg(DISTINCT n.endpoint_id), '{}')
+                FROM (SELECT w.endpoint_id FROM written w
+                      UNION ALL
+                      SELECT l.endpoint_id FROM logged l) n),
+               EXISTS (SELECT 1 FROM outcome),
+               (SELECT jsonb_agg(to_jsonb(mc)) FROM message_change mc)
+        INTO written_ids, v_logged_endpoints, v_any_outcome, v_message_changes;
+    END IF;
 
     -- 2. The consequences. The summaries to apply: a batch written a second time counts once
     -- (only endpoints whose attempts were new), and a batch of successes against a closed
