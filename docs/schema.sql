@@ -786,7 +786,7 @@ BEGIN
         FROM verdict v
         WHERE q.message_id = v.id AND v.permitted
           AND q.lease_token = v.token AND q.status IN ('in_flight', 'failed')
-        RETURNING q.message_id AS id, q.lease_token, v.want_payload
+        RETURNING q.message_id AS id, q.endpoint_id, q.lease_token, v.want_payload
     ),
     -- A batching FIFO head fixes, at its first attempt, the last place its batch carries.
     batched AS (
@@ -811,6 +811,32 @@ BEGIN
           AND q.lease_token = v.token AND q.status IN ('in_flight', 'failed')
         RETURNING q.message_id AS id, v.want_payload
     ),
+    -- The signing secrets of the endpoints begun, newest first: the current one and those still
+    -- in their overlap, encrypted (tidings.endpoint_secrets, migration 0070; the sender
+    -- decrypts); and their receiver credentials, encrypted (tidings.endpoint_credentials): NULL
+    -- arrays for an endpoint without any, which is all the sender then does about them. Read
+    -- once per endpoint, not once per row.
+    endpoint_keys AS (
+        SELECT d.endpoint_id, sk.data_keys, sk.ciphertexts, cr.ids AS credential_ids,
+               cr.kinds AS credential_kinds, cr.data_keys AS credential_data_keys,
+               cr.ciphertexts AS credentials
+        FROM (SELECT DISTINCT s.endpoint_id FROM started s) d
+        LEFT JOIN LATERAL (
+            SELECT array_agg(es.data_key_id ORDER BY es.id DESC) AS data_keys,
+                   array_agg(es.ciphertext ORDER BY es.id DESC) AS ciphertexts
+            FROM tidings.endpoint_secrets es
+            WHERE es.endpoint_id = d.endpoint_id
+              AND (es.expires_at IS NULL OR es.expires_at > now())
+        ) sk ON true
+        LEFT JOIN LATERAL (
+            SELECT array_agg(ec.id ORDER BY ec.id) AS ids,
+                   array_agg(ec.kind ORDER BY ec.id) AS kinds,
+                   array_agg(ec.data_key_id ORDER BY ec.id) AS data_keys,
+                   array_agg(ec.ciphertext ORDER BY ec.id) AS ciphertexts
+            FROM tidings.endpoint_credentials ec
+            WHERE ec.endpoint_id = d.endpoint_id
+        ) cr ON true
+    ),
     -- What the answer reports: the rows begun, with their new lease, and those held back.
     answered AS (
         SELECT s.id, s.lease_token, s.want_payload FROM started s
@@ -821,37 +847,18 @@ BEGIN
            m.event_type, ev.event_id, m.attempts,
            coalesce(m.max_attempts, e.max_attempts),
            e.url, e.timeout_ms, e.rate_limit_per_s, e.max_in_flight, e.retry_schedule,
-           sk.data_keys,
-           sk.ciphertexts,
+           k.data_keys,
+           k.ciphertexts,
            CASE WHEN a.want_payload THEN ev.payload::text END,
            e.payload_format, ev.created_at,
-           cr.ids, cr.kinds, cr.data_keys, cr.ciphertexts,
+           k.credential_ids, k.credential_kinds, k.credential_data_keys, k.credentials,
            m.line_key, m.line_seq, ev.ordering_key, NULL::bigint, e.fifo_batch_size
     FROM answered a
     JOIN tidings.message_rows m ON m.id = a.id
     JOIN tidings.endpoints e ON e.id = m.endpoint_id
     JOIN tidings.events ev ON ev.id = m.event_ref
-    -- The permitted rows' signing secrets, newest first: the current one and those still in
-    -- their overlap, encrypted (tidings.endpoint_secrets, migration 0070; the sender decrypts).
-    LEFT JOIN LATERAL (
-        SELECT array_agg(es.data_key_id ORDER BY es.id DESC) AS data_keys,
-               array_agg(es.ciphertext ORDER BY es.id DESC) AS ciphertexts
-        FROM tidings.endpoint_secrets es
-        WHERE a.lease_token IS NOT NULL
-          AND es.endpoint_id = m.endpoint_id
-          AND (es.expires_at IS NULL OR es.expires_at > now())
-    ) sk ON true
-    -- The permitted rows' receiver credentials, encrypted (tidings.endpoint_credentials): NULL
-    -- arrays for an endpoint without any, which is all the sender then does about them.
-    LEFT JOIN LATERAL (
-        SELECT array_agg(ec.id ORDER BY ec.id) AS ids,
-               array_agg(ec.kind ORDER BY ec.id) AS kinds,
-               array_agg(ec.data_key_id ORDER BY ec.id) AS data_keys,
-               array_agg(ec.ciphertext ORDER BY ec.id) AS ciphertexts
-        FROM tidings.endpoint_credentials ec
-        WHERE a.lease_token IS NOT NULL
-          AND ec.endpoint_id = m.endpoint_id
-    ) cr ON true
+    -- The permitted rows' secrets and credentials (a row held back gets none).
+    LEFT JOIN endpoint_keys k ON k.endpoint_id = m.endpoint_id AND a.lease_token IS NOT NULL
     UNION ALL
     -- The started heads' batch members: sent with their head, under its lease.
     SELECT w.id, w.endpoint_id, true, NULL::uuid, w.event_type, ev.event_id, w.attempts,
@@ -872,6 +879,7 @@ CREATE OR REPLACE FUNCTION tidings.claim_due_v2(p_batch_size integer, p_lease_s 
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_column
 DECLARE

@@ -426,7 +426,9 @@ def test_signing_secrets_leave_the_database_only_through_their_two_functions(
 
 # What a definer function may set besides its search path: the begin plans its statements once
 # per session (migration 0150).
-DEFINER_EXTRA_SETTINGS = {"begin_attempts_v4": ["plan_cache_mode=force_generic_plan"]}
+DEFINER_EXTRA_SETTINGS = {
+    name: ["plan_cache_mode=force_generic_plan"] for name in ("begin_attempts_v4", "claim_due_v2")
+}
 
 
 def definer_problems(cur: psycopg2.extensions.cursor) -> list[str]:
