@@ -424,8 +424,8 @@ def test_signing_secrets_leave_the_database_only_through_their_two_functions(
         conn.close()
 
 
-# What a definer function may set besides its search path: the begin plans its statements once
-# per session (migration 0150).
+# What a definer function may set besides its search path: the begin and the claim plan their
+# statements once per session (migration 0150).
 DEFINER_EXTRA_SETTINGS = {
     name: ["plan_cache_mode=force_generic_plan"] for name in ("begin_attempts_v4", "claim_due_v2")
 }
