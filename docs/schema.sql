@@ -698,6 +698,7 @@ CREATE OR REPLACE FUNCTION tidings.begin_attempts_v4(p_ids bigint[], p_tokens uu
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
 AS $function$
 #variable_conflict use_column
 BEGIN
@@ -707,14 +708,25 @@ BEGIN
         FROM unnest(p_ids, p_tokens, p_attempts, p_want_payload)
             AS r(id, token, attempt, want_payload)
     ),
+    -- The rows still leased under the token and at the attempt the request names, with what the
+    -- later steps and the answer need of their message rows, endpoints and circuits. Each look-up
+    -- by primary key alone: OFFSET 0 keeps the conditions below out of it, where they would let
+    -- the planner scan a partial index of the queue, or every endpoint, once per row.
     held AS (
         SELECT q.message_id AS id, q.endpoint_id, r.token, r.attempt, r.want_payload,
+               m.event_ref, m.event_type, m.attempts,
+               coalesce(m.max_attempts, e.max_attempts) AS max_attempts,
+               m.line_key, m.line_seq, m.line_batch_through,
+               e.usable, e.url, e.timeout_ms, e.rate_limit_per_s, e.max_in_flight,
+               e.retry_schedule, e.payload_format, e.fifo_batch_size,
+               e.ordering = 'fifo' AND e.fifo_batch_size > 1 AS batching,
+               h.state, h.probe_token,
+               CASE WHEN h.state = 'open'
+                    THEN h.opened_at + h.cooldown_s * interval '1 second' END AS cooldown_ends_at,
                -- A rate-limited endpoint's requests spend the tokens the claim takes from its
                -- bucket: a retry that came back through the queue has none.
                q.status = 'failed' AND e.rate_limit_per_s IS NOT NULL AS without_token
         FROM request r
-        -- By primary key alone: OFFSET 0 keeps the conditions below out of the look-ups, where
-        -- they would let the planner scan a partial index of the queue instead, once per row.
         CROSS JOIN LATERAL (
             SELECT q.message_id, q.endpoint_id, q.status, q.lease_token
             FROM tidings.queue q
@@ -722,17 +734,38 @@ BEGIN
             OFFSET 0
         ) q
         CROSS JOIN LATERAL (
-            SELECT m.attempts FROM tidings.message_rows m WHERE m.id = r.id OFFSET 0
+            SELECT m.event_ref, m.event_type, m.attempts, m.max_attempts, m.line_key, m.line_seq,
+                   m.line_batch_through
+            FROM tidings.message_rows m
+            WHERE m.id = r.id
+            OFFSET 0
         ) m
-        JOIN tidings.endpoints e ON e.id = q.endpoint_id
+        CROSS JOIN LATERAL (
+            SELECT e.enabled AND e.deleted_at IS NULL AS usable, e.max_attempts, e.url,
+                   e.timeout_ms, e.rate_limit_per_s, e.max_in_flight, e.retry_schedule,
+                   e.payload_format, e.ordering, e.fifo_batch_size
+            FROM tidings.endpoints e
+            WHERE e.id = q.endpoint_id
+            OFFSET 0
+        ) e
+        CROSS JOIN LATERAL (
+            SELECT h.state, h.probe_token, h.opened_at, h.cooldown_s
+            FROM tidings.endpoint_health h
+            WHERE h.endpoint_id = q.endpoint_id
+            OFFSET 0
+        ) h
         WHERE q.lease_token = r.token AND m.attempts = r.attempt - 1
           AND q.status IN ('in_flight', 'failed')
     ),
+    -- An open circuit whose cooldown has passed, or a half-open one whose probe went stale, lets
+    -- one row through as its probe: the endpoint's first row of the batch that may spend a
+    -- token. A closed circuit (as the rows read it) needs none, and its health row is not read
+    -- again.
     probe AS (
         UPDATE tidings.endpoint_health h
         SET state = 'half_open', probe_token = c.token, probe_started_at = now()
         FROM (SELECT DISTINCT ON (held.endpoint_id) held.endpoint_id, held.token
-              FROM held WHERE NOT held.without_token
+              FROM held WHERE NOT held.without_token AND held.state <> 'closed'
               ORDER BY held.endpoint_id, held.id) c
         WHERE h.endpoint_id = c.endpoint_id
           AND tidings.probe_may_start(h.state, h.opened_at, h.cooldown_s, h.probe_started_at,
@@ -740,18 +773,14 @@ BEGIN
         RETURNING h.endpoint_id, h.probe_token
     ),
     verdict AS (
-        SELECT held.id, held.endpoint_id, held.token, held.attempt, held.want_payload,
-               coalesce(e.enabled AND e.deleted_at IS NULL
-                        AND (h.state = 'closed'
-                             OR (h.state = 'half_open' AND h.probe_token = held.token)
+        SELECT held.*,
+               coalesce(held.usable
+                        AND (held.state = 'closed'
+                             OR (held.state = 'half_open' AND held.probe_token = held.token)
                              OR p.probe_token = held.token)
                         AND NOT held.without_token,
-                        false) AS permitted,
-               CASE WHEN h.state = 'open'
-                    THEN h.opened_at + h.cooldown_s * interval '1 second' END AS cooldown_ends_at
+                        false) AS permitted
         FROM held
-        JOIN tidings.endpoints e ON e.id = held.endpoint_id
-        JOIN tidings.endpoint_health h ON h.endpoint_id = held.endpoint_id
         LEFT JOIN probe p ON p.endpoint_id = held.endpoint_id
     ),
     -- The messages a permitted head of a batching FIFO endpoint carries: the next waiting
@@ -760,19 +789,16 @@ BEGIN
     members AS (
         SELECT v.id AS head_id, w.message_id AS id, w.line_seq
         FROM verdict v
-        JOIN tidings.message_rows hm ON hm.id = v.id
-        JOIN tidings.endpoints e ON e.id = v.endpoint_id
         CROSS JOIN LATERAL (
             SELECT w.message_id, w.line_seq
             FROM tidings.queue w
-            WHERE w.endpoint_id = hm.endpoint_id AND w.line_key = hm.line_key
-              AND w.status = 'waiting' AND w.line_seq > hm.line_seq
-              AND (hm.line_batch_through IS NULL OR w.line_seq <= hm.line_batch_through)
+            WHERE w.endpoint_id = v.endpoint_id AND w.line_key = v.line_key
+              AND w.status = 'waiting' AND w.line_seq > v.line_seq
+              AND (v.line_batch_through IS NULL OR w.line_seq <= v.line_batch_through)
             ORDER BY w.line_seq
-            LIMIT e.fifo_batch_size - 1
+            LIMIT v.fifo_batch_size - 1
         ) w
-        WHERE v.permitted AND hm.line_key IS NOT NULL
-          AND e.ordering = 'fifo' AND e.fifo_batch_size > 1
+        WHERE v.permitted AND v.batching AND v.line_key IS NOT NULL
     ),
     -- A fresh token: a second copy of the queue message finds the row no longer its own. The
     -- lease is left as it is when it lasts long enough already (the claim's allowance for the
@@ -786,7 +812,9 @@ BEGIN
         FROM verdict v
         WHERE q.message_id = v.id AND v.permitted
           AND q.lease_token = v.token AND q.status IN ('in_flight', 'failed')
-        RETURNING q.message_id AS id, q.endpoint_id, q.lease_token, v.want_payload
+        RETURNING v.*, q.lease_token AS new_token,
+                  v.batching AND v.line_key IS NOT NULL AND v.line_batch_through IS NULL
+                      AS fixes_batch
     ),
     -- A batching FIFO head fixes, at its first attempt, the last place its batch carries.
     batched AS (
@@ -794,22 +822,18 @@ BEGIN
         SET line_batch_through = coalesce(
                 (SELECT max(mb.line_seq) FROM members mb WHERE mb.head_id = m.id), m.line_seq)
         FROM started s
-        JOIN tidings.message_rows hm ON hm.id = s.id
-        JOIN tidings.endpoints e ON e.id = hm.endpoint_id
-        WHERE m.id = s.id AND hm.line_batch_through IS NULL AND hm.line_key IS NOT NULL
-          AND e.ordering = 'fifo' AND e.fifo_batch_size > 1
+        WHERE m.id = s.id AND s.fixes_batch AND m.line_batch_through IS NULL
     ),
     held_back AS (
         UPDATE tidings.queue q
-        SET status = tidings.unleased_status(m.attempts),
+        SET status = tidings.unleased_status(v.attempts),
             lease_token = NULL,
             next_attempt_at = greatest(v.cooldown_ends_at,
                                        now() + p_hold_back_s * interval '1 second')
         FROM verdict v
-        JOIN tidings.message_rows m ON m.id = v.id
         WHERE q.message_id = v.id AND NOT v.permitted
           AND q.lease_token = v.token AND q.status IN ('in_flight', 'failed')
-        RETURNING q.message_id AS id, v.want_payload
+        RETURNING v.*, NULL::uuid AS new_token
     ),
     -- The signing secrets of the endpoints begun, newest first: the current one and those still
     -- in their overlap, encrypted (tidings.endpoint_secrets, migration 0070; the sender
@@ -837,28 +861,39 @@ BEGIN
             WHERE ec.endpoint_id = d.endpoint_id
         ) cr ON true
     ),
-    -- What the answer reports: the rows begun, with their new lease, and those held back.
+    -- What the answer reports: the rows begun, with their new lease, and those held back, with
+    -- what the lease check read of them.
     answered AS (
-        SELECT s.id, s.lease_token, s.want_payload FROM started s
+        SELECT s.id, s.endpoint_id, s.new_token, s.want_payload, s.event_ref, s.event_type,
+               s.attempts, s.max_attempts, s.url, s.timeout_ms, s.rate_limit_per_s,
+               s.max_in_flight, s.retry_schedule, s.payload_format, s.line_key, s.line_seq,
+               s.fifo_batch_size
+        FROM started s
         UNION ALL
-        SELECT hb.id, NULL::uuid, hb.want_payload FROM held_back hb
+        SELECT hb.id, hb.endpoint_id, hb.new_token, hb.want_payload, hb.event_ref, hb.event_type,
+               hb.attempts, hb.max_attempts, hb.url, hb.timeout_ms, hb.rate_limit_per_s,
+               hb.max_in_flight, hb.retry_schedule, hb.payload_format, hb.line_key, hb.line_seq,
+               hb.fifo_batch_size
+        FROM held_back hb
     )
-    SELECT a.id, m.endpoint_id, a.lease_token IS NOT NULL, a.lease_token,
-           m.event_type, ev.event_id, m.attempts,
-           coalesce(m.max_attempts, e.max_attempts),
-           e.url, e.timeout_ms, e.rate_limit_per_s, e.max_in_flight, e.retry_schedule,
+    SELECT a.id, a.endpoint_id, a.new_token IS NOT NULL, a.new_token,
+           a.event_type, ev.event_id, a.attempts, a.max_attempts,
+           a.url, a.timeout_ms, a.rate_limit_per_s, a.max_in_flight, a.retry_schedule,
            k.data_keys,
            k.ciphertexts,
            CASE WHEN a.want_payload THEN ev.payload::text END,
-           e.payload_format, ev.created_at,
+           a.payload_format, ev.created_at,
            k.credential_ids, k.credential_kinds, k.credential_data_keys, k.credentials,
-           m.line_key, m.line_seq, ev.ordering_key, NULL::bigint, e.fifo_batch_size
+           a.line_key, a.line_seq, ev.ordering_key, NULL::bigint, a.fifo_batch_size
     FROM answered a
-    JOIN tidings.message_rows m ON m.id = a.id
-    JOIN tidings.endpoints e ON e.id = m.endpoint_id
-    JOIN tidings.events ev ON ev.id = m.event_ref
+    CROSS JOIN LATERAL (
+        SELECT ev.event_id, ev.payload, ev.created_at, ev.ordering_key
+        FROM tidings.events ev
+        WHERE ev.id = a.event_ref
+        OFFSET 0
+    ) ev
     -- The permitted rows' secrets and credentials (a row held back gets none).
-    LEFT JOIN endpoint_keys k ON k.endpoint_id = m.endpoint_id AND a.lease_token IS NOT NULL
+    LEFT JOIN endpoint_keys k ON k.endpoint_id = a.endpoint_id AND a.new_token IS NOT NULL
     UNION ALL
     -- The started heads' batch members: sent with their head, under its lease.
     SELECT w.id, w.endpoint_id, true, NULL::uuid, w.event_type, ev.event_id, w.attempts,

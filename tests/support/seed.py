@@ -9,6 +9,8 @@ from tidings.dal.connection import Cursor
 from tidings.dal.secrets import set_endpoint_secret
 
 TEST_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+# The circuit cooldowns a test's record statements pass (the deployment's defaults).
+COOLDOWNS = {"base_cooldown_s": 300.0, "max_cooldown_s": 3600.0}
 
 
 def make_endpoint(

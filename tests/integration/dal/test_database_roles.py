@@ -425,9 +425,11 @@ def test_signing_secrets_leave_the_database_only_through_their_two_functions(
 
 
 # What a definer function may set besides its search path: the begin and the claim plan their
-# statements once per session (migration 0150).
+# statements once per session (migration 0150); the begin plans without sequential scans
+# (migration 0152).
 DEFINER_EXTRA_SETTINGS = {
-    name: ["plan_cache_mode=force_generic_plan"] for name in ("begin_attempts_v4", "claim_due_v2")
+    "begin_attempts_v4": ["plan_cache_mode=force_generic_plan", "enable_seqscan=off"],
+    "claim_due_v2": ["plan_cache_mode=force_generic_plan"],
 }
 
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 
-from tests.support.seed import make_endpoint, seed_messages
+from tests.support.seed import COOLDOWNS, make_endpoint, seed_messages
 from tidings.dal import delivery
 from tidings.dal.connection import Database
 from tidings.dal.delivery import AttemptOutcome, AttemptRequest, CircuitSummary, MessageStatus
-
-COOLDOWNS = {"base_cooldown_s": 300.0, "max_cooldown_s": 3600.0}
 
 
 def health(db: Database, endpoint_id: int) -> dict:

@@ -11,14 +11,12 @@ from datetime import UTC, datetime, timedelta
 import psycopg2
 
 from tests.support.secrets import secrets_keyring
-from tests.support.seed import TEST_SECRET, add_secret, make_endpoint, seed_messages
+from tests.support.seed import COOLDOWNS, TEST_SECRET, add_secret, make_endpoint, seed_messages
 from tidings.dal import delivery
 from tidings.dal.connection import Database
 from tidings.dal.delivery import AttemptOutcome, AttemptRequest, Lease, MessageStatus
 from tidings.delivery.signing import generate_secret
 from tidings.secrets.keyring import open_secrets
-
-COOLDOWNS = {"base_cooldown_s": 300.0, "max_cooldown_s": 3600.0}
 
 
 def statuses(db: Database) -> Counter[str]:

@@ -11,12 +11,10 @@ import pytest
 
 from tests.integration.delivery.delivery_harness import make_pipeline, message_row
 from tests.support.receivers import Receiver, running_receiver
-from tests.support.seed import make_endpoint, seed_messages
+from tests.support.seed import COOLDOWNS, make_endpoint, seed_messages
 from tidings.dal import delivery
 from tidings.dal.connection import Database
 from tidings.dal.delivery import AttemptOutcome, AttemptRequest, MessageStatus
-
-COOLDOWNS = {"base_cooldown_s": 300.0, "max_cooldown_s": 3600.0}
 
 
 @pytest.fixture

@@ -16,15 +16,15 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.support.scans import Reads, reads_during, scanned
-from tests.support.seed import seed_messages
+from tests.support.seed import COOLDOWNS, add_secret, seed_messages
 from tidings.dal import delivery
 from tidings.dal.connection import Cursor, Database
 from tidings.dal.delivery import AttemptOutcome, AttemptRequest, CircuitSummary, MessageStatus
 
 IDLE_ENDPOINTS = 20_000
+SMALL_DEPLOYMENT = 100
 BUSY = (17, 9_000, 19_999)
 QUEUE_TABLES = {"queue", "message_rows", "events", "endpoints", "endpoint_health"}
-COOLDOWNS = {"base_cooldown_s": 300.0, "max_cooldown_s": 3600.0}
 
 
 @pytest.fixture(params=["auto", "force_generic_plan"])
@@ -100,6 +100,31 @@ def test_beginning_reads_the_batch_by_key(queue: Database) -> None:
     reads = reads_during(queue, lambda cur: started.extend(_begin(cur, rows)))
     assert len(started) == 10
     assert not scanned(reads) & QUEUE_TABLES, reads
+
+
+def test_beginning_reads_each_endpoint_by_key_in_a_small_deployment(db: Database) -> None:
+    """A hundred endpoints, their health and their secrets fit in a few pages each. A plan that
+    expects one row where the batch brings a hundred takes a scan of such a table for cheaper than
+    a look-up by key, and then runs it once per row; the begin reads them by key all the same."""
+    with db.cursor() as cur:
+        cur.execute(
+            "INSERT INTO tidings.endpoints (url)"
+            " SELECT 'https://r.example/' || g FROM generate_series(1, %s) g RETURNING id",
+            (SMALL_DEPLOYMENT,),
+        )
+        endpoint_ids = [row[0] for row in cur.fetchall()]
+        for endpoint_id in endpoint_ids:
+            add_secret(cur, endpoint_id, f"whsec_{endpoint_id:032d}")
+            seed_messages(cur, endpoint_id, 2)
+    with db.connection.cursor() as cur:
+        cur.execute("VACUUM ANALYZE")
+    rows = db.run(lambda cur: delivery.claim_due(cur, batch_size=SMALL_DEPLOYMENT, lease_s=60))
+    assert len({row.endpoint_id for row in rows}) == SMALL_DEPLOYMENT
+    started: list[delivery.StartedAttempt] = []
+    reads = reads_during(db, lambda cur: started.extend(_begin(cur, rows)))
+    assert len(started) == len(rows) and all(s.permitted and s.secrets for s in started)
+    endpoint_tables = {"endpoints", "endpoint_health", "endpoint_secrets", "endpoint_credentials"}
+    assert not scanned(reads) & (QUEUE_TABLES | endpoint_tables), reads
 
 
 def test_recording_never_reads_through_the_queue_or_the_attempt_log(queue: Database) -> None:

@@ -11,12 +11,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.support.seed import make_endpoint, seed_messages
+from tests.support.seed import COOLDOWNS, make_endpoint, seed_messages
 from tidings.dal import delivery
 from tidings.dal.connection import Cursor, Database, fetch_dicts
 from tidings.dal.delivery import AttemptOutcome, AttemptRequest, Lease, MessageStatus
-
-COOLDOWNS = {"base_cooldown_s": 300.0, "max_cooldown_s": 3600.0}
 
 
 def old_begin(cur: Cursor, leases: list[Lease], attempt: int = 1) -> list[dict[str, Any]]:

@@ -11,12 +11,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.support.seed import make_endpoint, seed_messages
+from tests.support.seed import COOLDOWNS, make_endpoint, seed_messages
 from tidings.dal import delivery
 from tidings.dal.connection import Database
 from tidings.dal.delivery import AttemptOutcome, ClaimedMessage, Lease, MessageStatus
-
-COOLDOWNS = {"base_cooldown_s": 300.0, "max_cooldown_s": 3600.0}
 
 # What a delivery writes to its message row, compared between the two statements.
 MESSAGE_COLUMNS = (
