@@ -125,6 +125,9 @@ def test_beginning_reads_each_endpoint_by_key_in_a_small_deployment(db: Database
     assert len(started) == len(rows) and all(s.permitted and s.secrets for s in started)
     endpoint_tables = {"endpoints", "endpoint_health", "endpoint_secrets", "endpoint_credentials"}
     assert not scanned(reads) & (QUEUE_TABLES | endpoint_tables), reads
+    # By key: a row's endpoint and health once each, an endpoint's one secret once.
+    for table in ("endpoints", "endpoint_health", "endpoint_secrets"):
+        assert reads[table].index_rows <= len(rows), (table, reads[table])
 
 
 def test_recording_never_reads_through_the_queue_or_the_attempt_log(queue: Database) -> None:
