@@ -9,7 +9,7 @@ A receiver in its own process answers every POST after ``--latency-ms`` (100 ms)
   execution environment, so batches run one after another) delivers ``--messages`` rows that the
   claimer leases in batches of ``--claim-batch`` onto a local queue with the SQS contract, with
   the deployment's settings otherwise (``deliveries_per_message`` rows to a queue message,
-  ``sender_concurrency`` requests at once).
+  ``sender_concurrency`` requests at once, ``sender_record_rows`` answers a record statement).
 
 Round trips to PostgreSQL are counted at the client (every ``execute``; BEGIN and COMMIT count,
 and so do the claimer's statements). SQS requests are counted as AWS bills them (every call

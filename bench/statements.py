@@ -4,10 +4,10 @@ Tidings: ``--events`` messages (over ``--endpoints`` endpoints, each with a sign
 ``bench/e2e.py`` seeds them) go through the statements a deployment runs for them, on one
 connection with nothing else running: the claimer's ``claim_due`` (``--batch`` rows), the
 sender's ``begin_attempts`` for the rows claimed, and ``record_outcomes`` a part of ``--part``
-rows at a time (the sender's concurrency: it records each part once its requests are back), every
-outcome a delivery. Baseline, on a fresh copy of the same rows in a plain table of its own: the
-naive worker of ``bench/e2e.py`` without its requests (select 50 pending rows ``FOR UPDATE SKIP
-LOCKED``, mark each delivered by an ``UPDATE`` of its own, commit).
+rows at a time (the sender's ``sender_record_rows``: the answers one record statement writes),
+every outcome a delivery. Baseline, on a fresh copy of the same rows in a plain table of its
+own: the naive worker of ``bench/e2e.py`` without its requests (select 50 pending rows ``FOR
+UPDATE SKIP LOCKED``, mark each delivered by an ``UPDATE`` of its own, commit).
 
 Per delivery, for each statement and in all: the server's CPU (the connection's backend process,
 read from /proc, so only with the server on this machine) and the write-ahead log it wrote.
@@ -228,7 +228,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--endpoints", type=int, default=4)
     parser.add_argument("--batch", type=int, default=settings.claim_batch_size)
-    parser.add_argument("--part", type=int, default=settings.sender_concurrency)
+    parser.add_argument("--part", type=int, default=settings.sender_record_rows)
     parser.add_argument("--wal-detail", action="store_true")
     args = parser.parse_args()
 

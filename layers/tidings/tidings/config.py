@@ -153,15 +153,19 @@ class Settings:
     backoff_max_s: float | None = None
     sqs_max_delay_s: int = 900
     response_excerpt_bytes: int = 1024
-    # Requests a sender has open at once, and the rows of one record statement: a batch goes out
-    # and is recorded a part of this many at a time. More at once shortens a batch of fast
-    # receivers and halves the record calls per delivery against ten (the record's fixed cost
-    # per call is most of its database CPU: bench/e2e.py), but each answer needs the function's
-    # CPU (256 MB has a seventh of a vCPU; about 0.12 ms a POST through libcurl): a hundred
-    # answers at once stretch each request's measured time, and a stretched one can put its
-    # endpoint in the slow lane. A database lost mid-batch costs the part in flight a second
-    # delivery.
+    # Requests a sender has open at once: a batch goes out a wave of this many at a time. More at
+    # once shortens a batch of fast receivers, but each answer needs the function's CPU (256 MB
+    # has a seventh of a vCPU; about 0.12 ms a POST through libcurl): a hundred answers at once
+    # stretch each request's measured time, and a stretched one can put its endpoint in the
+    # slow lane.
     sender_concurrency: int = 20
+    # The answers a sender writes with one record statement: it records after the wave that
+    # brings its unwritten answers to this many (and after any wave that found a slow endpoint,
+    # and at the batch's end). The record's database cost is mostly per statement, so more rows
+    # a statement cost PostgreSQL less per delivery; but the answers not yet written when a
+    # sender dies are delivered a second time. Measured both ways in docs/DESIGN.md §4 (packed
+    # messages).
+    sender_record_rows: int = 20
 
     # Circuit breaker
     circuit_failure_threshold: int = 10
@@ -320,6 +324,7 @@ class Settings:
             "idempotency_window_s",
             "prune_batch_size",
             "sender_concurrency",
+            "sender_record_rows",
             "latency_window_s",
             "percentiles_build_slice_s",
             "percentiles_build_budget_s",

@@ -752,8 +752,15 @@ def test_a_delivered_attempt_is_logged_at_debug_and_a_failed_one_at_info(
 def test_a_batch_is_sent_and_recorded_a_part_at_a_time_and_stops_where_the_database_fails(
     db: Database, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Three messages of two rows, sent two at a time: three parts of one message each.
-    pipeline = make_pipeline(db, lease_s=LEASE_S, deliveries_per_message=2, sender_concurrency=2)
+    # Three messages of two rows, sent and recorded two at a time: three parts of one message
+    # each.
+    pipeline = make_pipeline(
+        db,
+        lease_s=LEASE_S,
+        deliveries_per_message=2,
+        sender_concurrency=2,
+        sender_record_rows=2,
+    )
     with db.cursor() as cur:
         endpoint_id = make_endpoint(cur, receiver.url("ok"))
         mark_answered(cur, endpoint_id)
@@ -784,3 +791,137 @@ def test_a_batch_is_sent_and_recorded_a_part_at_a_time_and_stops_where_the_datab
     assert len(receiver.requests_to("ok")) == 4
     statuses = [message_row(db, message_id)["status"] for message_id in ids]
     assert statuses == ["delivered"] * 2 + ["in_flight"] * 2 + ["pending"] * 2
+
+
+def _six_rows_in_three_messages(
+    db: Database, pipeline: Pipeline, url: str
+) -> tuple[list[int], list[QueueRecord]]:
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur, url)
+        mark_answered(cur, endpoint_id)
+        seed_messages(cur, endpoint_id, 6)
+        cur.execute("SELECT id FROM tidings.messages ORDER BY id")
+        ids = [row[0] for row in cur.fetchall()]
+    pipeline.claimer.claim_once()
+    received = pipeline.queue.receive(max_messages=10)
+    assert [len(envelopes_of(m.body)) for m in received] == [2, 2, 2]
+    return ids, [QueueRecord(m.message_id, m.body) for m in received]
+
+
+def _counting_records(monkeypatch: pytest.MonkeyPatch, sender: Sender) -> list[int]:
+    """The rows of each record statement the sender makes, as it makes them."""
+    real_record = sender._record_together
+    calls: list[int] = []
+
+    def counted(decisions):  # type: ignore[no-untyped-def]
+        calls.append(len(decisions))
+        return real_record(decisions)
+
+    monkeypatch.setattr(sender, "_record_together", counted)
+    return calls
+
+
+def test_waves_of_quick_answers_are_recorded_together_up_to_the_record_rows(
+    db: Database, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two requests at a time, four answers a statement: waves of 2, 2 | 2.
+    pipeline = make_pipeline(
+        db,
+        lease_s=LEASE_S,
+        deliveries_per_message=2,
+        sender_concurrency=2,
+        sender_record_rows=4,
+    )
+    ids, records = _six_rows_in_three_messages(db, pipeline, receiver.url("ok"))
+    sender = pipeline.sender
+    calls = _counting_records(monkeypatch, sender)
+
+    report = sender.process(records)
+
+    assert calls == [4, 2]
+    assert (report.delivered, report.failed_record_ids) == (6, frozenset())
+    assert len(receiver.requests_to("ok")) == 6
+    assert {message_row(db, message_id)["status"] for message_id in ids} == {"delivered"}
+
+
+def test_a_wave_that_finds_a_slow_endpoint_is_recorded_at_once(
+    db: Database, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every answer is slower than the slow lane's threshold: no quick answer waits behind a slow
+    # wave for the record rows to fill, so each wave is its own statement.
+    pipeline = make_pipeline(
+        db,
+        lease_s=LEASE_S,
+        deliveries_per_message=2,
+        sender_concurrency=2,
+        sender_record_rows=100,
+        slow_lane_threshold_ms=50,
+    )
+    ids, records = _six_rows_in_three_messages(db, pipeline, receiver.url("slow/120"))
+    sender = pipeline.sender
+    calls = _counting_records(monkeypatch, sender)
+
+    report = sender.process(records)
+
+    assert calls == [2, 2, 2]
+    assert report.delivered == 6
+    assert {message_row(db, message_id)["status"] for message_id in ids} == {"delivered"}
+
+
+def test_the_database_lost_before_a_joint_record_returns_every_unwritten_answer_to_the_queue(
+    db: Database, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Waves of two, recorded four at a time: the first statement carries two messages' rows.
+    pipeline = make_pipeline(
+        db,
+        lease_s=LEASE_S,
+        deliveries_per_message=2,
+        sender_concurrency=2,
+        sender_record_rows=4,
+    )
+    ids, records = _six_rows_in_three_messages(db, pipeline, receiver.url("ok"))
+    sender = pipeline.sender
+    calls: list[int] = []
+
+    def lost(decisions):  # type: ignore[no-untyped-def]
+        calls.append(len(decisions))
+        raise psycopg2.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(sender, "_record_together", lost)
+    report = sender.process(records)
+
+    # Both messages whose answers were unwritten come back from SQS (sent once, leases kept);
+    # the third was never sent and went back to the database.
+    assert calls == [4]
+    assert report.delivered == 0
+    assert report.failed_record_ids == frozenset({records[0].record_id, records[1].record_id})
+    assert len(receiver.requests_to("ok")) == 4
+    statuses = [message_row(db, message_id)["status"] for message_id in ids]
+    assert statuses == ["in_flight"] * 4 + ["pending"] * 2
+
+
+def test_running_out_of_time_mid_batch_records_what_was_sent_and_returns_the_rest(
+    db: Database, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline = make_pipeline(
+        db,
+        lease_s=LEASE_S,
+        deliveries_per_message=2,
+        sender_concurrency=2,
+        sender_record_rows=100,
+    )
+    ids, records = _six_rows_in_three_messages(db, pipeline, receiver.url("ok"))
+    sender = pipeline.sender
+    calls = _counting_records(monkeypatch, sender)
+    # Time for one wave: the second finds the invocation's budget spent.
+    budgets = iter([60.0, 0.5])
+    monkeypatch.setattr(sender, "_send_budget_s", lambda remaining_ms: next(budgets))
+
+    report = sender.process(records, remaining_ms=lambda: 60_000)
+
+    # The sent wave's answers are written before its later rows go back, due at once.
+    assert calls == [2]
+    assert (report.delivered, report.skipped, report.failed_record_ids) == (2, 4, frozenset())
+    assert len(receiver.requests_to("ok")) == 2
+    statuses = [message_row(db, message_id)["status"] for message_id in ids]
+    assert statuses == ["delivered"] * 2 + ["pending"] * 4

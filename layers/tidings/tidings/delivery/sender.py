@@ -1,9 +1,10 @@
 """The sender: deliver one SQS batch of leased rows concurrently and record what happened.
 
 Per batch the database sees ``begin_attempts`` (leases renewed, circuit gate) once, before any
-request leaves; then the rows go out a part at a time (``sender_concurrency`` of them), each part
-followed by ``record_outcomes`` (every outcome, attempt, circuit update and disabled endpoint,
-atomically) once its last request returns. Retries with a short delay travel back
+request leaves; then the rows go out a wave at a time (``sender_concurrency`` requests at once),
+and ``record_outcomes`` writes their answers (every outcome, attempt, circuit update and disabled
+endpoint, atomically) once ``sender_record_rows`` of them are in, after a wave that found a slow
+endpoint, and at the batch's end. Retries with a short delay travel back
 through the queue with ``DelaySeconds`` while the row keeps its lease; longer ones wait in the
 database for the claimer. The database is the source of truth: an SQS record is acknowledged once
 its row's outcome is written, and only what must come back from SQS is reported as failed.
@@ -110,6 +111,8 @@ class SenderSettings(RetrySettings, retry_schedule.ScheduleSettings, Protocol):
     @property
     def sender_concurrency(self) -> int: ...
     @property
+    def sender_record_rows(self) -> int: ...
+    @property
     def slow_lane_threshold_ms(self) -> int: ...
     @property
     def slow_lane_hold_s(self) -> float: ...
@@ -184,25 +187,8 @@ class Sender:
                 failed_record_ids=frozenset(poison | unsent),
                 skipped=skipped + len(jobs) + len(unsendable),
             )
-        # A batch of packed messages carries many rows: they go out and are recorded a part at a
-        # time (sender_concurrency rows), so that a database lost mid-batch costs only the part
-        # in flight a second delivery (its rows come back when their leases end), not the whole.
-        parts = _parts(jobs, self.settings.sender_concurrency)
-        report = BatchReport(failed_record_ids=frozenset(poison), skipped=skipped)
-        for index, part in enumerate(parts):
-            part_report, go_on = self._deliver(
-                part, unsendable if index == 0 else [], keys, remaining_ms
-            )
-            report = _combined(report, part_report)
-            if not go_on:
-                rest = [job for later in parts[index + 1 :] for job in later]
-                if rest:
-                    unsent = self._give_back(rest, delay_s=0)
-                    report = _combined(
-                        report, BatchReport(failed_record_ids=frozenset(unsent), skipped=len(rest))
-                    )
-                break
-        return report
+        before = BatchReport(failed_record_ids=frozenset(poison), skipped=skipped)
+        return self._deliver(jobs, unsendable, keys, remaining_ms, report=before)
 
     def _deliver(
         self,
@@ -210,16 +196,60 @@ class Sender:
         unsendable: Sequence[Job],
         keys: Mapping[int, DataKey],
         remaining_ms: Callable[[], int] | None,
-    ) -> tuple[BatchReport, bool]:
-        """Send and record one part of a batch; whether the next part may follow (not when the
-        database was unreachable or the invocation is out of time)."""
-        budget_s = self._send_budget_s(remaining_ms)
-        delay_s = self._not_now([*jobs, *unsendable], budget_s)
-        if delay_s is not None:
-            unsent = self._give_back([*jobs, *unsendable], delay_s=delay_s)
-            return BatchReport(
-                failed_record_ids=frozenset(unsent), skipped=len(jobs) + len(unsendable)
-            ), False
+        *,
+        report: BatchReport,
+    ) -> BatchReport:
+        """Send the begun rows a wave at a time and record their answers; ``report``: what the
+        batch came to before its first request."""
+        # The requests go out in waves of sender_concurrency; the answers are recorded together
+        # once sender_record_rows of them are in, after a wave that found a slow endpoint, and at
+        # the batch's end. The record's cost is mostly per statement, not per row; what a record
+        # statement waits to write is what a database lost mid-batch costs a second delivery,
+        # and a slow wave is written at once, so that a slow receiver keeps no quick answer
+        # unwritten.
+        waves = _parts(jobs, self.settings.sender_concurrency)
+        unrecorded: list[Decision] = []
+        for index, wave in enumerate(waves):
+            wave_unsendable = unsendable if index == 0 else []
+            budget_s = self._send_budget_s(remaining_ms)
+            unsent = [*(job for later in waves[index:] for job in later), *wave_unsendable]
+            if self._out_of_time(unsent, budget_s):
+                # What was sent is recorded first; the rest was never sent.
+                settled, _ = self._settle(unrecorded)
+                return self._returned(_combined(report, settled), unsent)
+            decisions, slow = self._send_and_decide(wave, wave_unsendable, keys, budget_s)
+            unrecorded.extend(decisions)
+            last = index == len(waves) - 1
+            if not (last or slow or len(unrecorded) >= self.settings.sender_record_rows):
+                continue
+            settled, go_on = self._settle(unrecorded)
+            report = _combined(report, settled)
+            unrecorded = []
+            if not go_on:
+                return self._returned(
+                    report, [job for later in waves[index + 1 :] for job in later]
+                )
+        return report
+
+    def _returned(self, report: BatchReport, jobs: Sequence[Job]) -> BatchReport:
+        """``report`` with ``jobs``, never sent, returned to the database (due at once), or to
+        the queue when the database cannot take them."""
+        if not jobs:
+            return report
+        unsent = self._give_back(jobs, delay_s=0)
+        return _combined(
+            report, BatchReport(failed_record_ids=frozenset(unsent), skipped=len(jobs))
+        )
+
+    def _send_and_decide(
+        self,
+        jobs: Sequence[Job],
+        unsendable: Sequence[Job],
+        keys: Mapping[int, DataKey],
+        budget_s: float | None,
+    ) -> tuple[list[Decision], set[int]]:
+        """Send one wave and decide each attempt's fate; the decisions and the endpoints the
+        wave found slow."""
         sent = self._part_sender.send(jobs, budget_s, keys)
         attempts = sent + [Attempt(job, datetime.now(UTC), NOT_SENT) for job in unsendable]
         # Before deciding and recording: a recorded answer takes an untried endpoint out of its
@@ -227,21 +257,30 @@ class Sender:
         # endpoint found slow has its retries pass the claim.
         slow = self._mark_slow(attempts)
         now = datetime.now(UTC)
-        decisions = [self._decide(attempt, now, slow=slow) for attempt in attempts]
+        return [self._decide(attempt, now, slow=slow) for attempt in attempts], slow
+
+    def _settle(self, decisions: Sequence[Decision]) -> tuple[BatchReport, bool]:
+        """Record the decisions (one statement when it can), then queue their retries and move
+        their FIFO lines on; what they came to, and whether the batch may go on (not when the
+        database was unreachable: their records then come back from the queue)."""
+        if not decisions:
+            return BatchReport(), True
         try:
-            decisions, recorded = self._record(decisions) if decisions else ([], _NOTHING_WRITTEN)
+            recorded_decisions, recorded = self._record(decisions)
         except _UNAVAILABLE:
             logger.exception(
                 "database unavailable after sending; the attempted records return to the queue",
-                extra={"message_ids": sorted(a.job.row.message_id for a in attempts)},
+                extra={"message_ids": sorted(d.attempt.job.row.message_id for d in decisions)},
             )
             return BatchReport(
-                failed_record_ids=frozenset(a.job.record_id for a in attempts)
+                failed_record_ids=frozenset(d.attempt.job.record_id for d in decisions)
             ), False
-        written = [d for d in decisions if d.outcome.lease.message_id in recorded.written_ids]
+        written = [
+            d for d in recorded_decisions if d.outcome.lease.message_id in recorded.written_ids
+        ]
         self._requeue([d for d in written if d.step.action is NextAction.RETRY_VIA_QUEUE])
         self._move_lines_on(written)
-        _report_observations(decisions, recorded)
+        _report_observations(recorded_decisions, recorded)
         return BatchReport(
             delivered=sum(d.outcome.status is delivery.MessageStatus.DELIVERED for d in written),
             retried=sum(d.outcome.status is delivery.MessageStatus.FAILED for d in written),
@@ -282,9 +321,9 @@ class Sender:
             )
             return None
 
-    def _not_now(self, jobs: Sequence[Job], budget_s: float | None) -> float | None:
-        """After how long the rows should be due again when the invocation has too little time
-        left to send them; None to send them."""
+    def _out_of_time(self, jobs: Sequence[Job], budget_s: float | None) -> bool:
+        """Whether the invocation has too little time left to send the rows (they then return
+        to the database, due at once)."""
         if budget_s is not None and budget_s < MIN_SEND_BUDGET_S:
             logger.warning(
                 "too little of the invocation left to send; the rows return to the database",
@@ -293,8 +332,8 @@ class Sender:
                     "send_budget_s": round(budget_s, 3),
                 },
             )
-            return 0.0
-        return None
+            return True
+        return False
 
     def _send_budget_s(self, remaining_ms: Callable[[], int] | None) -> float | None:
         """Seconds the requests may take, or None when the invocation has no deadline."""
