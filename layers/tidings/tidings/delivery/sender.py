@@ -203,10 +203,10 @@ class Sender:
         batch came to before its first request."""
         # The requests go out in waves of sender_concurrency; the answers are recorded together
         # once sender_record_rows of them are in, after a wave that found a slow endpoint, and at
-        # the batch's end. The record's cost is mostly per statement, not per row; what a record
-        # statement waits to write is what a database lost mid-batch costs a second delivery,
-        # and a slow wave is written at once, so that a slow receiver keeps no quick answer
-        # unwritten.
+        # the batch's end. The record's cost is mostly per statement, not per row; the answers
+        # a record waits for are what a sender that dies (or loses its database) mid-batch
+        # delivers a second time, and a slow wave is written at once, so that a slow receiver
+        # keeps no quick answer unwritten.
         waves = _parts(jobs, self.settings.sender_concurrency)
         unrecorded: list[Decision] = []
         for index, wave in enumerate(waves):
