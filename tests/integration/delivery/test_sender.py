@@ -749,53 +749,23 @@ def test_a_delivered_attempt_is_logged_at_debug_and_a_failed_one_at_info(
     assert attempts == {200: "DEBUG", 500: "INFO"}
 
 
-def test_a_batch_is_sent_and_recorded_a_part_at_a_time_and_stops_where_the_database_fails(
-    db: Database, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Three messages of two rows, sent and recorded two at a time: three parts of one message
-    # each.
-    pipeline = make_pipeline(
+def _waves_of_two(db: Database, record_rows: int, **changes: object) -> Pipeline:
+    """A pipeline that packs two rows a message and sends two requests at a time, writing
+    ``record_rows`` answers a record statement."""
+    return make_pipeline(
         db,
         lease_s=LEASE_S,
         deliveries_per_message=2,
         sender_concurrency=2,
-        sender_record_rows=2,
+        sender_record_rows=record_rows,
+        **changes,
     )
-    with db.cursor() as cur:
-        endpoint_id = make_endpoint(cur, receiver.url("ok"))
-        mark_answered(cur, endpoint_id)
-        seed_messages(cur, endpoint_id, 6)
-        cur.execute("SELECT id FROM tidings.messages ORDER BY id")
-        ids = [row[0] for row in cur.fetchall()]
-    pipeline.claimer.claim_once()
-    received = pipeline.queue.receive(max_messages=10)
-    assert [len(envelopes_of(m.body)) for m in received] == [2, 2, 2]
-    sender = pipeline.sender
-    real_record = sender._record_together
-    calls: list[int] = []
-
-    def lost_on_the_second_part(decisions):  # type: ignore[no-untyped-def]
-        calls.append(len(decisions))
-        if len(calls) == 2:
-            raise psycopg2.OperationalError("server closed the connection unexpectedly")
-        return real_record(decisions)
-
-    monkeypatch.setattr(sender, "_record_together", lost_on_the_second_part)
-    report = sender.process([QueueRecord(m.message_id, m.body) for m in received])
-
-    # The first part is recorded; the second comes back from the queue (its rows keep their
-    # leases, and were sent once); the third was never sent and went back to the database.
-    assert calls == [2, 2]
-    assert report.delivered == 2
-    assert report.failed_record_ids == frozenset({received[1].message_id})
-    assert len(receiver.requests_to("ok")) == 4
-    statuses = [message_row(db, message_id)["status"] for message_id in ids]
-    assert statuses == ["delivered"] * 2 + ["in_flight"] * 2 + ["pending"] * 2
 
 
 def _six_rows_in_three_messages(
     db: Database, pipeline: Pipeline, url: str
 ) -> tuple[list[int], list[QueueRecord]]:
+    """Six rows to ``url``, claimed: their ids and the three queue records carrying them."""
     with db.cursor() as cur:
         endpoint_id = make_endpoint(cur, url)
         mark_answered(cur, endpoint_id)
@@ -808,30 +778,51 @@ def _six_rows_in_three_messages(
     return ids, [QueueRecord(m.message_id, m.body) for m in received]
 
 
-def _counting_records(monkeypatch: pytest.MonkeyPatch, sender: Sender) -> list[int]:
-    """The rows of each record statement the sender makes, as it makes them."""
+def _counting_records(
+    monkeypatch: pytest.MonkeyPatch, sender: Sender, *, lost_at: int | None = None
+) -> list[int]:
+    """The rows of each record statement the sender makes, as it makes them; the ``lost_at``-th
+    (counting from 1) finds the database gone."""
     real_record = sender._record_together
     calls: list[int] = []
 
     def counted(decisions):  # type: ignore[no-untyped-def]
         calls.append(len(decisions))
+        if len(calls) == lost_at:
+            raise psycopg2.OperationalError("server closed the connection unexpectedly")
         return real_record(decisions)
 
     monkeypatch.setattr(sender, "_record_together", counted)
     return calls
 
 
+def test_a_batch_is_sent_and_recorded_a_part_at_a_time_and_stops_where_the_database_fails(
+    db: Database, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three messages of two rows, sent and recorded two at a time: three parts of one message
+    # each.
+    pipeline = _waves_of_two(db, record_rows=2)
+    ids, records = _six_rows_in_three_messages(db, pipeline, receiver.url("ok"))
+    sender = pipeline.sender
+    calls = _counting_records(monkeypatch, sender, lost_at=2)
+
+    report = sender.process(records)
+
+    # The first part is recorded; the second comes back from the queue (its rows keep their
+    # leases, and were sent once); the third was never sent and went back to the database.
+    assert calls == [2, 2]
+    assert report.delivered == 2
+    assert report.failed_record_ids == frozenset({records[1].record_id})
+    assert len(receiver.requests_to("ok")) == 4
+    statuses = [message_row(db, message_id)["status"] for message_id in ids]
+    assert statuses == ["delivered"] * 2 + ["in_flight"] * 2 + ["pending"] * 2
+
+
 def test_waves_of_quick_answers_are_recorded_together_up_to_the_record_rows(
     db: Database, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Two requests at a time, four answers a statement: waves of 2, 2 | 2.
-    pipeline = make_pipeline(
-        db,
-        lease_s=LEASE_S,
-        deliveries_per_message=2,
-        sender_concurrency=2,
-        sender_record_rows=4,
-    )
+    pipeline = _waves_of_two(db, record_rows=4)
     ids, records = _six_rows_in_three_messages(db, pipeline, receiver.url("ok"))
     sender = pipeline.sender
     calls = _counting_records(monkeypatch, sender)
@@ -849,14 +840,7 @@ def test_a_wave_that_finds_a_slow_endpoint_is_recorded_at_once(
 ) -> None:
     # Every answer is slower than the slow lane's threshold: no quick answer waits behind a slow
     # wave for the record rows to fill, so each wave is its own statement.
-    pipeline = make_pipeline(
-        db,
-        lease_s=LEASE_S,
-        deliveries_per_message=2,
-        sender_concurrency=2,
-        sender_record_rows=100,
-        slow_lane_threshold_ms=50,
-    )
+    pipeline = _waves_of_two(db, record_rows=100, slow_lane_threshold_ms=50)
     ids, records = _six_rows_in_three_messages(db, pipeline, receiver.url("slow/120"))
     sender = pipeline.sender
     calls = _counting_records(monkeypatch, sender)
@@ -872,22 +856,11 @@ def test_the_database_lost_before_a_joint_record_returns_every_unwritten_answer_
     db: Database, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Waves of two, recorded four at a time: the first statement carries two messages' rows.
-    pipeline = make_pipeline(
-        db,
-        lease_s=LEASE_S,
-        deliveries_per_message=2,
-        sender_concurrency=2,
-        sender_record_rows=4,
-    )
+    pipeline = _waves_of_two(db, record_rows=4)
     ids, records = _six_rows_in_three_messages(db, pipeline, receiver.url("ok"))
     sender = pipeline.sender
-    calls: list[int] = []
+    calls = _counting_records(monkeypatch, sender, lost_at=1)
 
-    def lost(decisions):  # type: ignore[no-untyped-def]
-        calls.append(len(decisions))
-        raise psycopg2.OperationalError("server closed the connection unexpectedly")
-
-    monkeypatch.setattr(sender, "_record_together", lost)
     report = sender.process(records)
 
     # Both messages whose answers were unwritten come back from SQS (sent once, leases kept);
@@ -903,13 +876,7 @@ def test_the_database_lost_before_a_joint_record_returns_every_unwritten_answer_
 def test_running_out_of_time_mid_batch_records_what_was_sent_and_returns_the_rest(
     db: Database, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pipeline = make_pipeline(
-        db,
-        lease_s=LEASE_S,
-        deliveries_per_message=2,
-        sender_concurrency=2,
-        sender_record_rows=100,
-    )
+    pipeline = _waves_of_two(db, record_rows=100)
     ids, records = _six_rows_in_three_messages(db, pipeline, receiver.url("ok"))
     sender = pipeline.sender
     calls = _counting_records(monkeypatch, sender)

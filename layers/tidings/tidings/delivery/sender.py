@@ -212,10 +212,12 @@ class Sender:
         for index, wave in enumerate(waves):
             wave_unsendable = unsendable if index == 0 else []
             budget_s = self._send_budget_s(remaining_ms)
-            unsent = [*(job for later in waves[index:] for job in later), *wave_unsendable]
-            if self._out_of_time(unsent, budget_s):
-                # What was sent is recorded first; the rest was never sent.
+            if budget_s is not None and budget_s < MIN_SEND_BUDGET_S:
+                # Too little of the invocation left to send: what was sent is recorded first,
+                # and the rest, never sent, returns to the database.
                 settled, _ = self._settle(unrecorded)
+                unsent = [*(job for later in waves[index:] for job in later), *wave_unsendable]
+                _log_out_of_time(unsent, budget_s)
                 return self._returned(_combined(report, settled), unsent)
             decisions, slow = self._send_and_decide(wave, wave_unsendable, keys, budget_s)
             unrecorded.extend(decisions)
@@ -320,20 +322,6 @@ class Sender:
                 extra={"reason": str(exc) if isinstance(exc, KeyUnavailable) else "database"},
             )
             return None
-
-    def _out_of_time(self, jobs: Sequence[Job], budget_s: float | None) -> bool:
-        """Whether the invocation has too little time left to send the rows (they then return
-        to the database, due at once)."""
-        if budget_s is not None and budget_s < MIN_SEND_BUDGET_S:
-            logger.warning(
-                "too little of the invocation left to send; the rows return to the database",
-                extra={
-                    "message_ids": sorted(job.row.message_id for job in jobs),
-                    "send_budget_s": round(budget_s, 3),
-                },
-            )
-            return True
-        return False
 
     def _send_budget_s(self, remaining_ms: Callable[[], int] | None) -> float | None:
         """Seconds the requests may take, or None when the invocation has no deadline."""
@@ -570,6 +558,16 @@ def _retry_message(key: str, decision: Decision) -> OutgoingMessage:
             decision.attempt.job.payload,
         ).to_body(),
         delay_s=min(MAX_DELAY_S, math.ceil(decision.step.delay_s)),
+    )
+
+
+def _log_out_of_time(jobs: Sequence[Job], budget_s: float) -> None:
+    logger.warning(
+        "too little of the invocation left to send; the rows return to the database",
+        extra={
+            "message_ids": sorted(job.row.message_id for job in jobs),
+            "send_budget_s": round(budget_s, 3),
+        },
     )
 
 
