@@ -152,11 +152,13 @@ CREATE TABLE tidings.endpoint_health (
     percentile_below integer[],
     percentile_at integer[],
     slow_until timestamp with time zone,
+    quick_answers integer DEFAULT 0 NOT NULL,
     CONSTRAINT endpoint_health_check CHECK (((state <> 'open'::tidings.circuit_state) OR (opened_at IS NOT NULL))),
     CONSTRAINT endpoint_health_cooldown_s_check CHECK ((cooldown_s > (0)::double precision)),
     CONSTRAINT endpoint_health_endpoint_id_fkey FOREIGN KEY (endpoint_id) REFERENCES tidings.endpoints(id) ON DELETE CASCADE,
     CONSTRAINT endpoint_health_failure_threshold_check CHECK ((failure_threshold > 0)),
-    CONSTRAINT endpoint_health_pkey PRIMARY KEY (endpoint_id)
+    CONSTRAINT endpoint_health_pkey PRIMARY KEY (endpoint_id),
+    CONSTRAINT endpoint_health_quick_answers_check CHECK ((quick_answers >= 0))
 );
 
 CREATE TABLE tidings.endpoint_secrets (
@@ -1873,6 +1875,32 @@ AS $function$
     SELECT pg_catalog.to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $function$;
 
+CREATE OR REPLACE FUNCTION tidings.mark_quick_v1(p_endpoint_ids bigint[], p_release_after integer)
+ RETURNS integer
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH due AS (
+        SELECT h.endpoint_id
+        FROM tidings.endpoint_health h
+        WHERE h.endpoint_id = ANY (p_endpoint_ids) AND h.slow_until > now()
+        ORDER BY h.endpoint_id
+        FOR NO KEY UPDATE
+    ),
+    counted AS (
+        UPDATE tidings.endpoint_health h
+        SET quick_answers = CASE WHEN h.quick_answers + 1 >= p_release_after THEN 0
+                                 ELSE h.quick_answers + 1 END,
+            slow_until = CASE WHEN h.quick_answers + 1 >= p_release_after THEN NULL
+                              ELSE h.slow_until END
+        FROM due
+        WHERE h.endpoint_id = due.endpoint_id
+        RETURNING h.slow_until IS NULL AS released
+    )
+    SELECT count(*) FILTER (WHERE released)::integer FROM counted
+$function$;
+
 CREATE OR REPLACE FUNCTION tidings.mark_slow_v1(p_endpoint_ids bigint[], p_hold_s double precision)
  RETURNS integer
  LANGUAGE sql
@@ -1884,13 +1912,15 @@ AS $function$
         FROM tidings.endpoint_health h
         WHERE h.endpoint_id = ANY (p_endpoint_ids)
           AND (h.slow_until IS NULL
-               OR h.slow_until < now() + p_hold_s / 2 * interval '1 second')
+               OR h.slow_until < now() + p_hold_s / 2 * interval '1 second'
+               OR h.quick_answers > 0)
         ORDER BY h.endpoint_id
         FOR NO KEY UPDATE
     ),
     marked AS (
         UPDATE tidings.endpoint_health h
-        SET slow_until = now() + p_hold_s * interval '1 second'
+        SET slow_until = now() + p_hold_s * interval '1 second',
+            quick_answers = 0
         FROM due
         WHERE h.endpoint_id = due.endpoint_id
         RETURNING 1
@@ -3159,6 +3189,7 @@ GRANT EXECUTE ON FUNCTION tidings.keep_live_attempts(partition text, after_id bi
 GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) TO tidings_health_monitor;
 GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) TO tidings_ingest;
 GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) TO tidings_operator;
+GRANT EXECUTE ON FUNCTION tidings.mark_quick_v1(p_endpoint_ids bigint[], p_release_after integer) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.mark_slow_v1(p_endpoint_ids bigint[], p_hold_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.oldest_attempt_partition(cutoff timestamp with time zone) TO tidings_pruner;
 GRANT EXECUTE ON FUNCTION tidings.oldest_tally_partition(cutoff timestamp with time zone) TO tidings_pruner;

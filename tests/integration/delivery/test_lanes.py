@@ -378,3 +378,135 @@ def test_an_untried_endpoint_is_sent_in_the_slow_lane_and_its_first_answer_decid
         rows = claim(cur, 10, untried_max_in_flight=1, slow_max_in_flight=10)
     assert len(rows) == 2
     assert {lane_of(slow=r.slow, untried=r.untried).value for r in rows} == {lane_after}
+
+
+def slow_state(cur: Any, endpoint_id: int) -> tuple[bool, int]:
+    """Whether the endpoint is marked slow now, and the quick answers counted against the mark."""
+    cur.execute(
+        "SELECT coalesce(slow_until > now(), false), quick_answers"
+        " FROM tidings.endpoint_health WHERE endpoint_id = %s",
+        (endpoint_id,),
+    )
+    marked, quick = cur.fetchone()
+    return bool(marked), int(quick)
+
+
+def test_quick_answers_in_a_row_end_a_slow_mark_and_a_slow_one_starts_the_count_again(
+    db: Database,
+) -> None:
+    with db.cursor() as cur:
+        endpoint = slow_endpoint(cur)
+        seed_messages(cur, endpoint, 2)
+        assert delivery.mark_quick(cur, [endpoint, endpoint], release_after=3) == 0
+        assert delivery.mark_quick(cur, [endpoint], release_after=3) == 0
+        assert slow_state(cur, endpoint) == (True, 2)
+        # Marked for more than half the hold, but with quick answers counted: the slow answer
+        # is written, and the count starts again.
+        assert delivery.mark_slow(cur, [endpoint], hold_s=600) == 1
+        assert slow_state(cur, endpoint) == (True, 0)
+        assert delivery.mark_quick(cur, [endpoint], release_after=3) == 0
+        assert delivery.mark_quick(cur, [endpoint], release_after=3) == 0
+        assert [r.slow for r in claim(cur, 1)] == [True]
+        assert delivery.mark_quick(cur, [endpoint], release_after=3) == 1
+        assert slow_state(cur, endpoint) == (False, 0)
+        assert [r.slow for r in claim(cur, 1)] == [False]
+
+
+def test_quick_answers_of_an_endpoint_not_marked_slow_write_nothing(db: Database) -> None:
+    """An untried endpoint's rows travel the slow lane too; an expired mark is no mark."""
+    with db.cursor() as cur:
+        untried = make_endpoint(cur)
+        expired = slow_endpoint(cur)
+        cur.execute(
+            "UPDATE tidings.endpoint_health SET slow_until = now() - interval '1 second'"
+            " WHERE endpoint_id = %s",
+            (expired,),
+        )
+        assert delivery.mark_quick(cur, [untried, expired], release_after=1) == 0
+        assert slow_state(cur, untried) == (False, 0)
+        assert slow_state(cur, expired) == (False, 0)
+
+
+def test_concurrent_quick_answers_are_each_counted_and_end_the_mark_once(
+    database_url: str, db: Database
+) -> None:
+    """Eight slow-lane senders, on their own connections, count an answer each at once: every
+    answer counts (none is lost to a race), and exactly one of them ends the mark."""
+    with db.cursor() as cur:
+        endpoint = slow_endpoint(cur)
+    start = threading.Barrier(8)
+    ended: list[int] = []
+    errors: list[BaseException] = []
+
+    def answer_quickly() -> None:
+        conn = psycopg2.connect(database_url)
+        try:
+            start.wait()
+            with conn, conn.cursor() as cur:
+                ended.append(delivery.mark_quick(cur, [endpoint], release_after=8))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=answer_quickly) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors, errors
+    assert sorted(ended) == [0] * 7 + [1]
+    with db.cursor() as cur:
+        assert slow_state(cur, endpoint) == (False, 0)
+
+
+def test_a_slow_endpoint_that_answers_quickly_in_the_slow_lane_returns_to_the_fast_lane(
+    db: Database, receiver: Receiver
+) -> None:
+    """One slow answer put it in the slow lane for ten minutes; its quick answers there, as many
+    in a row as the setting asks, bring its next rows back to the fast lane's batches."""
+    with db.cursor() as cur:
+        endpoint = slow_endpoint(cur, receiver.url("ok"))
+        seed_messages(cur, endpoint, 3)
+    pipeline = make_pipeline(
+        db, slow_lane_threshold_ms=1000, slow_lane_max_in_flight=10, slow_lane_release_answers=3
+    )
+    slow_queue = RecordingQueue()
+    claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
+    assert claimer.claim_once().sent == 3
+    assert pipeline.queue.sent == []
+    marks = []
+    for record in slow_queue.receive():
+        # The slow lane's senders take one message at a time.
+        report = pipeline.sender.process([QueueRecord(record.message_id, record.body)])
+        assert report.delivered == 1
+        with db.cursor() as cur:
+            marks.append(slow_state(cur, endpoint))
+    assert marks == [(True, 1), (True, 2), (False, 0)]
+    with db.cursor() as cur:
+        seed_messages(cur, endpoint, 2)
+    slow_before = len(slow_queue.sent)
+    assert claimer.claim_once().sent == 2
+    assert len(slow_queue.sent) == slow_before
+    # The fast lane's packing: one queue message carries both rows.
+    assert len(pipeline.queue.sent) == 1
+    assert [e.slow for e in envelopes(pipeline.queue.sent)] == [False, False]
+
+
+def test_a_slow_answer_in_the_slow_lane_keeps_the_endpoint_there(
+    db: Database, receiver: Receiver
+) -> None:
+    with db.cursor() as cur:
+        endpoint = slow_endpoint(cur, receiver.url("slow/300"))
+        seed_messages(cur, endpoint, 2)
+    pipeline = make_pipeline(
+        db, slow_lane_threshold_ms=500, slow_lane_max_in_flight=10, slow_lane_release_answers=1
+    )
+    slow_queue = RecordingQueue()
+    claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
+    assert claimer.claim_once().sent == 2
+    for record in slow_queue.receive():
+        # 300 ms: under the threshold, but not under half of it: not quick enough to leave.
+        assert pipeline.sender.process([QueueRecord(record.message_id, record.body)]).delivered
+    with db.cursor() as cur:
+        assert slow_state(cur, endpoint) == (True, 0)

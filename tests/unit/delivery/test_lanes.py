@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings.delivery.envelope import DeliveryEnvelope, MalformedEnvelope
-from tidings.delivery.lanes import Lane, Timing, in_flight_cap, lane_of, slow_endpoints
+from tidings.delivery.lanes import (
+    Lane,
+    Timing,
+    in_flight_cap,
+    lane_of,
+    quick_endpoints,
+    slow_endpoints,
+)
 from tidings.delivery.retry_policy import AttemptError
 
 
@@ -44,6 +51,42 @@ def test_slow_endpoints_are_exactly_those_with_a_slow_or_timed_out_attempt(
     for endpoint in {t.endpoint_id for t in timings}:
         own = [t for t in timings if t.endpoint_id == endpoint]
         expected = any(t.elapsed_ms >= threshold_ms or t.error is AttemptError.TIMEOUT for t in own)
+        assert (endpoint in found) == expected
+
+
+def test_a_quick_answer_is_one_under_half_the_threshold_and_any_other_attempt_spoils_it() -> None:
+    timings = [
+        Timing(1, 499, None),
+        Timing(2, 500, None),  # not quick: half the threshold exactly
+        Timing(3, 10, None),
+        Timing(3, 20, AttemptError.CONNECTION_RESET),  # no answer: says nothing of speed
+        Timing(4, 5, AttemptError.INTERNAL),  # not sent at all
+        Timing(5, 0, None),
+        Timing(5, 30, None),
+    ]
+    assert quick_endpoints(timings, 1000) == [1, 5]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 5),
+            st.integers(0, 20_000),
+            st.sampled_from([None, *AttemptError]),
+        )
+    ),
+    st.integers(1, 20_000),
+)
+def test_quick_endpoints_answered_every_attempt_in_under_half_the_threshold_and_are_never_slow(
+    raw: list[tuple[int, int, AttemptError | None]], threshold_ms: int
+) -> None:
+    timings = [Timing(*t) for t in raw]
+    found = quick_endpoints(timings, threshold_ms)
+    assert found == sorted(set(found))
+    assert not set(found) & set(slow_endpoints(timings, threshold_ms))
+    for endpoint in {t.endpoint_id for t in timings}:
+        own = [t for t in timings if t.endpoint_id == endpoint]
+        expected = all(t.error is None and t.elapsed_ms < threshold_ms / 2 for t in own)
         assert (endpoint in found) == expected
 
 

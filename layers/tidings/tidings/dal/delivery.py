@@ -245,6 +245,19 @@ def mark_slow(cur: Cursor, endpoint_ids: Sequence[int], *, hold_s: float) -> int
     return int(row[0]) if row else 0
 
 
+def mark_quick(cur: Cursor, endpoint_ids: Sequence[int], *, release_after: int) -> int:
+    """Count a quick answer in the slow lane for each endpoint still marked slow (a slow mark
+    starts the count again); the one that makes ``release_after`` in a row takes the endpoint
+    out of the slow lane. Returns how many endpoints left it."""
+    if not endpoint_ids:
+        return 0
+    cur.execute(
+        sql("mark_quick"), {"ids": sorted(set(endpoint_ids)), "release_after": release_after}
+    )
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
 def release_leases(cur: Cursor, leases: Sequence[Lease], *, delay_s: float = 0) -> list[int]:
     """Give rows back without an attempt, due after ``delay_s``; returns the ids released."""
     if not leases:

@@ -6,7 +6,9 @@ puts a slow endpoint's rows in the slow lane: a queue of its own whose senders t
 at a time, under a concurrency of their own, with a cap on each endpoint's rows in flight. An
 endpoint that has never answered ("untried") travels there too, one row at a time, until its
 first answer tells its speed: nothing of unknown speed shares a batch. Everything else shares the
-fast lane's batches.
+fast lane's batches. A slow endpoint leaves the slow lane when its mark ends, or sooner, after
+enough quick answers in a row there (``quick_endpoints``, ``mark_quick``): one slow answer must
+not hold a quick receiver to the slow lane's pace for the whole hold.
 """
 
 from __future__ import annotations
@@ -60,3 +62,15 @@ def slow_endpoints(timings: Iterable[Timing], threshold_ms: int) -> list[int]:
             if t.error is AttemptError.TIMEOUT or t.elapsed_ms >= threshold_ms
         }
     )
+
+
+def quick_endpoints(timings: Iterable[Timing], threshold_ms: int) -> list[int]:
+    """The endpoints (sorted, once each) all of whose attempts got an answer in under half of
+    ``threshold_ms``: what counts towards leaving the slow lane. Half, not all of it, so that
+    an endpoint answering about the threshold stays in one lane instead of moving at every
+    answer; an attempt without an answer (refused, reset, timed out) says nothing of speed."""
+    timings = list(timings)
+    unanswered_or_slower = {
+        t.endpoint_id for t in timings if t.error is not None or 2 * t.elapsed_ms >= threshold_ms
+    }
+    return sorted({t.endpoint_id for t in timings} - unanswered_or_slower)

@@ -30,7 +30,7 @@ import psycopg2
 from aws_lambda_powertools.metrics import MetricUnit
 
 from tidings.dal import delivery
-from tidings.dal.connection import Database
+from tidings.dal.connection import Cursor, Database
 from tidings.delivery import fifo, retry_schedule
 from tidings.delivery.attempt import (
     Attempt,
@@ -50,7 +50,7 @@ from tidings.delivery.envelope import (
     send_envelopes,
 )
 from tidings.delivery.http_transport import HttpTransport
-from tidings.delivery.lanes import Timing, slow_endpoints
+from tidings.delivery.lanes import Timing, quick_endpoints, slow_endpoints
 from tidings.delivery.retry_policy import NextAction
 from tidings.delivery.sending import NOT_SENT, PartSender, log_internal_error
 from tidings.observability import logger, metrics
@@ -116,6 +116,8 @@ class SenderSettings(RetrySettings, retry_schedule.ScheduleSettings, Protocol):
     def slow_lane_threshold_ms(self) -> int: ...
     @property
     def slow_lane_hold_s(self) -> float: ...
+    @property
+    def slow_lane_release_answers(self) -> int: ...
     @property
     def lease_queue_allowance_s(self) -> float: ...
     @property
@@ -257,7 +259,7 @@ class Sender:
         # Before deciding and recording: a recorded answer takes an untried endpoint out of its
         # cap, and must not leave it out of the slow lane when that answer was slow; and an
         # endpoint found slow has its retries pass the claim.
-        slow = self._mark_slow(attempts)
+        slow = self._mark_lanes(attempts)
         now = datetime.now(UTC)
         return [self._decide(attempt, now, slow=slow) for attempt in attempts], slow
 
@@ -291,22 +293,41 @@ class Sender:
             ),
         ), True
 
-    def _mark_slow(self, attempts: Sequence[Attempt]) -> set[int]:
-        """Put the endpoints of slow (or timed-out) attempts in the slow lane; returns them.
-        Nothing is written for quick attempts; a failure here costs the lane, never the
-        outcomes."""
-        slow = slow_endpoints(
-            (Timing(a.job.row.endpoint_id, a.result.elapsed_ms, a.result.error) for a in attempts),
-            self.settings.slow_lane_threshold_ms,
-        )
-        if not slow:
-            return set()
-        try:
-            self.db.run(
-                lambda cur: delivery.mark_slow(cur, slow, hold_s=self.settings.slow_lane_hold_s)
+    def _mark_lanes(self, attempts: Sequence[Attempt]) -> set[int]:
+        """Put the endpoints of slow (or timed-out) attempts in the slow lane, and count the
+        quick answers of the attempts that travelled it (enough in a row take their endpoint
+        out); returns the endpoints found slow. Nothing is written for a wave of quick attempts
+        in the fast lane; a failure here costs the lane, never the outcomes."""
+        threshold_ms = self.settings.slow_lane_threshold_ms
+        timings = [
+            (
+                a.job.envelope.slow,
+                Timing(a.job.row.endpoint_id, a.result.elapsed_ms, a.result.error),
             )
+            for a in attempts
+        ]
+        slow = slow_endpoints((timing for _, timing in timings), threshold_ms)
+        quick = [
+            endpoint_id
+            for endpoint_id in quick_endpoints(
+                (timing for in_slow_lane, timing in timings if in_slow_lane), threshold_ms
+            )
+            if endpoint_id not in slow
+        ]
+        if not (slow or quick):
+            return set()
+
+        def mark(cur: Cursor) -> None:
+            delivery.mark_slow(cur, slow, hold_s=self.settings.slow_lane_hold_s)
+            delivery.mark_quick(cur, quick, release_after=self.settings.slow_lane_release_answers)
+
+        try:
+            self.db.run(mark)
         except _UNAVAILABLE:
-            logger.exception("could not mark slow endpoints", extra={"endpoint_ids": slow})
+            logger.exception(
+                "could not mark the lanes of endpoints",
+                extra={"slow_endpoint_ids": slow, "quick_endpoint_ids": quick},
+            )
         return set(slow)
 
     def _data_keys(self, jobs: Sequence[Job]) -> Mapping[int, DataKey] | None:

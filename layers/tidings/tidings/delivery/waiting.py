@@ -61,7 +61,8 @@ class WaitFacts:
     rate_limit_per_s: float | None
     now: datetime
     # The endpoint's speed lane (lanes.py): slow while an attempt of the last hold was slow
-    # (until slow_until). Untried: it has never answered (one row at a time until it does).
+    # (until slow_until, or enough quick answers in a row there). Untried: it has never
+    # answered (one row at a time until it does).
     slow_lane: bool = False
     slow_until: datetime | None = None
     untried: bool = False
@@ -69,10 +70,11 @@ class WaitFacts:
     # (counted up to the cap at least).
     max_in_flight: int | None = None
     in_flight: int = 0
-    # The deployment's slow lane: its cap on an endpoint's rows in flight, and what makes an
-    # attempt slow.
+    # The deployment's slow lane: its cap on an endpoint's rows in flight, what makes an
+    # attempt slow, and the quick answers in a row that take an endpoint out.
     slow_lane_max_in_flight: int = 10
     slow_lane_threshold_ms: int = 1000
+    slow_lane_release_answers: int = 10
     untried_max_in_flight: int = 1
     # The FIFO line the message is in, on an endpoint whose ordering is fifo (None: none).
     line: LineFacts | None = None
@@ -287,7 +289,11 @@ def _why_slow(f: WaitFacts) -> str:
     if f.slow_until is None:
         return "it has not answered yet"
     threshold = f"{f.slow_lane_threshold_ms / 1000:g} s"
-    return f"answers took ≥ {threshold} or timed out; until {_at(f.slow_until)}"
+    quick = f"{f.slow_lane_threshold_ms / 2000:g} s"
+    return (
+        f"answers took ≥ {threshold} or timed out; until {_at(f.slow_until)}, or sooner after "
+        f"{f.slow_lane_release_answers} answers in a row under {quick}"
+    )
 
 
 def _at(moment: datetime) -> str:

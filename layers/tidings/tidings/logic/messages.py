@@ -139,6 +139,7 @@ def get_message(
             in_flight=row.pop("in_flight"),
             slow_lane_max_in_flight=cfg.slow_lane_max_in_flight,
             slow_lane_threshold_ms=cfg.slow_lane_threshold_ms,
+            slow_lane_release_answers=cfg.slow_lane_release_answers,
             untried_max_in_flight=cfg.untried_max_in_flight,
             line=line,
             message_id=row["id"],

@@ -15,6 +15,11 @@ SELECT * FROM tidings.claim_due_v2(%(batch_size)s, %(lease_s)s, %(probe_lease_s)
 -- (tidings.mark_slow_v1); returns how many health rows it wrote.
 SELECT tidings.mark_slow_v1(%(ids)s::bigint[], %(hold_s)s);
 
+-- name: mark_quick
+-- Counts a quick answer in the slow lane for each endpoint still marked slow; the one that makes
+-- release_after in a row ends its mark (tidings.mark_quick_v1); returns how many marks ended.
+SELECT tidings.mark_quick_v1(%(ids)s::bigint[], %(release_after)s);
+
 -- name: release_leases
 -- Gives leased rows back without an attempt, due again after delay_s, where the lease token still
 -- holds them (tidings.release_leases_v1); returns the ids released.
