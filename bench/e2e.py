@@ -34,7 +34,7 @@ import os
 import tempfile
 import time
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +169,10 @@ class Timed:
     per_s: float
     start_cpu_s: float | None = None
     probe_pg_cpu_s: float | None = None
+    # What explains a slow run: the endpoints the speed lanes held slow at its end, and the
+    # slowest answer any delivery recorded (an answer of a second or more puts its endpoint in
+    # the slow lane, where its messages travel one to an invocation).
+    lanes: dict[str, int] = field(default_factory=dict)
 
 
 def backend_cpu_s(db: Database) -> float | None:
@@ -213,6 +217,7 @@ def measured(
     figures = cpu_per_delivery(side, before, after, pg_s, events)
     if figures and timed.start_cpu_s is not None:
         figures[f"{side}_start_cpu_ms"] = round(1000 * timed.start_cpu_s / events, 3)
+    figures |= {f"{side}_{name}": value for name, value in timed.lanes.items()}
     # Write-ahead log per delivery: what the database's storage (and a replica) must absorb.
     figures[f"{side}_pg_wal_bytes"] = round(wal_since(url, wal_before) / events)
     return timed.per_s, figures
@@ -304,11 +309,23 @@ def run_e2e(url: str, events: int, senders: int, sender_processes: bool, timeout
         stop.set()
         runtime.join(120)
     done = delivered(db)
+    lanes = lane_figures(db)
     db.close()
     if done != events:
         raise RuntimeError(f"e2e: {done} of {events} delivered")
     probe_s = None if probe_before is None or probe_after is None else probe_after - probe_before
-    return Timed(events / elapsed, start_cpu_s, probe_s)
+    return Timed(events / elapsed, start_cpu_s, probe_s, lanes)
+
+
+def lane_figures(db: Database) -> dict[str, int]:
+    """The endpoints marked slow at the end of a run, and its slowest recorded answer (ms)."""
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT (SELECT count(*) FROM tidings.endpoint_health WHERE slow_until IS NOT NULL),"
+            " (SELECT coalesce(max(last_response_ms), 0) FROM tidings.message_rows)"
+        )
+        marked, slowest = cur.fetchone()
+    return {"endpoints_marked_slow": int(marked), "slowest_answer_ms": int(slowest)}
 
 
 def baseline_worker(url: str) -> None:
