@@ -153,6 +153,7 @@ CREATE TABLE tidings.endpoint_health (
     percentile_at integer[],
     slow_until timestamp with time zone,
     quick_answers integer DEFAULT 0 NOT NULL,
+    left_slow_lane_at timestamp with time zone,
     CONSTRAINT endpoint_health_check CHECK (((state <> 'open'::tidings.circuit_state) OR (opened_at IS NOT NULL))),
     CONSTRAINT endpoint_health_cooldown_s_check CHECK ((cooldown_s > (0)::double precision)),
     CONSTRAINT endpoint_health_endpoint_id_fkey FOREIGN KEY (endpoint_id) REFERENCES tidings.endpoints(id) ON DELETE CASCADE,
@@ -1875,13 +1876,13 @@ AS $function$
     SELECT pg_catalog.to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $function$;
 
-CREATE OR REPLACE FUNCTION tidings.mark_quick_v1(p_endpoint_ids bigint[], p_release_after integer)
+CREATE OR REPLACE FUNCTION tidings.mark_quick_v1(p_endpoint_ids bigint[], p_release_after integer, p_hold_s double precision)
  RETURNS integer
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    WITH due AS (
+    WITH locked AS (
         SELECT h.endpoint_id
         FROM tidings.endpoint_health h
         WHERE h.endpoint_id = ANY (p_endpoint_ids) AND h.slow_until > now()
@@ -1893,9 +1894,15 @@ AS $function$
         SET quick_answers = CASE WHEN h.quick_answers + 1 >= p_release_after THEN 0
                                  ELSE h.quick_answers + 1 END,
             slow_until = CASE WHEN h.quick_answers + 1 >= p_release_after THEN NULL
-                              ELSE h.slow_until END
-        FROM due
-        WHERE h.endpoint_id = due.endpoint_id
+                              ELSE h.slow_until END,
+            left_slow_lane_at = CASE WHEN h.quick_answers + 1 >= p_release_after THEN now()
+                                     ELSE h.left_slow_lane_at END
+        FROM locked
+        WHERE h.endpoint_id = locked.endpoint_id
+          -- Tested again on the newest version (a release may have come in between).
+          AND h.slow_until > now()
+          AND (h.left_slow_lane_at IS NULL
+               OR h.left_slow_lane_at <= now() - p_hold_s * interval '1 second')
         RETURNING h.slow_until IS NULL AS released
     )
     SELECT count(*) FILTER (WHERE released)::integer FROM counted
@@ -1907,13 +1914,13 @@ CREATE OR REPLACE FUNCTION tidings.mark_slow_v1(p_endpoint_ids bigint[], p_hold_
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    WITH due AS (
-        SELECT h.endpoint_id
+    WITH locked AS (
+        SELECT h.endpoint_id,
+               h.slow_until IS NULL
+               OR h.slow_until < now() + p_hold_s / 2 * interval '1 second'
+               OR h.quick_answers > 0 AS due
         FROM tidings.endpoint_health h
         WHERE h.endpoint_id = ANY (p_endpoint_ids)
-          AND (h.slow_until IS NULL
-               OR h.slow_until < now() + p_hold_s / 2 * interval '1 second'
-               OR h.quick_answers > 0)
         ORDER BY h.endpoint_id
         FOR NO KEY UPDATE
     ),
@@ -1921,8 +1928,8 @@ AS $function$
         UPDATE tidings.endpoint_health h
         SET slow_until = now() + p_hold_s * interval '1 second',
             quick_answers = 0
-        FROM due
-        WHERE h.endpoint_id = due.endpoint_id
+        FROM locked
+        WHERE h.endpoint_id = locked.endpoint_id AND locked.due
         RETURNING 1
     )
     SELECT count(*)::integer FROM marked
@@ -3189,7 +3196,7 @@ GRANT EXECUTE ON FUNCTION tidings.keep_live_attempts(partition text, after_id bi
 GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) TO tidings_health_monitor;
 GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) TO tidings_ingest;
 GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) TO tidings_operator;
-GRANT EXECUTE ON FUNCTION tidings.mark_quick_v1(p_endpoint_ids bigint[], p_release_after integer) TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.mark_quick_v1(p_endpoint_ids bigint[], p_release_after integer, p_hold_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.mark_slow_v1(p_endpoint_ids bigint[], p_hold_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.oldest_attempt_partition(cutoff timestamp with time zone) TO tidings_pruner;
 GRANT EXECUTE ON FUNCTION tidings.oldest_tally_partition(cutoff timestamp with time zone) TO tidings_pruner;

@@ -24,6 +24,9 @@ ENV_PREFIX = "TIDINGS_"
 
 # The most deliveries one delivery-queue message may carry (deliveries_per_message).
 MAX_DELIVERIES_PER_MESSAGE = 100
+# The most quick answers in a row the slow lane may ask for before it lets an endpoint go
+# (slow_lane_release_answers): more would be the whole hold at the slow lane's pace.
+MAX_SLOW_LANE_RELEASE_ANSWERS = 1000
 
 # The waits between attempts of a message whose endpoint has no schedule of its own: 5 s, 5 min,
 # 30 min, 2 h, 5 h, 10 h, 10 h (Svix's default). Eight attempts over 27.6 hours (99,305 s): the
@@ -310,6 +313,11 @@ class Settings:
             )
         if not 0 <= self.sqs_max_delay_s <= 900:
             raise ConfigError(f"{_env_name('sqs_max_delay_s')} must be within 0..900 (SQS limit)")
+        if not 1 <= self.slow_lane_release_answers <= MAX_SLOW_LANE_RELEASE_ANSWERS:
+            raise ConfigError(
+                f"{_env_name('slow_lane_release_answers')} must be within "
+                f"1..{MAX_SLOW_LANE_RELEASE_ANSWERS}, got {self.slow_lane_release_answers}"
+            )
 
     def validate(self) -> None:
         positive = (
@@ -317,7 +325,6 @@ class Settings:
             "claim_max_in_flight",
             "slow_lane_threshold_ms",
             "slow_lane_hold_s",
-            "slow_lane_release_answers",
             "slow_lane_max_in_flight",
             "untried_max_in_flight",
             "lease_s",

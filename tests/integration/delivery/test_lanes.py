@@ -397,17 +397,17 @@ def test_quick_answers_in_a_row_end_a_slow_mark_and_a_slow_one_starts_the_count_
     with db.cursor() as cur:
         endpoint = slow_endpoint(cur)
         seed_messages(cur, endpoint, 2)
-        assert delivery.mark_quick(cur, [endpoint, endpoint], release_after=3) == 0
-        assert delivery.mark_quick(cur, [endpoint], release_after=3) == 0
+        assert delivery.mark_quick(cur, [endpoint, endpoint], release_after=3, hold_s=600) == 0
+        assert delivery.mark_quick(cur, [endpoint], release_after=3, hold_s=600) == 0
         assert slow_state(cur, endpoint) == (True, 2)
         # Marked for more than half the hold, but with quick answers counted: the slow answer
         # is written, and the count starts again.
         assert delivery.mark_slow(cur, [endpoint], hold_s=600) == 1
         assert slow_state(cur, endpoint) == (True, 0)
-        assert delivery.mark_quick(cur, [endpoint], release_after=3) == 0
-        assert delivery.mark_quick(cur, [endpoint], release_after=3) == 0
+        assert delivery.mark_quick(cur, [endpoint], release_after=3, hold_s=600) == 0
+        assert delivery.mark_quick(cur, [endpoint], release_after=3, hold_s=600) == 0
         assert [r.slow for r in claim(cur, 1)] == [True]
-        assert delivery.mark_quick(cur, [endpoint], release_after=3) == 1
+        assert delivery.mark_quick(cur, [endpoint], release_after=3, hold_s=600) == 1
         assert slow_state(cur, endpoint) == (False, 0)
         assert [r.slow for r in claim(cur, 1)] == [False]
 
@@ -422,7 +422,7 @@ def test_quick_answers_of_an_endpoint_not_marked_slow_write_nothing(db: Database
             " WHERE endpoint_id = %s",
             (expired,),
         )
-        assert delivery.mark_quick(cur, [untried, expired], release_after=1) == 0
+        assert delivery.mark_quick(cur, [untried, expired], release_after=1, hold_s=600) == 0
         assert slow_state(cur, untried) == (False, 0)
         assert slow_state(cur, expired) == (False, 0)
 
@@ -443,7 +443,7 @@ def test_concurrent_quick_answers_are_each_counted_and_end_the_mark_once(
         try:
             start.wait()
             with conn, conn.cursor() as cur:
-                ended.append(delivery.mark_quick(cur, [endpoint], release_after=8))
+                ended.append(delivery.mark_quick(cur, [endpoint], release_after=8, hold_s=600))
         except BaseException as exc:  # reported below
             errors.append(exc)
         finally:
@@ -509,4 +509,110 @@ def test_a_slow_answer_in_the_slow_lane_keeps_the_endpoint_there(
         # 300 ms: under the threshold, but not under half of it: not quick enough to leave.
         assert pipeline.sender.process([QueueRecord(record.message_id, record.body)]).delivered
     with db.cursor() as cur:
+        assert slow_state(cur, endpoint) == (True, 0)
+
+
+def test_an_endpoint_leaves_the_slow_lane_early_once_a_hold(db: Database) -> None:
+    """Quick in the slow lane, slow again at the fast lane's pace: the second mark lasts its
+    whole hold, or the endpoint would hold fast batches back every few answers."""
+    with db.cursor() as cur:
+        endpoint = slow_endpoint(cur)
+        assert delivery.mark_quick(cur, [endpoint], release_after=1, hold_s=600) == 1
+        assert delivery.mark_slow(cur, [endpoint], hold_s=600) == 1
+        assert delivery.mark_quick(cur, [endpoint], release_after=1, hold_s=600) == 0
+        assert slow_state(cur, endpoint) == (True, 0)
+        # A hold after the early release, quick answers count again.
+        cur.execute(
+            "UPDATE tidings.endpoint_health"
+            " SET left_slow_lane_at = now() - interval '601 seconds' WHERE endpoint_id = %s",
+            (endpoint,),
+        )
+        assert delivery.mark_quick(cur, [endpoint], release_after=1, hold_s=600) == 1
+        assert slow_state(cur, endpoint) == (False, 0)
+
+
+def test_a_slow_answer_resets_a_quick_count_raised_after_its_statement_began(
+    database_url: str, db: Database
+) -> None:
+    """A slow-lane sender counts a quick answer in a transaction still open when another
+    sender marks the endpoint slow: the mark waits for it and starts the count again from what
+    it wrote, not from the count its own statement began with."""
+    with db.cursor() as cur:
+        endpoint = slow_endpoint(cur)
+    counting = psycopg2.connect(database_url)
+    marking = psycopg2.connect(database_url)
+    try:
+        with counting.cursor() as cur:
+            assert delivery.mark_quick(cur, [endpoint], release_after=10, hold_s=600) == 0
+        marked: list[int] = []
+
+        def mark_slow() -> None:
+            with marking, marking.cursor() as cur:
+                marked.append(delivery.mark_slow(cur, [endpoint], hold_s=600))
+
+        slow_answer = threading.Thread(target=mark_slow)
+        slow_answer.start()
+        slow_answer.join(0.5)
+        assert slow_answer.is_alive(), "the slow mark must wait for the count's lock"
+        counting.commit()
+        slow_answer.join(10)
+        assert marked == [1]
+    finally:
+        counting.close()
+        marking.close()
+    with db.cursor() as cur:
+        assert slow_state(cur, endpoint) == (True, 0)
+
+
+def test_quick_answers_in_the_fast_lane_do_not_count(db: Database, receiver: Receiver) -> None:
+    """Rows claimed into the fast lane before their endpoint was marked slow say nothing of
+    how it does at the slow lane's pace: only the slow lane's answers count."""
+    with db.cursor() as cur:
+        endpoint = make_endpoint(cur, receiver.url("ok"))
+        mark_answered(cur, endpoint)
+        seed_messages(cur, endpoint, 2)
+    pipeline = make_pipeline(db, slow_lane_threshold_ms=1000, slow_lane_release_answers=1)
+    assert pipeline.claimer.claim_once().sent == 2
+    with db.cursor() as cur:
+        delivery.mark_slow(cur, [endpoint], hold_s=600)
+    assert pipeline.deliver_queued().delivered == 2
+    with db.cursor() as cur:
+        assert slow_state(cur, endpoint) == (True, 0)
+
+
+def test_quick_refusals_in_the_slow_lane_do_not_count(db: Database, receiver: Receiver) -> None:
+    with db.cursor() as cur:
+        endpoint = slow_endpoint(cur, receiver.url("status/503"))
+        seed_messages(cur, endpoint, 1)
+    pipeline = make_pipeline(db, slow_lane_threshold_ms=1000, slow_lane_release_answers=1)
+    slow_queue = RecordingQueue()
+    claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
+    assert claimer.claim_once().sent == 1
+    [record] = slow_queue.receive()
+    assert pipeline.sender.process([QueueRecord(record.message_id, record.body)]).retried == 1
+    with db.cursor() as cur:
+        assert slow_state(cur, endpoint) == (True, 0)
+
+
+def test_a_failed_count_of_quick_answers_costs_the_lane_never_the_outcome(
+    db: Database, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with db.cursor() as cur:
+        endpoint = slow_endpoint(cur, receiver.url("ok"))
+        seed_messages(cur, endpoint, 1)
+
+    def refuse(*args: Any, **kwargs: Any) -> int:
+        raise psycopg2.errors.NumericValueOutOfRange("integer out of range")
+
+    monkeypatch.setattr(delivery, "mark_quick", refuse)
+    pipeline = make_pipeline(db, slow_lane_threshold_ms=1000, slow_lane_release_answers=1)
+    slow_queue = RecordingQueue()
+    claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
+    assert claimer.claim_once().sent == 1
+    [record] = slow_queue.receive()
+    report = pipeline.sender.process([QueueRecord(record.message_id, record.body)])
+    assert (report.delivered, report.failed_record_ids) == (1, frozenset())
+    with db.cursor() as cur:
+        cur.execute("SELECT status::text FROM tidings.messages WHERE endpoint_id = %s", (endpoint,))
+        assert cur.fetchall() == [("delivered",)]
         assert slow_state(cur, endpoint) == (True, 0)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidings.config import MAX_SLOW_LANE_RELEASE_ANSWERS, ConfigError, Settings
 from tidings.delivery.envelope import DeliveryEnvelope, MalformedEnvelope
 from tidings.delivery.lanes import (
     Lane,
@@ -54,15 +55,18 @@ def test_slow_endpoints_are_exactly_those_with_a_slow_or_timed_out_attempt(
         assert (endpoint in found) == expected
 
 
-def test_a_quick_answer_is_one_under_half_the_threshold_and_any_other_attempt_spoils_it() -> None:
+def test_a_quick_answer_is_accepted_in_under_half_the_threshold_and_nothing_else_is() -> None:
     timings = [
-        Timing(1, 499, None),
-        Timing(2, 500, None),  # not quick: half the threshold exactly
-        Timing(3, 10, None),
+        Timing(1, 499, None, 200),
+        Timing(2, 500, None, 204),  # not quick: half the threshold exactly
+        Timing(3, 10, None, 200),
         Timing(3, 20, AttemptError.CONNECTION_RESET),  # no answer: says nothing of speed
         Timing(4, 5, AttemptError.INTERNAL),  # not sent at all
-        Timing(5, 0, None),
-        Timing(5, 30, None),
+        Timing(5, 0, None, 200),
+        Timing(5, 30, None, 299),
+        Timing(6, 3, None, 503),  # shedding load at once is no sign of speed
+        Timing(7, 3, None, 429),
+        Timing(8, 3, None, 302),
     ]
     assert quick_endpoints(timings, 1000) == [1, 5]
 
@@ -73,12 +77,13 @@ def test_a_quick_answer_is_one_under_half_the_threshold_and_any_other_attempt_sp
             st.integers(1, 5),
             st.integers(0, 20_000),
             st.sampled_from([None, *AttemptError]),
+            st.sampled_from([None, 200, 201, 299, 301, 404, 429, 500, 503]),
         )
     ),
     st.integers(1, 20_000),
 )
-def test_quick_endpoints_answered_every_attempt_in_under_half_the_threshold_and_are_never_slow(
-    raw: list[tuple[int, int, AttemptError | None]], threshold_ms: int
+def test_quick_endpoints_had_every_attempt_accepted_in_under_half_the_threshold_and_none_slow(
+    raw: list[tuple[int, int, AttemptError | None, int | None]], threshold_ms: int
 ) -> None:
     timings = [Timing(*t) for t in raw]
     found = quick_endpoints(timings, threshold_ms)
@@ -86,8 +91,21 @@ def test_quick_endpoints_answered_every_attempt_in_under_half_the_threshold_and_
     assert not set(found) & set(slow_endpoints(timings, threshold_ms))
     for endpoint in {t.endpoint_id for t in timings}:
         own = [t for t in timings if t.endpoint_id == endpoint]
-        expected = all(t.error is None and t.elapsed_ms < threshold_ms / 2 for t in own)
+        expected = all(
+            t.error is None
+            and t.status_code is not None
+            and 200 <= t.status_code < 300
+            and t.elapsed_ms < threshold_ms / 2
+            for t in own
+        )
         assert (endpoint in found) == expected
+
+
+@pytest.mark.parametrize("value", [0, -1, MAX_SLOW_LANE_RELEASE_ANSWERS + 1, 2**31])
+def test_slow_lane_release_answers_outside_its_bounds_is_a_configuration_error(value: int) -> None:
+    refusal = r"TIDINGS_SLOW_LANE_RELEASE_ANSWERS must be within 1\.\.1000"
+    with pytest.raises(ConfigError, match=refusal):
+        Settings(slow_lane_release_answers=value).validate()
 
 
 def test_the_lane_travels_in_the_envelope_only_when_slow() -> None:

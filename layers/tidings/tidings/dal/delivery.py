@@ -245,14 +245,18 @@ def mark_slow(cur: Cursor, endpoint_ids: Sequence[int], *, hold_s: float) -> int
     return int(row[0]) if row else 0
 
 
-def mark_quick(cur: Cursor, endpoint_ids: Sequence[int], *, release_after: int) -> int:
+def mark_quick(
+    cur: Cursor, endpoint_ids: Sequence[int], *, release_after: int, hold_s: float
+) -> int:
     """Count a quick answer in the slow lane for each endpoint still marked slow (a slow mark
     starts the count again); the one that makes ``release_after`` in a row takes the endpoint
-    out of the slow lane. Returns how many endpoints left it."""
+    out of the slow lane, unless it left early within the last ``hold_s`` already (then it stays
+    for its whole mark). Returns how many endpoints left it."""
     if not endpoint_ids:
         return 0
     cur.execute(
-        sql("mark_quick"), {"ids": sorted(set(endpoint_ids)), "release_after": release_after}
+        sql("mark_quick"),
+        {"ids": sorted(set(endpoint_ids)), "release_after": release_after, "hold_s": hold_s},
     )
     row = cur.fetchone()
     return int(row[0]) if row else 0

@@ -50,6 +50,7 @@ class Timing:
     endpoint_id: int
     elapsed_ms: int
     error: AttemptError | None
+    status_code: int | None = None
 
 
 def slow_endpoints(timings: Iterable[Timing], threshold_ms: int) -> list[int]:
@@ -65,12 +66,18 @@ def slow_endpoints(timings: Iterable[Timing], threshold_ms: int) -> list[int]:
 
 
 def quick_endpoints(timings: Iterable[Timing], threshold_ms: int) -> list[int]:
-    """The endpoints (sorted, once each) all of whose attempts got an answer in under half of
-    ``threshold_ms``: what counts towards leaving the slow lane. Half, not all of it, so that
+    """The endpoints (sorted, once each) all of whose attempts were accepted (2xx) in under half
+    of ``threshold_ms``: what counts towards leaving the slow lane. Half, not all of it, so that
     an endpoint answering about the threshold stays in one lane instead of moving at every
-    answer; an attempt without an answer (refused, reset, timed out) says nothing of speed."""
+    answer; accepted, because a receiver shedding load answers 429 or 503 at once; and an
+    attempt without an answer (refused, reset, timed out) says nothing of speed."""
     timings = list(timings)
-    unanswered_or_slower = {
-        t.endpoint_id for t in timings if t.error is not None or 2 * t.elapsed_ms >= threshold_ms
+    not_quick = {
+        t.endpoint_id
+        for t in timings
+        if t.error is not None
+        or t.status_code is None
+        or not 200 <= t.status_code <= 299
+        or 2 * t.elapsed_ms >= threshold_ms
     }
-    return sorted({t.endpoint_id for t in timings} - unanswered_or_slower)
+    return sorted({t.endpoint_id for t in timings} - not_quick)

@@ -30,7 +30,7 @@ import psycopg2
 from aws_lambda_powertools.metrics import MetricUnit
 
 from tidings.dal import delivery
-from tidings.dal.connection import Cursor, Database
+from tidings.dal.connection import Database
 from tidings.delivery import fifo, retry_schedule
 from tidings.delivery.attempt import (
     Attempt,
@@ -259,7 +259,7 @@ class Sender:
         # Before deciding and recording: a recorded answer takes an untried endpoint out of its
         # cap, and must not leave it out of the slow lane when that answer was slow; and an
         # endpoint found slow has its retries pass the claim.
-        slow = self._mark_lanes(attempts)
+        slow = self._mark_slow(attempts)
         now = datetime.now(UTC)
         return [self._decide(attempt, now, slow=slow) for attempt in attempts], slow
 
@@ -285,6 +285,7 @@ class Sender:
         self._requeue([d for d in written if d.step.action is NextAction.RETRY_VIA_QUEUE])
         self._move_lines_on(written)
         _report_observations(recorded_decisions, recorded)
+        self._count_quick_answers(recorded_decisions)
         return BatchReport(
             delivered=sum(d.outcome.status is delivery.MessageStatus.DELIVERED for d in written),
             retried=sum(d.outcome.status is delivery.MessageStatus.FAILED for d in written),
@@ -293,42 +294,51 @@ class Sender:
             ),
         ), True
 
-    def _mark_lanes(self, attempts: Sequence[Attempt]) -> set[int]:
-        """Put the endpoints of slow (or timed-out) attempts in the slow lane, and count the
-        quick answers of the attempts that travelled it (enough in a row take their endpoint
-        out); returns the endpoints found slow. Nothing is written for a wave of quick attempts
-        in the fast lane; a failure here costs the lane, never the outcomes."""
-        threshold_ms = self.settings.slow_lane_threshold_ms
-        timings = [
-            (
-                a.job.envelope.slow,
-                Timing(a.job.row.endpoint_id, a.result.elapsed_ms, a.result.error),
-            )
-            for a in attempts
-        ]
-        slow = slow_endpoints((timing for _, timing in timings), threshold_ms)
-        quick = [
-            endpoint_id
-            for endpoint_id in quick_endpoints(
-                (timing for in_slow_lane, timing in timings if in_slow_lane), threshold_ms
-            )
-            if endpoint_id not in slow
-        ]
-        if not (slow or quick):
+    def _mark_slow(self, attempts: Sequence[Attempt]) -> set[int]:
+        """Put the endpoints of slow (or timed-out) attempts in the slow lane; returns them.
+        Nothing is written for quick attempts; a failure here costs the lane, never the
+        outcomes."""
+        slow = slow_endpoints((_timing(a) for a in attempts), self.settings.slow_lane_threshold_ms)
+        if not slow:
             return set()
-
-        def mark(cur: Cursor) -> None:
-            delivery.mark_slow(cur, slow, hold_s=self.settings.slow_lane_hold_s)
-            delivery.mark_quick(cur, quick, release_after=self.settings.slow_lane_release_answers)
-
         try:
-            self.db.run(mark)
-        except _UNAVAILABLE:
-            logger.exception(
-                "could not mark the lanes of endpoints",
-                extra={"slow_endpoint_ids": slow, "quick_endpoint_ids": quick},
+            self.db.run(
+                lambda cur: delivery.mark_slow(cur, slow, hold_s=self.settings.slow_lane_hold_s)
             )
+        except psycopg2.Error:
+            logger.exception("could not mark slow endpoints", extra={"endpoint_ids": slow})
         return set(slow)
+
+    def _count_quick_answers(self, decisions: Sequence[Decision]) -> None:
+        """Count the quick answers of the rows that travelled the slow lane (enough in a row
+        take their endpoint out of it). After the record: no decision depends on it, and a
+        failure here costs the lane, never the outcomes."""
+        quick = quick_endpoints(
+            (_timing(d.attempt) for d in decisions if d.attempt.job.envelope.slow),
+            self.settings.slow_lane_threshold_ms,
+        )
+        if not quick:
+            return
+        try:
+            released = self.db.run(
+                lambda cur: delivery.mark_quick(
+                    cur,
+                    quick,
+                    release_after=self.settings.slow_lane_release_answers,
+                    hold_s=self.settings.slow_lane_hold_s,
+                )
+            )
+        except psycopg2.Error:
+            logger.exception(
+                "could not count quick answers in the slow lane", extra={"endpoint_ids": quick}
+            )
+            return
+        if released:
+            logger.info(
+                "endpoints answered quickly in the slow lane and left it",
+                extra={"counted_endpoint_ids": quick, "released": released},
+            )
+            metrics.add_metric(name="EndpointsLeftSlowLane", unit=MetricUnit.Count, value=released)
 
     def _data_keys(self, jobs: Sequence[Job]) -> Mapping[int, DataKey] | None:
         """The opened data keys of the jobs' signing secrets (from the keyring's cache, else one
@@ -675,6 +685,16 @@ def _jobs(
         carried = sorted(members.get(row.message_id, ()), key=lambda m: m.line_seq or 0)
         jobs.append(Job(record_id, envelope, row, payload, tuple(carried)))
     return jobs, unsendable
+
+
+def _timing(attempt: Attempt) -> Timing:
+    """What the speed lanes read of an attempt."""
+    return Timing(
+        attempt.job.row.endpoint_id,
+        attempt.result.elapsed_ms,
+        attempt.result.error,
+        attempt.result.status_code,
+    )
 
 
 def _report_observations(decisions: Sequence[Decision], recorded: delivery.RecordResult) -> None:

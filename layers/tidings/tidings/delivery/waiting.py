@@ -292,7 +292,7 @@ def _why_slow(f: WaitFacts) -> str:
     quick = f"{f.slow_lane_threshold_ms / 2000:g} s"
     return (
         f"answers took ≥ {threshold} or timed out; until {_at(f.slow_until)}, or sooner after "
-        f"{f.slow_lane_release_answers} answers in a row under {quick}"
+        f"{f.slow_lane_release_answers} deliveries accepted in a row under {quick}"
     )
 
 

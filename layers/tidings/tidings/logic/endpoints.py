@@ -94,13 +94,15 @@ class Endpoint(BaseModel):
     )
     lane: Lane = Field(
         description="Its speed lane. slow: one of its attempts took at least the slow-lane "
-        "threshold (1 s by default) or timed out within the hold (10 minutes by default), or it "
-        "has not answered yet; its deliveries then travel apart, one per sender invocation and "
-        "a few at once, so that they never hold back other endpoints'. fast: otherwise."
+        "threshold (1 s by default) or timed out within the hold (10 minutes by default) and it "
+        "has not since been accepted ten times in a row in under half that threshold there, or "
+        "it has not answered yet; its deliveries then travel apart, one per sender invocation "
+        "and a few at once, so that they never hold back other endpoints'. fast: otherwise."
     )
     slow_until: datetime | None = Field(
-        description="When a slow answer's hold ends (it may be extended by another slow "
-        "answer); null when none holds it in the slow lane."
+        description="When a slow answer's hold ends at the latest (another slow answer extends "
+        "it; quick answers in the slow lane may end it sooner, once per hold); null when none "
+        "holds it in the slow lane."
     )
     in_flight_limit: int | None = Field(
         description="The cap on its deliveries in flight now: max_in_flight, else the slow "

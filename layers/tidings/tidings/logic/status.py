@@ -86,7 +86,9 @@ class EndpointFigures(BaseModel):
     p95_ms: float | None = Field(description="The p95 latency of the recent attempts")
     app_uid: str
     lane: str = Field(description="fast, or slow while it answers slowly or has never answered")
-    slow_until: datetime | None = Field(description="When a slow answer's hold ends")
+    slow_until: datetime | None = Field(
+        description="When a slow answer's hold ends at the latest (quick answers may end it sooner)"
+    )
     max_in_flight: int | None = Field(description="Its own cap on deliveries in flight")
     in_flight_limit: int | None = Field(description="The cap in force, its own or the lane's")
 

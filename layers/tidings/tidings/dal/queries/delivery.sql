@@ -17,8 +17,9 @@ SELECT tidings.mark_slow_v1(%(ids)s::bigint[], %(hold_s)s);
 
 -- name: mark_quick
 -- Counts a quick answer in the slow lane for each endpoint still marked slow; the one that makes
--- release_after in a row ends its mark (tidings.mark_quick_v1); returns how many marks ended.
-SELECT tidings.mark_quick_v1(%(ids)s::bigint[], %(release_after)s);
+-- release_after in a row ends its mark, once per hold_s at most (tidings.mark_quick_v1); returns
+-- how many marks ended.
+SELECT tidings.mark_quick_v1(%(ids)s::bigint[], %(release_after)s, %(hold_s)s);
 
 -- name: release_leases
 -- Gives leased rows back without an attempt, due again after delay_s, where the lease token still
