@@ -23,8 +23,8 @@ cores divided by its machine CPU per delivery; ``ratio_ceiling`` is the ratio th
 would reach if its own CPU cost nothing and everything else (receiver, PostgreSQL) stayed as
 measured: ``cores / (e2e_machine_cpu_ms - e2e_own_cpu_ms) / baseline_per_s``. And what explains
 a slow run: ``e2e_endpoints_left_slow_lane`` and ``e2e_endpoints_slow_at_end`` (an answer of a
-second or more, on a machine short of CPU, puts its endpoint in the slow lane until ten quick
-answers there take it out) and ``e2e_slowest_delivery_ms``.
+second or more, on a machine short of CPU, puts its endpoint in the slow lane until quick answers
+there take it out) and ``e2e_slowest_delivery_ms``.
 Run: ``python bench/e2e.py`` (embedded PostgreSQL) or with ``DATABASE_URL`` set.
 """
 
@@ -318,7 +318,7 @@ def lane_figures(url: str) -> dict[str, int]:
     """What explains a slow run, read after it (outside the CPU measured): the endpoints that
     left the slow lane early and those still in it at the end, and the slowest answer that
     delivered a message. An answer of a second or more puts its endpoint in the slow lane, where
-    its messages travel one to an invocation until ten quick answers take it out."""
+    its messages travel one to an invocation until quick answers take it out."""
     with closing(psycopg2.connect(url)) as conn, conn.cursor() as cur:
         cur.execute(
             "SELECT count(*) FILTER (WHERE left_slow_lane_at IS NOT NULL),"

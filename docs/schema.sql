@@ -153,6 +153,7 @@ CREATE TABLE tidings.endpoint_health (
     percentile_at integer[],
     slow_until timestamp with time zone,
     quick_answers integer DEFAULT 0 NOT NULL,
+    quick_since timestamp with time zone,
     left_slow_lane_at timestamp with time zone,
     CONSTRAINT endpoint_health_check CHECK (((state <> 'open'::tidings.circuit_state) OR (opened_at IS NOT NULL))),
     CONSTRAINT endpoint_health_cooldown_s_check CHECK ((cooldown_s > (0)::double precision)),
@@ -1876,37 +1877,59 @@ AS $function$
     SELECT pg_catalog.to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $function$;
 
-CREATE OR REPLACE FUNCTION tidings.mark_quick_v1(p_endpoint_ids bigint[], p_release_after integer, p_hold_s double precision)
+CREATE OR REPLACE FUNCTION tidings.mark_quick_v1(p_endpoint_ids bigint[], p_sent_at timestamp with time zone, p_release_after integer, p_hold_s double precision)
  RETURNS integer
- LANGUAGE sql
+ LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    WITH locked AS (
-        SELECT h.endpoint_id
+DECLARE
+    v_health record;
+    v_count integer;
+    v_since timestamptz;
+    v_released integer := 0;
+BEGIN
+    FOR v_health IN
+        SELECT h.endpoint_id, h.quick_answers, h.quick_since
         FROM tidings.endpoint_health h
-        WHERE h.endpoint_id = ANY (p_endpoint_ids) AND h.slow_until > now()
-        ORDER BY h.endpoint_id
-        FOR NO KEY UPDATE
-    ),
-    counted AS (
-        UPDATE tidings.endpoint_health h
-        SET quick_answers = CASE WHEN h.quick_answers + 1 >= p_release_after THEN 0
-                                 ELSE h.quick_answers + 1 END,
-            slow_until = CASE WHEN h.quick_answers + 1 >= p_release_after THEN NULL
-                              ELSE h.slow_until END,
-            left_slow_lane_at = CASE WHEN h.quick_answers + 1 >= p_release_after THEN now()
-                                     ELSE h.left_slow_lane_at END
-        FROM locked
-        WHERE h.endpoint_id = locked.endpoint_id
-          -- Tested again on the newest version (a release may have come in between).
+        WHERE h.endpoint_id = ANY (p_endpoint_ids)
           AND h.slow_until > now()
           AND (h.left_slow_lane_at IS NULL
                OR h.left_slow_lane_at <= now() - p_hold_s * interval '1 second')
-        RETURNING h.slow_until IS NULL AS released
-    )
-    SELECT count(*) FILTER (WHERE released)::integer FROM counted
-$function$;
+        ORDER BY h.endpoint_id
+        FOR NO KEY UPDATE
+    LOOP
+        IF v_health.quick_answers = 0 OR v_health.quick_since IS NULL THEN
+            v_count := 1;
+            v_since := p_sent_at;
+        ELSIF p_sent_at < v_health.quick_since THEN
+            CONTINUE;
+        ELSE
+            v_count := v_health.quick_answers + 1;
+            v_since := v_health.quick_since;
+        END IF;
+        IF v_count > 1 AND v_count >= p_release_after
+           AND EXISTS (SELECT 1 FROM tidings.attempt_log a
+                       WHERE a.endpoint_id = v_health.endpoint_id
+                         AND a.attempted_at >= v_since) THEN
+            -- Not in a row: count again from this answer.
+            v_count := 1;
+            v_since := p_sent_at;
+        END IF;
+        IF v_count < p_release_after THEN
+            UPDATE tidings.endpoint_health
+            SET quick_answers = v_count, quick_since = v_since
+            WHERE endpoint_id = v_health.endpoint_id;
+        ELSE
+            UPDATE tidings.endpoint_health
+            SET quick_answers = 0, quick_since = NULL, slow_until = NULL,
+                left_slow_lane_at = now()
+            WHERE endpoint_id = v_health.endpoint_id;
+            v_released := v_released + 1;
+        END IF;
+    END LOOP;
+    RETURN v_released;
+END $function$;
 
 CREATE OR REPLACE FUNCTION tidings.mark_slow_v1(p_endpoint_ids bigint[], p_hold_s double precision)
  RETURNS integer
@@ -1927,7 +1950,8 @@ AS $function$
     marked AS (
         UPDATE tidings.endpoint_health h
         SET slow_until = now() + p_hold_s * interval '1 second',
-            quick_answers = 0
+            quick_answers = 0,
+            quick_since = NULL
         FROM locked
         WHERE h.endpoint_id = locked.endpoint_id AND locked.due
         RETURNING 1
@@ -3196,7 +3220,7 @@ GRANT EXECUTE ON FUNCTION tidings.keep_live_attempts(partition text, after_id bi
 GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) TO tidings_health_monitor;
 GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) TO tidings_ingest;
 GRANT EXECUTE ON FUNCTION tidings.lifecycle_time(p_at timestamp with time zone) TO tidings_operator;
-GRANT EXECUTE ON FUNCTION tidings.mark_quick_v1(p_endpoint_ids bigint[], p_release_after integer, p_hold_s double precision) TO tidings_sender;
+GRANT EXECUTE ON FUNCTION tidings.mark_quick_v1(p_endpoint_ids bigint[], p_sent_at timestamp with time zone, p_release_after integer, p_hold_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.mark_slow_v1(p_endpoint_ids bigint[], p_hold_s double precision) TO tidings_sender;
 GRANT EXECUTE ON FUNCTION tidings.oldest_attempt_partition(cutoff timestamp with time zone) TO tidings_pruner;
 GRANT EXECUTE ON FUNCTION tidings.oldest_tally_partition(cutoff timestamp with time zone) TO tidings_pruner;

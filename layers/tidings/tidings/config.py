@@ -135,12 +135,13 @@ class Settings:
     # Speed lanes: an attempt that takes at least slow_lane_threshold_ms (or times out) puts its
     # endpoint in the slow lane for slow_lane_hold_s; there, an endpoint has at most
     # slow_lane_max_in_flight rows in flight (unless it has a max_in_flight of its own), so it
-    # gets its messages at its own pace and cannot take every slow-lane sender. It leaves sooner
-    # after slow_lane_release_answers answers in a row there under half the threshold: one slow
-    # answer must not hold a quick receiver to the slow lane's pace for the whole hold.
+    # gets its messages at its own pace and cannot take every slow-lane sender. It leaves sooner,
+    # once a hold, after slow_lane_release_answers deliveries accepted there in under half the
+    # threshold without a failed attempt in between: one slow answer must not hold a quick
+    # receiver to the slow lane's pace for the whole hold, and a flaky one stays.
     slow_lane_threshold_ms: int = 1000
     slow_lane_hold_s: float = 600.0
-    slow_lane_release_answers: int = 10
+    slow_lane_release_answers: int = 50
     slow_lane_max_in_flight: int = 10
     # An endpoint that has never answered travels the slow lane with this many rows in flight
     # until it does (its speed is unknown: one request is what it takes to learn it).

@@ -381,7 +381,7 @@ def test_a_producer_may_enqueue_and_nothing_else(
             "SELECT tidings.set_endpoint_secret_v2(1, 1, 1, '\\x00', 0, 5)",
             "SELECT * FROM tidings.claim_due_v2(10, 60, 60, 0, 100, 10, 1)",
             "SELECT tidings.mark_slow_v1('{1}', 60)",
-            "SELECT tidings.mark_quick_v1('{1}', 10, 60)",
+            "SELECT tidings.mark_quick_v1('{1}', now(), 10, 60)",
             "CREATE TABLE tidings.intruder (id int)",
         }
         with conn.cursor() as cur:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg2
@@ -380,6 +381,19 @@ def test_an_untried_endpoint_is_sent_in_the_slow_lane_and_its_first_answer_decid
     assert {lane_of(slow=r.slow, untried=r.untried).value for r in rows} == {lane_after}
 
 
+def count_quick(
+    cur: Any, endpoint_ids: list[int], release_after: int, sent_at: datetime | None = None
+) -> int:
+    """A quick answer of each endpoint, to a request sent at ``sent_at`` (now by default)."""
+    return delivery.mark_quick(
+        cur,
+        endpoint_ids,
+        sent_at=sent_at or datetime.now(UTC),
+        release_after=release_after,
+        hold_s=600,
+    )
+
+
 def slow_state(cur: Any, endpoint_id: int) -> tuple[bool, int]:
     """Whether the endpoint is marked slow now, and the quick answers counted against the mark."""
     cur.execute(
@@ -397,19 +411,55 @@ def test_quick_answers_in_a_row_end_a_slow_mark_and_a_slow_one_starts_the_count_
     with db.cursor() as cur:
         endpoint = slow_endpoint(cur)
         seed_messages(cur, endpoint, 2)
-        assert delivery.mark_quick(cur, [endpoint, endpoint], release_after=3, hold_s=600) == 0
-        assert delivery.mark_quick(cur, [endpoint], release_after=3, hold_s=600) == 0
+        assert count_quick(cur, [endpoint, endpoint], release_after=3) == 0
+        assert count_quick(cur, [endpoint], release_after=3) == 0
         assert slow_state(cur, endpoint) == (True, 2)
         # Marked for more than half the hold, but with quick answers counted: the slow answer
         # is written, and the count starts again.
         assert delivery.mark_slow(cur, [endpoint], hold_s=600) == 1
         assert slow_state(cur, endpoint) == (True, 0)
-        assert delivery.mark_quick(cur, [endpoint], release_after=3, hold_s=600) == 0
-        assert delivery.mark_quick(cur, [endpoint], release_after=3, hold_s=600) == 0
+        assert count_quick(cur, [endpoint], release_after=3) == 0
+        assert count_quick(cur, [endpoint], release_after=3) == 0
         assert [r.slow for r in claim(cur, 1)] == [True]
-        assert delivery.mark_quick(cur, [endpoint], release_after=3, hold_s=600) == 1
+        assert count_quick(cur, [endpoint], release_after=3) == 1
         assert slow_state(cur, endpoint) == (False, 0)
         assert [r.slow for r in claim(cur, 1)] == [False]
+
+
+def test_a_failed_attempt_since_the_count_began_starts_it_again(db: Database) -> None:
+    """Twenty quick successes with a 503 among them are not twenty in a row: at the last one the
+    attempt log shows the failure, and the count begins again from that answer."""
+    with db.cursor() as cur:
+        endpoint = slow_endpoint(cur)
+        seed_messages(cur, endpoint, 1)
+        assert count_quick(cur, [endpoint], release_after=3) == 0
+        cur.execute(
+            "INSERT INTO tidings.attempt_log (message_id, endpoint_id, attempt_number,"
+            " attempted_at, status_code, response_ms)"
+            " SELECT id, endpoint_id, 1, now(), 503, 3"
+            " FROM tidings.messages WHERE endpoint_id = %s",
+            (endpoint,),
+        )
+        assert count_quick(cur, [endpoint], release_after=3) == 0
+        assert count_quick(cur, [endpoint], release_after=3) == 0
+        assert slow_state(cur, endpoint) == (True, 1)
+        assert count_quick(cur, [endpoint], release_after=3) == 0
+        assert count_quick(cur, [endpoint], release_after=3) == 1
+        assert slow_state(cur, endpoint) == (False, 0)
+
+
+def test_an_answer_to_a_request_sent_before_the_count_began_is_not_counted(
+    db: Database,
+) -> None:
+    """A request already in flight when the count began may have company that failed before
+    it: only requests sent since the count began make the row."""
+    with db.cursor() as cur:
+        endpoint = slow_endpoint(cur)
+        began = datetime.now(UTC)
+        assert count_quick(cur, [endpoint], 2, sent_at=began) == 0
+        assert count_quick(cur, [endpoint], 2, sent_at=began - timedelta(seconds=1)) == 0
+        assert slow_state(cur, endpoint) == (True, 1)
+        assert count_quick(cur, [endpoint], 2, sent_at=began + timedelta(seconds=1)) == 1
 
 
 def test_quick_answers_of_an_endpoint_not_marked_slow_write_nothing(db: Database) -> None:
@@ -422,7 +472,7 @@ def test_quick_answers_of_an_endpoint_not_marked_slow_write_nothing(db: Database
             " WHERE endpoint_id = %s",
             (expired,),
         )
-        assert delivery.mark_quick(cur, [untried, expired], release_after=1, hold_s=600) == 0
+        assert count_quick(cur, [untried, expired], release_after=1) == 0
         assert slow_state(cur, untried) == (False, 0)
         assert slow_state(cur, expired) == (False, 0)
 
@@ -435,6 +485,7 @@ def test_concurrent_quick_answers_are_each_counted_and_end_the_mark_once(
     with db.cursor() as cur:
         endpoint = slow_endpoint(cur)
     start = threading.Barrier(8)
+    sent = datetime.now(UTC)
     ended: list[int] = []
     errors: list[BaseException] = []
 
@@ -443,7 +494,7 @@ def test_concurrent_quick_answers_are_each_counted_and_end_the_mark_once(
         try:
             start.wait()
             with conn, conn.cursor() as cur:
-                ended.append(delivery.mark_quick(cur, [endpoint], release_after=8, hold_s=600))
+                ended.append(count_quick(cur, [endpoint], release_after=8, sent_at=sent))
         except BaseException as exc:  # reported below
             errors.append(exc)
         finally:
@@ -517,9 +568,9 @@ def test_an_endpoint_leaves_the_slow_lane_early_once_a_hold(db: Database) -> Non
     whole hold, or the endpoint would hold fast batches back every few answers."""
     with db.cursor() as cur:
         endpoint = slow_endpoint(cur)
-        assert delivery.mark_quick(cur, [endpoint], release_after=1, hold_s=600) == 1
+        assert count_quick(cur, [endpoint], release_after=1) == 1
         assert delivery.mark_slow(cur, [endpoint], hold_s=600) == 1
-        assert delivery.mark_quick(cur, [endpoint], release_after=1, hold_s=600) == 0
+        assert count_quick(cur, [endpoint], release_after=1) == 0
         assert slow_state(cur, endpoint) == (True, 0)
         # A hold after the early release, quick answers count again.
         cur.execute(
@@ -527,7 +578,7 @@ def test_an_endpoint_leaves_the_slow_lane_early_once_a_hold(db: Database) -> Non
             " SET left_slow_lane_at = now() - interval '601 seconds' WHERE endpoint_id = %s",
             (endpoint,),
         )
-        assert delivery.mark_quick(cur, [endpoint], release_after=1, hold_s=600) == 1
+        assert count_quick(cur, [endpoint], release_after=1) == 1
         assert slow_state(cur, endpoint) == (False, 0)
 
 
@@ -543,7 +594,7 @@ def test_a_slow_answer_resets_a_quick_count_raised_after_its_statement_began(
     marking = psycopg2.connect(database_url)
     try:
         with counting.cursor() as cur:
-            assert delivery.mark_quick(cur, [endpoint], release_after=10, hold_s=600) == 0
+            assert count_quick(cur, [endpoint], release_after=10) == 0
         marked: list[int] = []
 
         def mark_slow() -> None:

@@ -117,7 +117,7 @@ def test_a_slow_endpoint_at_its_cap_says_so() -> None:
     assert (wait.reason, wait.until) == (WaitReason.IN_FLIGHT_LIMIT, None)
     assert wait.explanation == (
         "due, but its endpoint is in the slow lane (answers took ≥ 1 s or timed out; until "
-        "2026-11-30 12:07:00 UTC, or sooner after 10 deliveries accepted in a row under 0.5 s) "
+        "2026-11-30 12:07:00 UTC, or sooner after 50 deliveries accepted in a row under 0.5 s) "
         "and has 10 deliveries in flight, its limit: the claimer leases it when one of those "
         "ends"
     )

@@ -246,17 +246,28 @@ def mark_slow(cur: Cursor, endpoint_ids: Sequence[int], *, hold_s: float) -> int
 
 
 def mark_quick(
-    cur: Cursor, endpoint_ids: Sequence[int], *, release_after: int, hold_s: float
+    cur: Cursor,
+    endpoint_ids: Sequence[int],
+    *,
+    sent_at: datetime,
+    release_after: int,
+    hold_s: float,
 ) -> int:
-    """Count a quick answer in the slow lane for each endpoint still marked slow (a slow mark
-    starts the count again); the one that makes ``release_after`` in a row takes the endpoint
-    out of the slow lane, unless it left early within the last ``hold_s`` already (then it stays
-    for its whole mark). Returns how many endpoints left it."""
+    """Count a quick answer in the slow lane, to a request sent at ``sent_at``, for each
+    endpoint still marked slow (a slow mark, or a failed attempt sent since the count began,
+    starts it again; an answer to a request sent before it began is not counted); the one that
+    makes ``release_after`` takes the endpoint out of the slow lane, unless it left early within
+    the last ``hold_s`` already (then it stays for its whole mark). Returns how many left it."""
     if not endpoint_ids:
         return 0
     cur.execute(
         sql("mark_quick"),
-        {"ids": sorted(set(endpoint_ids)), "release_after": release_after, "hold_s": hold_s},
+        {
+            "ids": sorted(set(endpoint_ids)),
+            "sent_at": sent_at,
+            "release_after": release_after,
+            "hold_s": hold_s,
+        },
     )
     row = cur.fetchone()
     return int(row[0]) if row else 0

@@ -313,17 +313,20 @@ class Sender:
         """Count the quick answers of the rows that travelled the slow lane (enough in a row
         take their endpoint out of it). After the record: no decision depends on it, and a
         failure here costs the lane, never the outcomes."""
+        in_slow_lane = [d.attempt for d in decisions if d.attempt.job.envelope.slow]
         quick = quick_endpoints(
-            (_timing(d.attempt) for d in decisions if d.attempt.job.envelope.slow),
-            self.settings.slow_lane_threshold_ms,
+            (_timing(a) for a in in_slow_lane), self.settings.slow_lane_threshold_ms
         )
         if not quick:
             return
+        # The earliest sending of the answers counted (the slow lane's batches hold one row).
+        sent_at = min(a.attempted_at for a in in_slow_lane if a.job.row.endpoint_id in quick)
         try:
             released = self.db.run(
                 lambda cur: delivery.mark_quick(
                     cur,
                     quick,
+                    sent_at=sent_at,
                     release_after=self.settings.slow_lane_release_answers,
                     hold_s=self.settings.slow_lane_hold_s,
                 )

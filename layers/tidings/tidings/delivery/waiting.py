@@ -74,7 +74,7 @@ class WaitFacts:
     # attempt slow, and the quick answers in a row that take an endpoint out.
     slow_lane_max_in_flight: int = 10
     slow_lane_threshold_ms: int = 1000
-    slow_lane_release_answers: int = 10
+    slow_lane_release_answers: int = 50
     untried_max_in_flight: int = 1
     # The FIFO line the message is in, on an endpoint whose ordering is fifo (None: none).
     line: LineFacts | None = None

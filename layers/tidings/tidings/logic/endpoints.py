@@ -95,9 +95,10 @@ class Endpoint(BaseModel):
     lane: Lane = Field(
         description="Its speed lane. slow: one of its attempts took at least the slow-lane "
         "threshold (1 s by default) or timed out within the hold (10 minutes by default) and it "
-        "has not since been accepted ten times in a row in under half that threshold there, or "
-        "it has not answered yet; its deliveries then travel apart, one per sender invocation "
-        "and a few at once, so that they never hold back other endpoints'. fast: otherwise."
+        "has not since been accepted fifty times there in under half that threshold without a "
+        "failure, or it has not answered yet; its deliveries then travel apart, one per sender "
+        "invocation and a few at once, so that they never hold back other endpoints'. fast: "
+        "otherwise."
     )
     slow_until: datetime | None = Field(
         description="When a slow answer's hold ends at the latest (another slow answer extends "
