@@ -13,6 +13,7 @@ import psycopg2
 import pytest
 
 from tests.integration.delivery.delivery_harness import (
+    Pipeline,
     RecordingQueue,
     envelopes,
     make_pipeline,
@@ -25,7 +26,8 @@ from tidings.dal import delivery
 from tidings.dal.connection import Database
 from tidings.delivery.claimer import Claimer
 from tidings.delivery.lanes import lane_of
-from tidings.delivery.sender import QueueRecord, Sender
+from tidings.delivery.sender import BatchReport, QueueRecord, Sender
+from tidings.queue.base import ReceivedMessage
 
 
 @pytest.fixture
@@ -44,6 +46,17 @@ def slow_endpoint(cur: Any, url: str = "https://receiver.example/hook") -> int:
     mark_answered(cur, endpoint)
     delivery.mark_slow(cur, [endpoint], hold_s=600)
     return endpoint
+
+
+def with_slow_lane(db: Database, pipeline: Pipeline) -> tuple[Claimer, RecordingQueue]:
+    """A claimer of the pipeline's settings whose slow lane has a recording queue of its own."""
+    slow_queue = RecordingQueue()
+    return Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue), slow_queue
+
+
+def send_alone(pipeline: Pipeline, record: ReceivedMessage) -> BatchReport:
+    """A slow-lane sender's invocation: one queue message."""
+    return pipeline.sender.process([QueueRecord(record.message_id, record.body)])
 
 
 def in_flight(cur: Any, endpoint_id: int) -> int:
@@ -322,8 +335,7 @@ def test_a_capped_endpoints_retry_passes_the_claim_rather_than_the_queue(
             cur.execute("UPDATE tidings.endpoints SET max_in_flight = 2 WHERE id = %s", (failing,))
         seed_messages(cur, failing, 1)
     pipeline = make_pipeline(db)
-    slow_queue = RecordingQueue()
-    claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
+    claimer, slow_queue = with_slow_lane(db, pipeline)
     assert claimer.claim_once().sent == 1
     lane_queue = slow_queue if cap_source == "slow lane" else pipeline.queue
     [record] = lane_queue.receive()
@@ -366,12 +378,11 @@ def test_an_untried_endpoint_is_sent_in_the_slow_lane_and_its_first_answer_decid
     pipeline = make_pipeline(
         db, slow_lane_threshold_ms=300, http_timeout_s=10, untried_max_in_flight=1
     )
-    slow_queue = RecordingQueue()
-    claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
+    claimer, slow_queue = with_slow_lane(db, pipeline)
     assert claimer.claim_once().sent == 1
     assert pipeline.queue.sent == []
     [record] = slow_queue.receive()
-    report = pipeline.sender.process([QueueRecord(record.message_id, record.body)])
+    report = send_alone(pipeline, record)
     assert report.delivered == 1
     with db.cursor() as cur:
         cur.execute("SELECT error_class FROM tidings.attempts WHERE endpoint_id = %s", (untried,))
@@ -522,14 +533,13 @@ def test_a_slow_endpoint_that_answers_quickly_in_the_slow_lane_returns_to_the_fa
     pipeline = make_pipeline(
         db, slow_lane_threshold_ms=1000, slow_lane_max_in_flight=10, slow_lane_release_answers=3
     )
-    slow_queue = RecordingQueue()
-    claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
+    claimer, slow_queue = with_slow_lane(db, pipeline)
     assert claimer.claim_once().sent == 3
     assert pipeline.queue.sent == []
     marks = []
     for record in slow_queue.receive():
         # The slow lane's senders take one message at a time.
-        report = pipeline.sender.process([QueueRecord(record.message_id, record.body)])
+        report = send_alone(pipeline, record)
         assert report.delivered == 1
         with db.cursor() as cur:
             marks.append(slow_state(cur, endpoint))
@@ -553,12 +563,11 @@ def test_a_slow_answer_in_the_slow_lane_keeps_the_endpoint_there(
     pipeline = make_pipeline(
         db, slow_lane_threshold_ms=500, slow_lane_max_in_flight=10, slow_lane_release_answers=1
     )
-    slow_queue = RecordingQueue()
-    claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
+    claimer, slow_queue = with_slow_lane(db, pipeline)
     assert claimer.claim_once().sent == 2
     for record in slow_queue.receive():
         # 300 ms: under the threshold, but not under half of it: not quick enough to leave.
-        assert pipeline.sender.process([QueueRecord(record.message_id, record.body)]).delivered
+        assert send_alone(pipeline, record).delivered
     with db.cursor() as cur:
         assert slow_state(cur, endpoint) == (True, 0)
 
@@ -636,11 +645,10 @@ def test_quick_refusals_in_the_slow_lane_do_not_count(db: Database, receiver: Re
         endpoint = slow_endpoint(cur, receiver.url("status/503"))
         seed_messages(cur, endpoint, 1)
     pipeline = make_pipeline(db, slow_lane_threshold_ms=1000, slow_lane_release_answers=1)
-    slow_queue = RecordingQueue()
-    claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
+    claimer, slow_queue = with_slow_lane(db, pipeline)
     assert claimer.claim_once().sent == 1
     [record] = slow_queue.receive()
-    assert pipeline.sender.process([QueueRecord(record.message_id, record.body)]).retried == 1
+    assert send_alone(pipeline, record).retried == 1
     with db.cursor() as cur:
         assert slow_state(cur, endpoint) == (True, 0)
 
@@ -657,11 +665,10 @@ def test_a_failed_count_of_quick_answers_costs_the_lane_never_the_outcome(
 
     monkeypatch.setattr(delivery, "mark_quick", refuse)
     pipeline = make_pipeline(db, slow_lane_threshold_ms=1000, slow_lane_release_answers=1)
-    slow_queue = RecordingQueue()
-    claimer = Claimer(db, pipeline.queue, pipeline.settings, slow_queue=slow_queue)
+    claimer, slow_queue = with_slow_lane(db, pipeline)
     assert claimer.claim_once().sent == 1
     [record] = slow_queue.receive()
-    report = pipeline.sender.process([QueueRecord(record.message_id, record.body)])
+    report = send_alone(pipeline, record)
     assert (report.delivered, report.failed_record_ids) == (1, frozenset())
     with db.cursor() as cur:
         cur.execute("SELECT status::text FROM tidings.messages WHERE endpoint_id = %s", (endpoint,))
