@@ -2282,6 +2282,7 @@ DECLARE
     v_any_outcome boolean;
     v_message_changes jsonb;
     v_counted bigint[];
+    v_refreshed bigint[];
 BEGIN
     -- 1. The delivery's own writes. A call whose outcomes all delivered their messages, none of
     -- them carrying a FIFO batch (most calls, by far), makes them through a statement without the
@@ -2615,6 +2616,46 @@ BEGIN
                AND h.consecutive_failures = 0
                AND h.last_success_at IS NOT NULL
                AND h.last_success_at >= s.last_success_at - interval '1 second');
+
+    -- What nearly every counted summary is: successes alone, against a circuit closed without
+    -- failures, whose last success moved on by more than a second (an endpoint's first success,
+    -- then one a second while it takes traffic). For it the statement below would only move the
+    -- last success and failure on: no state, no count, no threshold, no event. Written here by a
+    -- statement that plans in a fraction of a millisecond, where the one below takes a custom
+    -- plan of some ten milliseconds on every call. Every counted row is locked here, in endpoint
+    -- order (the statement below then locks some of them again, already held), and the circuit
+    -- is read from the row as locked: a row another sender changed meanwhile (a failure counted)
+    -- goes to the statement below.
+    IF cardinality(v_counted) > 0 THEN
+        WITH locked AS (
+            SELECT h.endpoint_id, h.state, h.consecutive_failures
+            FROM tidings.endpoint_health h
+            WHERE h.endpoint_id = ANY (v_counted)
+            ORDER BY h.endpoint_id
+            FOR UPDATE
+        ),
+        refreshed AS (
+            UPDATE tidings.endpoint_health h
+            SET last_success_at = greatest(h.last_success_at, s.last_success_at),
+                last_failure_at = greatest(h.last_failure_at, s.last_failure_at),
+                cooldown_s = p_base_cooldown_s,
+                opened_at = NULL,
+                probe_token = NULL,
+                probe_started_at = NULL
+            FROM locked l
+            JOIN unnest(p_health_endpoint_ids, p_has_success, p_trailing_failures,
+                        p_last_success_at, p_last_failure_at)
+                AS s(endpoint_id, has_success, trailing_failures, last_success_at,
+                     last_failure_at)
+                ON s.endpoint_id = l.endpoint_id
+            WHERE h.endpoint_id = l.endpoint_id
+              AND l.state = 'closed' AND l.consecutive_failures = 0
+              AND s.has_success AND s.trailing_failures = 0
+            RETURNING h.endpoint_id
+        )
+        SELECT coalesce(array_agg(r.endpoint_id), '{}') INTO v_refreshed FROM refreshed r;
+        v_counted := ARRAY(SELECT c FROM unnest(v_counted) AS c WHERE c <> ALL (v_refreshed));
+    END IF;
 
     IF cardinality(v_counted) = 0 AND v_message_changes IS NULL
        AND coalesce(cardinality(p_disable_ids), 0) = 0 THEN

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 
 from tests.support.seed import COOLDOWNS, make_endpoint, seed_messages
 from tidings.dal import delivery
@@ -207,6 +208,111 @@ def test_successful_probe_closes_and_resets_cooldown(db: Database) -> None:
         assert len(delivery.claim_due(cur, batch_size=10, lease_s=60)) == 4
 
 
+def last_times(db: Database, endpoint_id: int) -> tuple[datetime | None, datetime | None]:
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT last_success_at, last_failure_at FROM tidings.endpoint_health"
+            " WHERE endpoint_id = %s",
+            (endpoint_id,),
+        )
+        return cur.fetchone()
+
+
+def test_successes_move_a_healthy_circuits_times_on_and_leave_it_closed(db: Database) -> None:
+    # The record's small statement: successes alone against a circuit closed without failures.
+    with db.cursor() as cur:
+        endpoint_id = make_endpoint(cur)
+        # What a closed circuit may still carry from its last probe: cleared as the full
+        # statement clears it.
+        cur.execute(
+            "UPDATE tidings.endpoint_health SET cooldown_s = 1200, probe_token = gen_random_uuid(),"
+            " probe_started_at = now(), last_failure_at = %s WHERE endpoint_id = %s",
+            (datetime(2026, 1, 1, tzinfo=UTC), endpoint_id),
+        )
+    first = datetime.now(UTC)
+    failure = first - timedelta(seconds=1)
+    summary = CircuitSummary(endpoint_id, True, 0, first, failure)
+    with db.cursor() as cur:
+        result = delivery.record_outcomes(cur, [], [summary], **COOLDOWNS)
+    assert result.transitions == () and result.disabled_endpoint_ids == frozenset()
+    assert health(db, endpoint_id) == {
+        "state": "closed",
+        "failures": 0,
+        "cooldown": 300.0,
+        "opened": False,
+        "probe": None,
+    }
+    assert last_times(db, endpoint_id) == (first, failure)
+    # A later success moves the last success on; an earlier one (a slower sender's batch) and
+    # an earlier failure move nothing back.
+    later = first + timedelta(seconds=5)
+    with db.cursor() as cur:
+        delivery.record_outcomes(
+            cur, [], [CircuitSummary(endpoint_id, True, 0, later, None)], **COOLDOWNS
+        )
+        delivery.record_outcomes(
+            cur,
+            [],
+            [CircuitSummary(endpoint_id, True, 0, first - timedelta(seconds=9), failure)],
+            **COOLDOWNS,
+        )
+    assert last_times(db, endpoint_id) == (later, failure)
+
+
+def test_a_failure_counted_while_a_success_waits_for_the_health_row_is_not_lost(
+    database_url: str,
+) -> None:
+    # The success reads the circuit closed without failures, then waits for the row another
+    # sender holds: that sender's failures open the circuit. The success must be applied to the
+    # row as that sender left it (closing the circuit, a transition to report), not as it read it.
+    setup = Database(database_url)
+    with setup.cursor() as cur:
+        endpoint_id = make_endpoint(cur)
+    failing = Database(database_url)
+    cur = failing.connection.cursor()
+    cur.execute("BEGIN")
+    now = datetime.now(UTC)
+    failed = delivery.record_outcomes(
+        cur, [], [CircuitSummary(endpoint_id, False, 10, None, now)], **COOLDOWNS
+    )
+    assert [(t.from_state, t.to_state) for t in failed.transitions] == [("closed", "open")]
+    results: list[delivery.RecordResult] = []
+
+    def succeeding() -> None:
+        sender = Database(database_url)
+        with sender.cursor() as scur:
+            summary = CircuitSummary(endpoint_id, True, 0, now + timedelta(seconds=2), None)
+            results.append(delivery.record_outcomes(scur, [], [summary], **COOLDOWNS))
+        sender.close()
+
+    thread = threading.Thread(target=succeeding)
+    thread.start()
+    deadline = time.monotonic() + 10
+    with setup.cursor() as check:
+        while time.monotonic() < deadline:
+            check.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            if check.fetchone()[0] > 0:
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError("the success never waited for the health row")
+    cur.execute("COMMIT")
+    thread.join(timeout=10)
+    failing.close()
+    assert [(t.from_state, t.to_state) for t in results[0].transitions] == [("open", "closed")]
+    assert health(setup, endpoint_id) | {"cooldown": None} == {
+        "state": "closed",
+        "failures": 0,
+        "cooldown": None,
+        "opened": False,
+        "probe": None,
+    }
+    setup.close()
+
+
 def test_concurrent_batches_on_shared_endpoints_never_deadlock(database_url: str) -> None:
     setup = Database(database_url)
     with setup.cursor() as cur:
@@ -277,8 +383,11 @@ def test_sql_transitions_match_the_pure_model(db: Database, start, batches, thre
             " WHERE endpoint_id = %s",
             (start, threshold, start, endpoint_id),
         )
-    for outcomes in batches:
-        model = cb.apply_summary(model, cb.summarize(outcomes), now, cfg)
+    for index, outcomes in enumerate(batches):
+        # Batches seconds apart: every success moves the last success on, so a success against
+        # a healthy circuit takes the record's small statement and any other the full one.
+        at = now + timedelta(seconds=2 * index)
+        model = cb.apply_summary(model, cb.summarize(outcomes), at, cfg)
         summary = cb.summarize(outcomes)
         with db.cursor() as cur:
             delivery.record_outcomes(
@@ -289,8 +398,8 @@ def test_sql_transitions_match_the_pure_model(db: Database, start, batches, thre
                         endpoint_id,
                         summary.has_success,
                         summary.trailing_failures,
-                        now if any(outcomes) else None,
-                        now if not all(outcomes) else None,
+                        at if any(outcomes) else None,
+                        at if not all(outcomes) else None,
                     )
                 ],
                 **COOLDOWNS,
