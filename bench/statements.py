@@ -18,7 +18,12 @@ read from /proc, so only with the server on this machine) and the write-ahead lo
 
 The last line is JSON: the figures, ``cpu_ratio`` (baseline CPU over Tidings') and ``wal_ratio``
 (the same for the log): above 1 where Tidings costs the database less than the naive loop, which
-records no attempt, no health and no lease.
+records no attempt, no health and no lease. Then the circuit's share, per record call carrying
+one success summary and no outcome: ``health_refresh_call_pg_cpu_ms``, a summary whose last
+success is seconds after the one known (the record writes the health row: an endpoint's first
+success, then about one a second while it takes traffic), against its baseline in the same run,
+``health_unchanged_call_pg_cpu_ms``, one whose last success is known to the second (nothing to
+write).
 Run: ``python bench/statements.py`` (embedded PostgreSQL) or with ``DATABASE_URL`` set.
 """
 
@@ -30,7 +35,7 @@ import sys
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg2
@@ -146,6 +151,34 @@ def record_part(meter: Meter, settings: Settings, rows: list[delivery.StartedAtt
     return len(rows)
 
 
+HEALTH_CALLS = 400
+
+
+def run_health_calls(meter: Meter, settings: Settings) -> None:
+    """Record calls that carry only a success summary, ``HEALTH_CALLS`` of each kind,
+    alternating: ``refresh``, whose last success is seconds after the one known (an endpoint's
+    first success, then one a second while it takes traffic: the health row is written), and
+    ``unchanged``, whose last success is already known to the second (nothing is written)."""
+    with meter.db.cursor() as cur:
+        cur.execute("SELECT endpoint_id FROM tidings.endpoint_health ORDER BY endpoint_id")
+        endpoints = [row[0] for row in cur.fetchall()]
+    latest = datetime.now(UTC)
+    for call in range(HEALTH_CALLS):
+        endpoint_id = endpoints[call % len(endpoints)]
+        latest += timedelta(seconds=2)
+        for name, at in (("refresh", latest), ("unchanged", latest)):
+            meter.run(
+                name,
+                lambda cur, endpoint_id=endpoint_id, at=at: delivery.record_outcomes(
+                    cur,
+                    [],
+                    [CircuitSummary(endpoint_id, True, 0, at, None)],
+                    base_cooldown_s=settings.circuit_cooldown_s,
+                    max_cooldown_s=settings.circuit_max_cooldown_s,
+                ),
+            )
+
+
 def run_naive(meter: Meter) -> int:
     def one_batch(cur: Cursor) -> int:
         cur.execute(
@@ -207,6 +240,7 @@ def measure(
     *,
     detail: bool,
     naive: bool,
+    after: Callable[[Meter], None] | None = None,
 ) -> tuple[Meter, int, dict[str, Any]]:
     with fresh_database(dsn) as url:
         seed(url, endpoints, events, UNREACHABLE, naive=naive)
@@ -218,6 +252,8 @@ def measure(
         if done != events:
             raise RuntimeError(f"{done} of {events} delivered")
         found = wal_detail(db, start, end, done) if detail else {}
+        if after is not None:
+            after(meter)
         db.close()
     return meter, done, found
 
@@ -249,6 +285,7 @@ def main() -> None:
             args.events,
             args.endpoints,
             lambda meter: run_tidings(meter, settings, args.batch, args.part),
+            after=lambda meter: run_health_calls(meter, settings),
             detail=args.wal_detail,
             naive=False,
         )
@@ -265,9 +302,9 @@ def main() -> None:
     for name in ("claim", "begin", "record"):
         result[f"{name}_pg_cpu_ms"] = cpu_ms(tidings.cpu_s[name], done)
         result[f"{name}_wal_bytes"] = round(tidings.wal_bytes[name] / done)
-    pg_cpu_ms = cpu_ms(sum(tidings.cpu_s.values()), done)
+    pg_cpu_ms = cpu_ms(sum(tidings.cpu_s[name] for name in ("claim", "begin", "record")), done)
     baseline_cpu_ms = cpu_ms(naive.cpu_s["naive"], naive_done)
-    wal_bytes = sum(tidings.wal_bytes.values()) / done
+    wal_bytes = sum(tidings.wal_bytes[name] for name in ("claim", "begin", "record")) / done
     baseline_wal_bytes = naive.wal_bytes["naive"] / naive_done
     result |= {
         "pg_cpu_ms": pg_cpu_ms,
@@ -278,6 +315,10 @@ def main() -> None:
         if pg_cpu_ms and baseline_cpu_ms
         else None,
         "wal_ratio": round(baseline_wal_bytes / wal_bytes, 2),
+        # Per record call carrying one success summary (no outcome): one that moves a healthy
+        # circuit's last success on, and, its baseline, one whose last success is known.
+        "health_refresh_call_pg_cpu_ms": cpu_ms(tidings.cpu_s["refresh"], HEALTH_CALLS),
+        "health_unchanged_call_pg_cpu_ms": cpu_ms(tidings.cpu_s["unchanged"], HEALTH_CALLS),
         **detail,
     }
     print(json.dumps(result))
