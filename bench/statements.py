@@ -152,6 +152,7 @@ def record_part(meter: Meter, settings: Settings, rows: list[delivery.StartedAtt
 
 
 HEALTH_CALLS = 400
+DELIVERY_STATEMENTS = ("claim", "begin", "record")
 
 
 def run_health_calls(meter: Meter, settings: Settings) -> None:
@@ -299,12 +300,12 @@ def main() -> None:
     def cpu_ms(seconds: float, deliveries: int) -> float | None:
         return round(seconds * 1000 / deliveries, 4) if tidings.local else None
 
-    for name in ("claim", "begin", "record"):
+    for name in DELIVERY_STATEMENTS:
         result[f"{name}_pg_cpu_ms"] = cpu_ms(tidings.cpu_s[name], done)
         result[f"{name}_wal_bytes"] = round(tidings.wal_bytes[name] / done)
-    pg_cpu_ms = cpu_ms(sum(tidings.cpu_s[name] for name in ("claim", "begin", "record")), done)
+    pg_cpu_ms = cpu_ms(sum(tidings.cpu_s[name] for name in DELIVERY_STATEMENTS), done)
     baseline_cpu_ms = cpu_ms(naive.cpu_s["naive"], naive_done)
-    wal_bytes = sum(tidings.wal_bytes[name] for name in ("claim", "begin", "record")) / done
+    wal_bytes = sum(tidings.wal_bytes[name] for name in DELIVERY_STATEMENTS) / done
     baseline_wal_bytes = naive.wal_bytes["naive"] / naive_done
     result |= {
         "pg_cpu_ms": pg_cpu_ms,
