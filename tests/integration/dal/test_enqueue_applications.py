@@ -12,6 +12,7 @@ import psycopg2
 import psycopg2.errors
 import pytest
 
+from tests.support.locks import wait_until_blocked
 from tests.support.seed import make_application, make_endpoint
 from tidings.dal.connection import Database
 from tidings.logic import applications
@@ -271,15 +272,3 @@ def test_a_deletion_committed_in_the_middle_of_a_call_refuses_the_call(
     with db.cursor() as cur:
         assert count(cur, "events") == 0
         assert count(cur, "messages") == 0
-
-
-def wait_until_blocked(db: Database, conn: psycopg2.extensions.connection) -> None:
-    """Until ``conn``'s backend waits for a lock."""
-    pid = conn.get_backend_pid()
-    with db.cursor() as cur:
-        for _ in range(500):
-            cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
-            if cur.fetchone() == ("Lock",):
-                return
-            time.sleep(0.01)
-    raise AssertionError("the call never waited for the lock")

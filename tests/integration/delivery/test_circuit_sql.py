@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 
+from tests.support.locks import wait_until_blocked
 from tests.support.seed import COOLDOWNS, make_endpoint, seed_messages
 from tidings.dal import delivery
 from tidings.dal.connection import Database
@@ -277,31 +277,21 @@ def test_a_failure_counted_while_a_success_waits_for_the_health_row_is_not_lost(
     )
     assert [(t.from_state, t.to_state) for t in failed.transitions] == [("closed", "open")]
     results: list[delivery.RecordResult] = []
+    sender = Database(database_url)
+    sender_connection = sender.connection  # opened here: its backend is the one to watch
 
     def succeeding() -> None:
-        sender = Database(database_url)
         with sender.cursor() as scur:
             summary = CircuitSummary(endpoint_id, True, 0, now + timedelta(seconds=2), None)
             results.append(delivery.record_outcomes(scur, [], [summary], **COOLDOWNS))
-        sender.close()
 
     thread = threading.Thread(target=succeeding)
     thread.start()
-    deadline = time.monotonic() + 10
-    with setup.cursor() as check:
-        while time.monotonic() < deadline:
-            check.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
-            )
-            if check.fetchone()[0] > 0:
-                break
-            time.sleep(0.02)
-        else:
-            raise AssertionError("the success never waited for the health row")
+    wait_until_blocked(setup, sender_connection)
     cur.execute("COMMIT")
     thread.join(timeout=10)
     failing.close()
+    sender.close()
     assert [(t.from_state, t.to_state) for t in results[0].transitions] == [("open", "closed")]
     assert health(setup, endpoint_id) | {"cooldown": None} == {
         "state": "closed",

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import psycopg2
 
+from tests.support.locks import wait_until_blocked
 from tests.support.secrets import secrets_keyring
 from tests.support.seed import COOLDOWNS, TEST_SECRET, add_secret, make_endpoint, seed_messages
 from tidings.dal import delivery
@@ -362,30 +362,20 @@ def test_a_row_leased_anew_while_begin_waits_is_left_to_its_new_holder(database_
             (str(new_token), row.message_id),
         )
     result: list[list[delivery.StartedAttempt]] = []
+    sender = Database(database_url)
+    sender_connection = sender.connection  # opened here: its backend is the one to watch
 
     def stale_sender() -> None:
-        sender = Database(database_url)
         with sender.cursor() as cur:
             result.append(delivery.begin_attempts(cur, [AttemptRequest(row.lease, 1)], lease_s=60))
-        sender.close()
 
     thread = threading.Thread(target=stale_sender)
     thread.start()
-    deadline = time.monotonic() + 10
-    with db.cursor() as cur:
-        while time.monotonic() < deadline:
-            cur.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
-            )
-            if cur.fetchone()[0] > 0:
-                break
-            time.sleep(0.02)
-        else:
-            raise AssertionError("the sender never waited for the row")
+    wait_until_blocked(db, sender_connection)
     claimer.commit()
     thread.join(timeout=10)
     claimer.close()
+    sender.close()
     assert result == [[]]
     with db.cursor() as cur:
         cur.execute("SELECT lease_token FROM tidings.messages")

@@ -438,8 +438,8 @@ def test_quick_answers_in_a_row_end_a_slow_mark_and_a_slow_one_starts_the_count_
 
 
 def test_a_failed_attempt_since_the_count_began_starts_it_again(db: Database) -> None:
-    """Twenty quick successes with a 503 among them are not twenty in a row: at the last one the
-    attempt log shows the failure, and the count begins again from that answer."""
+    """Quick successes with a 503 among them are not in a row: at the one that would end the
+    mark, the attempt log shows the failure, and the count begins again from that answer."""
     with db.cursor() as cur:
         endpoint = slow_endpoint(cur)
         seed_messages(cur, endpoint, 1)

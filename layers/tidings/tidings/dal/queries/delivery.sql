@@ -17,8 +17,8 @@ SELECT tidings.mark_slow_v1(%(ids)s::bigint[], %(hold_s)s);
 
 -- name: mark_quick
 -- Counts a quick answer in the slow lane, to a request sent at sent_at, for each endpoint still
--- marked slow; the one that makes release_after in a row ends its mark, once per hold_s at most (tidings.mark_quick_v1); returns
--- how many marks ended.
+-- marked slow; the one that makes release_after in a row ends its mark, once per hold_s at most
+-- (tidings.mark_quick_v1); returns how many marks ended.
 SELECT tidings.mark_quick_v1(%(ids)s::bigint[], %(sent_at)s, %(release_after)s, %(hold_s)s);
 
 -- name: release_leases
