@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tidings.dal.arrays import array_literal
 from tidings.dal.connection import Cursor, fetch_dicts
 from tidings.dal.queries import sql
 from tidings.dal.secrets import SealedCredential, SealedSecret
@@ -240,7 +241,9 @@ def mark_slow(cur: Cursor, endpoint_ids: Sequence[int], *, hold_s: float) -> int
     half of it are left alone); returns how many were marked."""
     if not endpoint_ids:
         return 0
-    cur.execute(sql("mark_slow"), {"ids": sorted(set(endpoint_ids)), "hold_s": hold_s})
+    cur.execute(
+        sql("mark_slow"), {"ids": array_literal(sorted(set(endpoint_ids))), "hold_s": hold_s}
+    )
     row = cur.fetchone()
     return int(row[0]) if row else 0
 
@@ -263,7 +266,7 @@ def mark_quick(
     cur.execute(
         sql("mark_quick"),
         {
-            "ids": sorted(set(endpoint_ids)),
+            "ids": array_literal(sorted(set(endpoint_ids))),
             "sent_at": sent_at,
             "release_after": release_after,
             "hold_s": hold_s,
@@ -280,8 +283,8 @@ def release_leases(cur: Cursor, leases: Sequence[Lease], *, delay_s: float = 0) 
     cur.execute(
         sql("release_leases"),
         {
-            "ids": [lease.message_id for lease in leases],
-            "tokens": [lease.token for lease in leases],
+            "ids": array_literal(lease.message_id for lease in leases),
+            "tokens": array_literal(lease.token for lease in leases),
             "delay_s": delay_s,
         },
     )
@@ -301,10 +304,10 @@ def begin_attempts(
     cur.execute(
         sql("begin_attempts"),
         {
-            "ids": [r.lease.message_id for r in requests],
-            "tokens": [r.lease.token for r in requests],
-            "attempts": [r.attempt for r in requests],
-            "want_payload": [r.want_payload for r in requests],
+            "ids": array_literal(r.lease.message_id for r in requests),
+            "tokens": array_literal(r.lease.token for r in requests),
+            "attempts": array_literal(r.attempt for r in requests),
+            "want_payload": array_literal(r.want_payload for r in requests),
             "lease_s": lease_s,
             "hold_back_s": hold_back_s,
         },
@@ -445,12 +448,12 @@ def record_outcomes(
                 for o in outcomes
             ]
         ),
-        "health_endpoint_ids": [h.endpoint_id for h in health],
-        "has_success": [h.has_success for h in health],
-        "trailing_failures": [h.trailing_failures for h in health],
+        "health_endpoint_ids": array_literal(h.endpoint_id for h in health),
+        "has_success": array_literal(h.has_success for h in health),
+        "trailing_failures": array_literal(h.trailing_failures for h in health),
         "last_success_at": [h.last_success_at for h in health],
         "last_failure_at": [h.last_failure_at for h in health],
-        "disable_ids": [endpoint_id for endpoint_id, _ in disable],
+        "disable_ids": array_literal(endpoint_id for endpoint_id, _ in disable),
         "disable_reasons": [reason for _, reason in disable],
         "base_cooldown_s": base_cooldown_s,
         "max_cooldown_s": max_cooldown_s,
