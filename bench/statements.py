@@ -3,7 +3,8 @@
 Tidings: ``--events`` messages (over ``--endpoints`` endpoints, each with a signing secret, as
 ``bench/e2e.py`` seeds them) go through the statements a deployment runs for them, on one
 connection with nothing else running: the claimer's ``claim_due`` (``--batch`` rows), the
-sender's ``begin_attempts`` for the rows claimed, and ``record_outcomes`` a part of ``--part``
+sender's ``begin_attempts`` for the rows claimed, a sender batch at a time (ten fast-lane
+messages' deliveries: 100 by default), and ``record_outcomes`` a part of ``--part``
 rows at a time (the sender's ``sender_record_rows``: the answers one record statement writes),
 every outcome a delivery. Baseline, on a fresh copy of the same rows in a plain table of its
 own: the naive worker of ``bench/e2e.py`` without its requests (select 50 pending rows ``FOR
@@ -23,7 +24,11 @@ one success summary and no outcome: ``health_refresh_call_pg_cpu_ms``, a summary
 success is seconds after the one known (the record writes the health row: an endpoint's first
 success, then about one a second while it takes traffic), against its baseline in the same run,
 ``health_unchanged_call_pg_cpu_ms``, one whose last success is known to the second (nothing to
-write).
+write). And what a begin call of a hundred rows costs by itself (rows no lease holds: it finds
+none and writes nothing), the server's CPU and this process's, as the sender makes it
+(``begin_call_pg_cpu_ms``, ``begin_call_client_cpu_ms``: each array one literal) against the
+same statement with psycopg2's own arrays (``begin_call_constructors_*``: ``ARRAY[...]`` of an
+expression per element) in the same run.
 Run: ``python bench/statements.py`` (embedded PostgreSQL) or with ``DATABASE_URL`` set.
 """
 
@@ -32,6 +37,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+import uuid
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -46,6 +53,8 @@ from tidings.config import Settings
 from tidings.dal import delivery
 from tidings.dal.connection import Cursor, Database
 from tidings.dal.delivery import AttemptOutcome, AttemptRequest, CircuitSummary, MessageStatus
+from tidings.dal.queries import sql
+from tidings.deployment import FAST_LANE
 
 NAIVE_BATCH = 50
 UNREACHABLE = "http://127.0.0.1:9/"  # nothing is sent: the rows only need an endpoint URL
@@ -58,6 +67,7 @@ class Meter:
     db: Database
     url: str
     cpu_s: dict[str, float] = field(default_factory=dict)
+    client_cpu_s: dict[str, float] = field(default_factory=dict)
     wal_bytes: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -68,7 +78,11 @@ class Meter:
     def run(self, name: str, work: Callable[[Cursor], Any], *, transaction: bool = False) -> Any:
         before_wal = self.wal_position()
         before_cpu = self._cpu_s()
+        before_client_cpu = time.process_time()
         result = self.db.run(work, transaction=transaction)
+        self.client_cpu_s[name] = (
+            self.client_cpu_s.get(name, 0.0) + time.process_time() - before_client_cpu
+        )
         self.cpu_s[name] = self.cpu_s.get(name, 0.0) + self._cpu_s() - before_cpu
         self.wal_bytes[name] = self.wal_bytes.get(name, 0) + self._wal_since(before_wal)
         return result
@@ -103,18 +117,22 @@ def run_tidings(meter: Meter, settings: Settings, batch: int, part: int) -> int:
         )
         if not claimed:
             return done
-        requests = [
-            AttemptRequest(delivery.Lease(row.message_id, row.lease_token), row.attempts + 1)
-            for row in claimed
-        ]
-        started = meter.run(
-            "begin",
-            lambda cur, requests=requests: delivery.begin_attempts(
-                cur, requests, lease_s=settings.lease_s
-            ),
-        )
-        for first in range(0, len(started), part):
-            done += record_part(meter, settings, started[first : first + part])
+        # A sender batch: the fast lane's messages of one invocation, their deliveries begun by
+        # one call and recorded a part at a time.
+        per_batch = FAST_LANE.batch_size * settings.deliveries_per_message
+        for first_row in range(0, len(claimed), per_batch):
+            requests = [
+                AttemptRequest(delivery.Lease(row.message_id, row.lease_token), row.attempts + 1)
+                for row in claimed[first_row : first_row + per_batch]
+            ]
+            started = meter.run(
+                "begin",
+                lambda cur, requests=requests: delivery.begin_attempts(
+                    cur, requests, lease_s=settings.lease_s
+                ),
+            )
+            for first in range(0, len(started), part):
+                done += record_part(meter, settings, started[first : first + part])
 
 
 def record_part(meter: Meter, settings: Settings, rows: list[delivery.StartedAttempt]) -> int:
@@ -178,6 +196,45 @@ def run_health_calls(meter: Meter, settings: Settings) -> None:
                     max_cooldown_s=settings.circuit_max_cooldown_s,
                 ),
             )
+
+
+BEGIN_CALLS = 300
+BEGIN_CALL_ROWS = 100
+
+
+def run_begin_calls(meter: Meter, settings: Settings) -> None:
+    """Begin calls of ``BEGIN_CALL_ROWS`` rows that no lease holds (the begin finds none and
+    writes nothing: what is left is the call itself), ``BEGIN_CALLS`` of each kind,
+    alternating: ``begin_call``, as the sender makes it (each array one literal,
+    ``tidings.dal.arrays``), and its baseline ``begin_call_constructors``, the same statement
+    with the arrays as psycopg2 adapts a list (an ``ARRAY[...]`` of one expression per
+    element)."""
+    requests = [
+        AttemptRequest(delivery.Lease(2**62 + row, uuid.uuid4()), 1, want_payload=False)
+        for row in range(BEGIN_CALL_ROWS)
+    ]
+    constructors = {
+        "ids": [r.lease.message_id for r in requests],
+        "tokens": [r.lease.token for r in requests],
+        "attempts": [r.attempt for r in requests],
+        "want_payload": [r.want_payload for r in requests],
+        "lease_s": settings.lease_s,
+        "hold_back_s": 1.0,
+    }
+    for _ in range(BEGIN_CALLS):
+        meter.run(
+            "begin_call",
+            lambda cur: delivery.begin_attempts(cur, requests, lease_s=settings.lease_s),
+        )
+        meter.run(
+            "begin_call_constructors",
+            lambda cur: cur.execute(sql("begin_attempts"), constructors),
+        )
+
+
+def run_after_deliveries(meter: Meter, settings: Settings) -> None:
+    run_health_calls(meter, settings)
+    run_begin_calls(meter, settings)
 
 
 def run_naive(meter: Meter) -> int:
@@ -286,7 +343,7 @@ def main() -> None:
             args.events,
             args.endpoints,
             lambda meter: run_tidings(meter, settings, args.batch, args.part),
-            after=lambda meter: run_health_calls(meter, settings),
+            after=lambda meter: run_after_deliveries(meter, settings),
             detail=args.wal_detail,
             naive=False,
         )
@@ -320,6 +377,19 @@ def main() -> None:
         # circuit's last success on, and, its baseline, one whose last success is known.
         "health_refresh_call_pg_cpu_ms": cpu_ms(tidings.cpu_s["refresh"], HEALTH_CALLS),
         "health_unchanged_call_pg_cpu_ms": cpu_ms(tidings.cpu_s["unchanged"], HEALTH_CALLS),
+        # Per begin call of a hundred rows it does not hold, as the sender makes it and, its
+        # baseline, with psycopg2's ARRAY[...] for each array: the server's CPU and this
+        # process's (building the parameters, sending, reading the answer).
+        "begin_call_pg_cpu_ms": cpu_ms(tidings.cpu_s["begin_call"], BEGIN_CALLS),
+        "begin_call_constructors_pg_cpu_ms": cpu_ms(
+            tidings.cpu_s["begin_call_constructors"], BEGIN_CALLS
+        ),
+        "begin_call_client_cpu_ms": round(
+            tidings.client_cpu_s["begin_call"] * 1000 / BEGIN_CALLS, 3
+        ),
+        "begin_call_constructors_client_cpu_ms": round(
+            tidings.client_cpu_s["begin_call_constructors"] * 1000 / BEGIN_CALLS, 3
+        ),
         **detail,
     }
     print(json.dumps(result))
